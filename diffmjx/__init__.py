@@ -1,0 +1,1 @@
+"""DiffMJX: correct and informative gradients of MuJoCo XLA simulations."""

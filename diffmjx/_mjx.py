@@ -1,0 +1,93 @@
+"""The one module that reaches into ``mujoco.mjx._src``.
+
+DiffMJX reuses MJX's pipeline stages and solver internals instead of forking them. Every private
+name we depend on is imported here, so an MJX upgrade (pinned in ``pyproject.toml``) touches one file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+
+with contextlib.redirect_stdout(io.StringIO()):
+    # MJX prints a notice when its optional Warp backend is absent; keep user output clean.
+    from mujoco import mjx
+    from mujoco.mjx._src import collision_driver, constraint, forward, sensor, smooth, support
+    from mujoco.mjx._src import solver as mjx_solver
+    from mujoco.mjx._src.types import ConeType, DisableBit, JointType, SolverType
+
+Model = mjx.Model
+Data = mjx.Data
+
+# Pipeline stages (pure functions ``(m, d) -> d``).
+fwd_position = forward.fwd_position
+fwd_velocity = forward.fwd_velocity
+fwd_actuation = forward.fwd_actuation
+fwd_acceleration = forward.fwd_acceleration
+sensor_pos = sensor.sensor_pos
+sensor_vel = sensor.sensor_vel
+sensor_acc = sensor.sensor_acc
+kinematics = smooth.kinematics
+collision = collision_driver.collision
+make_constraint = constraint.make_constraint
+
+# MJX's fixed-step integrators, applied to a Data on which forward dynamics already ran.
+mjx_euler = forward.euler
+mjx_implicit = forward.implicit
+mjx_forward = forward.forward
+mjx_step = forward.step
+
+# Constraint-solver internals (CGupdateConstraint / CGupdateGradient / zoom line search).
+SolverContext = mjx_solver.Context
+solver_update_constraint = mjx_solver._update_constraint
+solver_update_gradient = mjx_solver._update_gradient
+solver_linesearch = mjx_solver._linesearch
+solver_rescale = mjx_solver._rescale
+scan_while_loop = mjx_solver._while_loop_scan
+mjx_solve = mjx_solver.solve
+
+full_m = support.full_m
+mul_m = support.mul_m
+
+__all__ = [
+    "ConeType",
+    "Data",
+    "DisableBit",
+    "JointType",
+    "Model",
+    "SolverType",
+    "mjx",
+]
+
+
+def efc(d: Data):
+    """Constraint rows of ``d``: (J, D, aref, frictionloss, ne, nf) from MJX's private Data part."""
+    i = d._impl
+    return i.efc_J, i.efc_D, i.efc_aref, i.efc_frictionloss, i.ne, i.nf
+
+
+def efc_force(d: Data):
+    return d._impl.efc_force
+
+
+def with_efc_force(d: Data, force) -> Data:
+    return d.tree_replace({"_impl.efc_force": force})
+
+
+def contact_dist(d: Data):
+    return d._impl.contact.dist
+
+
+def has_frictionloss(m: Model) -> bool:
+    return bool(m._impl.dof_hasfrictionloss.any() or m._impl.tendon_hasfrictionloss.any()) and not (
+        m.opt.disableflags & DisableBit.FRICTIONLOSS
+    )
+
+
+def mjx_advance(m: Model, d: Data, act_dot, qacc, qvel) -> Data:
+    """MJX's end-of-step update (activation clamping, velocity, position, time, warmstart)."""
+    return forward._advance(m, d, act_dot, qacc, qvel)
+
+
+def with_timestep(m: Model, dt) -> Model:
+    return m.tree_replace({"opt.timestep": dt})

@@ -1,0 +1,361 @@
+"""Typed, validated configuration for DiffMJX.
+
+Every knob lives in a frozen dataclass section (``integrator``, ``solver``,
+``collision``, ``cfd``) gathered in :class:`Config`. Values are checked on
+construction: a bad value raises :class:`ValueError` naming the dotted field
+(``integrator.solver``) and what is allowed.
+
+Configs come from YAML presets (:meth:`Config.from_yaml`) and dotted command
+line overrides such as ``integrator.rtol=1e-6`` (:meth:`Config.override`);
+:func:`add_cli_arguments` and :func:`config_from_args` give every experiment
+the same ``--preset`` / ``--set`` flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import yaml
+
+__all__ = [
+    "ADJOINTS",
+    "BUDGET_POLICIES",
+    "DEFAULT_PRESET",
+    "GRADIENTS",
+    "SOLVERS",
+    "STEP_CONTROLS",
+    "CFDConfig",
+    "CollisionConfig",
+    "Config",
+    "IntegratorConfig",
+    "SolverConfig",
+    "add_cli_arguments",
+    "config_from_args",
+]
+
+SOLVERS = (
+    "tsit5", "dopri5", "dopri8", "bosh3", "heun", "midpoint", "ralston", "euler",
+    "mjx_euler", "mjx_rk4", "mjx_implicitfast",
+)  # fmt: skip
+ADJOINTS = ("checkpoint", "backsolve", "forward")
+STEP_CONTROLS = ("pid", "constant")
+BUDGET_POLICIES = ("flag", "raise")
+GRADIENTS = ("unroll", "implicit")
+
+DEFAULT_PRESET = Path(__file__).parent / "presets" / "default.yaml"
+"""The defaults written out as YAML, one comment per field."""
+
+_SOLIMP_MEANINGS = ("d at r=w_c", "d at r=0", "w_c", "midpoint", "power")
+
+
+def _knob(
+    default: Any, *, choices: Sequence[str] = (), gt: float | None = None, ge: float | None = None
+) -> Any:
+    """A dataclass field whose constraints are read back by ``_Section.__post_init__``."""
+    return dataclasses.field(default=default, metadata={"choices": choices, "gt": gt, "ge": ge})
+
+
+def _unwrap_optional(hint: Any) -> tuple[Any, bool]:
+    """Split ``X | None`` into ``(X, True)``; any other hint gives ``(hint, False)``."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        (base,) = [a for a in typing.get_args(hint) if a is not type(None)]
+        return base, True
+    return hint, False
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_type(key: str, value: Any, hint: Any) -> Any:
+    """Return ``value`` normalised to ``hint`` (ints to floats, lists to tuples) or raise."""
+    base, optional = _unwrap_optional(hint)
+    if value is None and optional:
+        return None
+    if typing.get_origin(base) is tuple:
+        n = len(typing.get_args(base))
+        if isinstance(value, (list, tuple)) and len(value) == n and all(map(_is_number, value)):
+            return tuple(float(v) for v in value)
+        expected = f"a sequence of {n} numbers"
+    elif base is float and _is_number(value):
+        return float(value)
+    elif base in (bool, int, str) and type(value) is base:
+        return value
+    else:
+        expected = base.__name__
+    expected += " or None" if optional else ""
+    raise ValueError(f"{key}={value!r} ({type(value).__name__}) is invalid; expected {expected}")
+
+
+def _coerce_text(hint: Any, value: Any) -> Any:
+    """Turn YAML strings such as ``'1e-6'`` (PyYAML reads them as str) into numbers."""
+    base, _ = _unwrap_optional(hint)
+    if isinstance(value, str) and base in (int, float):
+        try:
+            return base(value)
+        except ValueError:
+            return value  # left for _check_type to report
+    return value
+
+
+class _Section:
+    """Base of the config sections: checks types and the ``_knob`` constraints."""
+
+    _section: ClassVar[str]
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            key = f"{self._section}.{f.name}"
+            value = _check_type(key, getattr(self, f.name), hints[f.name])
+            object.__setattr__(self, f.name, value)
+            choices, gt, ge = f.metadata["choices"], f.metadata["gt"], f.metadata["ge"]
+            if choices and value not in choices:
+                raise ValueError(
+                    f"{key}={value!r} is not allowed; choose one of: {', '.join(choices)}"
+                )
+            if value is not None and gt is not None and not value > gt:
+                raise ValueError(f"{key}={value!r} is out of range; it must be > {gt}")
+            if value is not None and ge is not None and not value >= ge:
+                raise ValueError(f"{key}={value!r} is out of range; it must be >= {ge}")
+
+
+@dataclasses.dataclass(frozen=True)
+class IntegratorConfig(_Section):
+    """Time integration of the dynamics and how it is differentiated.
+
+    Attributes:
+        solver: Diffrax tableau, or an ``mjx_*`` fixed-step MJX integrator.
+        adjoint: gradient mode: recursive ``checkpoint``, continuous ``backsolve``,
+            or ``forward`` mode.
+        step_control: ``pid`` adaptive step size or ``constant`` steps.
+        rtol, atol: relative and absolute error tolerances of the PID controller.
+        pcoeff, icoeff, dcoeff: PID controller coefficients.
+        dt0: first trial step in seconds; None means the control period.
+        dtmin: smallest step the controller may take; None means no floor.
+        substeps: steps per control period for ``constant`` control and ``mjx_*`` solvers.
+        max_steps: step budget per control period.
+        checkpoints: snapshots for recursive checkpointing; None lets Diffrax choose.
+        backsolve_rtol, backsolve_atol: tolerances of the backward solve; None: as forward.
+        on_budget_exhausted: when ``max_steps`` runs out, ``flag`` the result or ``raise``.
+    """
+
+    _section = "integrator"
+
+    solver: str = _knob("tsit5", choices=SOLVERS)
+    adjoint: str = _knob("checkpoint", choices=ADJOINTS)
+    step_control: str = _knob("pid", choices=STEP_CONTROLS)
+    rtol: float = _knob(1e-5, gt=0)
+    atol: float = _knob(1e-5, gt=0)
+    pcoeff: float = _knob(0.2, ge=0)
+    icoeff: float = _knob(0.4, ge=0)
+    dcoeff: float = _knob(0.0, ge=0)
+    dt0: float | None = _knob(None, gt=0)
+    dtmin: float | None = _knob(None, gt=0)
+    substeps: int = _knob(1, ge=1)
+    max_steps: int = _knob(4096, ge=1)
+    checkpoints: int | None = _knob(None, ge=1)
+    backsolve_rtol: float | None = _knob(None, gt=0)
+    backsolve_atol: float | None = _knob(None, gt=0)
+    on_budget_exhausted: str = _knob("flag", choices=BUDGET_POLICIES)
+
+
+@dataclasses.dataclass(frozen=True)
+class SolverConfig(_Section):
+    """The constraint solver.
+
+    Attributes:
+        gradient: ``unroll`` differentiates through the solver iterations,
+            ``implicit`` uses the implicit function theorem at the solution.
+    """
+
+    _section = "solver"
+
+    gradient: str = _knob("unroll", choices=GRADIENTS)
+
+
+@dataclasses.dataclass(frozen=True)
+class CollisionConfig(_Section):
+    """Collision detection.
+
+    Attributes:
+        smooth: use smoothed (differentiable) collision geometry.
+        sharpness: smoothing sharpness in 1/m; larger is closer to the exact geometry.
+    """
+
+    _section = "collision"
+
+    smooth: bool = _knob(False)
+    sharpness: float = _knob(1000.0, gt=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class CFDConfig(_Section):
+    """Contacts from distance (CFD): forces from the signed distance of non-touching geoms.
+
+    Attributes:
+        enabled: add CFD to the contact model.
+        solimp: impedance, ordered like MuJoCo's solimp:
+            (d at r=w_c, d at r=0, w_c, midpoint, power).
+        sharpness: softplus sharpness in 1/m.
+        in_forward: also apply CFD in the forward pass (otherwise gradients only).
+    """
+
+    _section = "cfd"
+
+    enabled: bool = _knob(False)
+    solimp: tuple[float, float, float, float, float] = _knob((0.0, 0.01, 0.1, 1.0, 2.0))
+    sharpness: float = _knob(1000.0, gt=0)
+    in_forward: bool = _knob(False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        checks = (
+            (0, 0 <= self.solimp[0] < 1, "in [0, 1)"),
+            (1, 0 <= self.solimp[1] < 1, "in [0, 1)"),
+            (2, self.solimp[2] > 0, "> 0"),
+            (3, 0 < self.solimp[3] <= 1, "in (0, 1]"),
+            (4, self.solimp[4] >= 1, ">= 1"),
+        )
+        for i, ok, allowed in checks:
+            if not ok:
+                raise ValueError(
+                    f"cfd.solimp[{i}] ({_SOLIMP_MEANINGS[i]}) must be {allowed}, "
+                    f"got {self.solimp[i]!r}"
+                )
+
+
+_SECTIONS: dict[str, type[_Section]] = {
+    "integrator": IntegratorConfig,
+    "solver": SolverConfig,
+    "collision": CollisionConfig,
+    "cfd": CFDConfig,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """All DiffMJX knobs; frozen and hashable, so usable as a JAX static argument."""
+
+    integrator: IntegratorConfig = dataclasses.field(default_factory=IntegratorConfig)
+    solver: SolverConfig = dataclasses.field(default_factory=SolverConfig)
+    collision: CollisionConfig = dataclasses.field(default_factory=CollisionConfig)
+    cfd: CFDConfig = dataclasses.field(default_factory=CFDConfig)
+
+    def __post_init__(self) -> None:
+        for name, cls in _SECTIONS.items():
+            if not isinstance(getattr(self, name), cls):
+                raise ValueError(  # noqa: TRY004 - bad config data is a ValueError throughout
+                    f"{name} must be of type {cls.__name__}, got {getattr(self, name)!r}"
+                )
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Config:
+        """Build from ``{section: {field: value}}``; missing entries keep their defaults."""
+        if not isinstance(d, Mapping):
+            raise ValueError(  # noqa: TRY004
+                f"config must be a mapping of sections, got {type(d).__name__}"
+            )
+        sections = {}
+        for name, entries in d.items():
+            if name not in _SECTIONS:
+                raise ValueError(
+                    f"unknown config section {name!r}; choose one of: {', '.join(_SECTIONS)}"
+                )
+            entries = {} if entries is None else entries
+            if not isinstance(entries, Mapping):
+                raise ValueError(f"config section {name!r} must be a mapping of fields")  # noqa: TRY004
+            section_cls = _SECTIONS[name]
+            hints = typing.get_type_hints(section_cls)
+            allowed = [f.name for f in dataclasses.fields(section_cls)]  # type: ignore[arg-type]
+            unknown = [k for k in entries if k not in allowed]
+            if unknown:
+                raise ValueError(
+                    f"unknown config field {name}.{unknown[0]}; {name} has: {', '.join(allowed)}"
+                )
+            sections[name] = section_cls(
+                **{k: _coerce_text(hints[k], v) for k, v in entries.items()}
+            )
+        return cls(**sections)
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> Config:
+        """Read a YAML preset; an empty file gives the defaults."""
+        data = yaml.safe_load(Path(path).read_text())
+        return cls.from_dict({} if data is None else data)
+
+    @classmethod
+    def load(cls, preset: str | Path | None = None, overrides: Sequence[str] = ()) -> Config:
+        """Defaults, or the YAML ``preset``, with the dotted ``overrides`` applied in order."""
+        cfg = cls() if preset is None else cls.from_yaml(preset)
+        return cfg.override(*overrides)
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """Plain nested dict of built-in types (tuples as lists), ready for YAML or JSON."""
+        return {
+            name: {k: list(v) if isinstance(v, tuple) else v for k, v in section.items()}
+            for name, section in dataclasses.asdict(self).items()
+        }
+
+    def to_yaml(self, path: str | Path | None = None) -> str:
+        """Dump as YAML, also writing it to ``path`` if given; read back by :meth:`from_yaml`."""
+        text = yaml.safe_dump(self.to_dict(), sort_keys=False)
+        if path is not None:
+            Path(path).write_text(text)
+        return text
+
+    def override(self, *assignments: str) -> Config:
+        """Return a new config with ``section.field=value`` assignments applied in order.
+
+        Values are parsed as YAML (``true``, ``null``, ``[0, 0.01, 0.1, 1, 2]``), with
+        number-like strings such as ``1e-6`` converted for numeric fields.
+        """
+        allowed = [
+            f"{name}.{f.name}"
+            for name, cls in _SECTIONS.items()
+            for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+        ]
+        cfg = self
+        for assignment in assignments:
+            key, sep, text = assignment.partition("=")
+            key = key.strip()
+            if not sep or key not in allowed:
+                raise ValueError(
+                    f"bad override {assignment!r}: expected KEY=VALUE with KEY one of: "
+                    f"{', '.join(allowed)}"
+                )
+            try:
+                value = yaml.safe_load(text)
+            except yaml.YAMLError as e:
+                raise ValueError(f"{key}: cannot parse value {text!r}: {e}") from e
+            name, field = key.split(".")
+            section = getattr(cfg, name)
+            value = _coerce_text(typing.get_type_hints(type(section))[field], value)
+            section = dataclasses.replace(section, **{field: value})
+            cfg = dataclasses.replace(cfg, **{name: section})
+        return cfg
+
+
+def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--preset PATH`` and repeatable ``--set KEY=VALUE`` to ``parser``."""
+    parser.add_argument(
+        "--preset", metavar="PATH", default=None, help="YAML config preset (default: built-in)"
+    )
+    parser.add_argument(
+        "--set",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="override one config field, e.g. integrator.rtol=1e-6 (repeatable)",
+    )
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    """The config selected by the flags of :func:`add_cli_arguments`."""
+    return Config.load(args.preset, args.set)

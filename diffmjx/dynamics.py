@@ -1,0 +1,74 @@
+r"""State pytree and the ODE vector field over MJX forward dynamics.
+
+Within one control period starting at configuration :math:`q_0` the ODE state is
+``State(xi, qvel, act)`` with :math:`q = q_0 \boxplus \xi` (see :mod:`diffmjx.manifold`):
+
+.. math:: \dot\xi = J^{-1}(\xi)\, v, \qquad \dot v = \ddot q(q, v, u), \qquad \dot a = \dot a(q, v, a, u).
+
+Activations follow MuJoCo's clamping: the vector field sees ``act`` clipped to ``actrange``, and an
+activation sitting on a limit does not move further out of it.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from diffmjx import _mjx, manifold, solver
+
+
+class State(NamedTuple):
+    """ODE state of one control period: local position coordinates, velocities, activations."""
+
+    xi: jax.Array  # (nv,)
+    qvel: jax.Array  # (nv,)
+    act: jax.Array  # (na,)
+
+
+def forward(m, d, solver_gradient: str = "unroll"):
+    """MJX forward dynamics ``(m, d) -> d`` with a reverse-mode-differentiable constraint solve.
+
+    Same stages as ``mjx.forward``; only the solver is replaced (see :mod:`diffmjx.solver`).
+    """
+    d = _mjx.fwd_position(m, d)
+    d = _mjx.sensor_pos(m, d)
+    d = _mjx.fwd_velocity(m, d)
+    d = _mjx.sensor_vel(m, d)
+    d = _mjx.fwd_actuation(m, d)
+    d = _mjx.fwd_acceleration(m, d)
+    if _mjx.efc(d)[0].size == 0:
+        return d.replace(qacc=d.qacc_smooth)
+    d = solver.solve(m, d, solver_gradient)
+    return _mjx.sensor_acc(m, d)
+
+
+def act_limits(m):
+    """(na, 2) activation bounds, infinite where an actuator is not actlimited (actnum 1 assumed)."""
+    stateful = np.asarray(m.actuator_actadr) >= 0
+    rng = m.actuator_actrange[stateful]
+    lim = m.actuator_actlimited[stateful]
+    return jnp.where(lim[:, None], rng, jnp.array([-jnp.inf, jnp.inf]))
+
+
+def clamp_act(m, act):
+    if not m.na:
+        return act
+    lim = act_limits(m)
+    return jnp.clip(act, lim[:, 0], lim[:, 1])
+
+
+def vector_field(m, d0, y: State, t, layout: manifold.JointLayout, solver_gradient: str):
+    """Time derivative of ``y`` for the control period that starts at ``d0`` (ctrl held fixed)."""
+    qpos = manifold.retract(layout, d0.qpos, y.xi)
+    act = clamp_act(m, y.act)
+    d = d0.replace(qpos=qpos, qvel=y.qvel, act=act, time=t)
+    d = forward(m, d, solver_gradient)
+    act_dot = d.act_dot
+    if m.na:
+        lim = act_limits(m)
+        pinned = ((act >= lim[:, 1]) & (act_dot > 0)) | ((act <= lim[:, 0]) & (act_dot < 0))
+        act_dot = jnp.where(pinned, 0.0, act_dot)
+    return State(manifold.dexp_inv(layout, y.xi, y.qvel), d.qacc, act_dot), d

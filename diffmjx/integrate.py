@@ -1,0 +1,209 @@
+r"""``step`` and ``rollout``: one control period / N control periods of MJX dynamics.
+
+Controls are held constant over each period of length ``m.opt.timestep`` (zero-order hold, as in
+MuJoCo). For the Diffrax solvers each period is one ``diffeqsolve`` of the ODE in
+:mod:`diffmjx.dynamics` with the configured Runge--Kutta method, step-size controller and adjoint;
+the ``mjx_*`` solvers are MJX's own fixed-step integrators (``integrator.substeps`` steps per
+period), run on DiffMJX's differentiable forward dynamics.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import diffrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from diffmjx import _mjx, manifold
+from diffmjx.config import Config
+from diffmjx.dynamics import State, clamp_act, forward, vector_field
+
+_DIFFRAX_SOLVERS = {
+    "tsit5": diffrax.Tsit5,
+    "dopri5": diffrax.Dopri5,
+    "dopri8": diffrax.Dopri8,
+    "bosh3": diffrax.Bosh3,
+    "heun": diffrax.Heun,
+    "midpoint": diffrax.Midpoint,
+    "ralston": diffrax.Ralston,
+    "euler": diffrax.Euler,
+}
+_RK4_A = (0.5, 0.5, 1.0)
+_RK4_B = (1.0 / 6.0, 1.0 / 3.0, 1.0 / 3.0, 1.0 / 6.0)
+
+
+class Stats(NamedTuple):
+    """Integrator statistics of one control period (stacked over periods by ``rollout``)."""
+
+    accepted: jax.Array  # accepted steps
+    rejected: jax.Array  # rejected steps
+    budget_exhausted: jax.Array  # True if max_steps ran out before the period's end
+
+
+class Trajectory(NamedTuple):
+    """State after each of the N control periods, and the integrator statistics of each period."""
+
+    qpos: jax.Array  # (N, nq)
+    qvel: jax.Array  # (N, nv)
+    act: jax.Array  # (N, na)
+    time: jax.Array  # (N,)
+    stats: Stats
+
+
+def _check(cfg: Config) -> None:
+    ic = cfg.integrator
+    if ic.solver == "euler" and ic.step_control == "pid":
+        raise ValueError(
+            "integrator.step_control='pid' needs an embedded error estimate, which "
+            "integrator.solver='euler' lacks; choose integrator.step_control='constant' or another solver"
+        )
+
+
+def _controller(cfg: Config, backsolve: bool = False):
+    ic = cfg.integrator
+    if ic.step_control == "constant":
+        return diffrax.ConstantStepSize()
+    rtol, atol = ic.rtol, ic.atol
+    if backsolve:
+        rtol = ic.backsolve_rtol if ic.backsolve_rtol is not None else rtol
+        atol = ic.backsolve_atol if ic.backsolve_atol is not None else atol
+    return diffrax.PIDController(
+        rtol=rtol, atol=atol, pcoeff=ic.pcoeff, icoeff=ic.icoeff, dcoeff=ic.dcoeff, dtmin=ic.dtmin
+    )
+
+
+def _adjoint(cfg: Config):
+    ic = cfg.integrator
+    if ic.adjoint == "checkpoint":
+        return diffrax.RecursiveCheckpointAdjoint(checkpoints=ic.checkpoints)
+    if ic.adjoint == "backsolve":
+        return diffrax.BacksolveAdjoint(
+            solver=_DIFFRAX_SOLVERS[ic.solver](), stepsize_controller=_controller(cfg, backsolve=True)
+        )
+    return diffrax.ForwardMode()
+
+
+def _period_diffrax(m, d, cfg: Config, layout, dt_hint):
+    ic = cfg.integrator
+    period = jax.lax.stop_gradient(m.opt.timestep)
+    t0 = jax.lax.stop_gradient(d.time)
+    grad_mode = cfg.solver.gradient
+    term = diffrax.ODETerm(lambda t, y, args: vector_field(*args, y, t, layout, grad_mode)[0])
+    if ic.step_control == "constant":
+        dt0 = period / ic.substeps
+    else:
+        dt0 = jnp.minimum(jax.lax.stop_gradient(dt_hint), period)
+    y0 = State(jnp.zeros(m.nv, d.qvel.dtype), d.qvel, d.act)
+    sol = diffrax.diffeqsolve(
+        term,
+        _DIFFRAX_SOLVERS[ic.solver](),
+        t0=t0,
+        t1=t0 + period,
+        dt0=dt0,
+        y0=y0,
+        args=(m, d),
+        saveat=diffrax.SaveAt(t1=True),
+        stepsize_controller=_controller(cfg),
+        adjoint=_adjoint(cfg),
+        max_steps=ic.max_steps,
+        throw=ic.on_budget_exhausted == "raise",
+    )
+    y1 = jax.tree.map(lambda x: x[-1], sol.ys)
+    qpos = manifold.normalize_quats(layout, manifold.retract(layout, d.qpos, y1.xi))
+    d = d.replace(qpos=qpos, qvel=y1.qvel, act=clamp_act(m, y1.act), time=t0 + period)
+    accepted = sol.stats["num_accepted_steps"]
+    stats = Stats(
+        accepted=accepted,
+        rejected=sol.stats["num_rejected_steps"],
+        budget_exhausted=sol.result == diffrax.RESULTS.max_steps_reached,
+    )
+    # Next period's first trial step: the mean accepted step of this one.
+    dt_next = period / jnp.maximum(accepted, 1)
+    return d, stats, dt_next
+
+
+def _mjx_rk4(m, d, layout, grad_mode):
+    """MJX's classical RK4 (stages from the period's start configuration), on our forward."""
+    h = m.opt.timestep
+    d0 = forward(m, d, grad_mode)
+    k = (d0.qvel, d0.qacc, d0.act_dot)
+    acc = jax.tree.map(lambda x: _RK4_B[0] * x, k)
+    di = d0
+    for a, b in zip(_RK4_A, _RK4_B[1:]):
+        kq = manifold.retract(layout, d.qpos, a * h * k[0])
+        kv = d.qvel + a * h * k[1]
+        ka = d.act + a * h * k[2]
+        di = forward(m, d0.replace(qpos=kq, qvel=kv, act=ka, time=d.time + a * h), grad_mode)
+        k = (kv, di.qacc, di.act_dot)
+        acc = jax.tree.map(lambda s, x, b=b: s + b * x, acc, k)
+    base = di.replace(qpos=d.qpos, qvel=d.qvel, act=d.act, time=d.time)
+    return _mjx.mjx_advance(m, base, acc[2], acc[1], acc[0])
+
+
+def _period_mjx(m, d, cfg: Config, layout):
+    ic = cfg.integrator
+    grad_mode = cfg.solver.gradient
+    ms = _mjx.with_timestep(m, m.opt.timestep / ic.substeps)
+
+    def one(d, _):
+        if ic.solver == "mjx_rk4":
+            return _mjx_rk4(ms, d, layout, grad_mode), None
+        d = forward(ms, d, grad_mode)
+        if ic.solver == "mjx_euler":
+            return _mjx.mjx_euler(ms, d), None
+        return _mjx.mjx_implicit(ms, d), None
+
+    if ic.substeps == 1:
+        d, _ = one(d, None)
+    else:
+        d, _ = jax.lax.scan(one, d, None, length=ic.substeps)
+    d = d.replace(qpos=manifold.normalize_quats(layout, d.qpos))
+    n = jnp.asarray(ic.substeps)
+    return d, Stats(accepted=n, rejected=jnp.zeros_like(n), budget_exhausted=jnp.asarray(False))
+
+
+def _period(m, d, cfg: Config, layout, dt_hint):
+    if cfg.integrator.solver.startswith("mjx_"):
+        d, stats = _period_mjx(m, d, cfg, layout)
+        return d, stats, dt_hint
+    return _period_diffrax(m, d, cfg, layout, dt_hint)
+
+
+def _first_dt(m, cfg: Config):
+    return jnp.asarray(cfg.integrator.dt0 if cfg.integrator.dt0 is not None else m.opt.timestep)
+
+
+def step(m, d, cfg: Config | None = None, *, return_stats: bool = False):
+    """Advance ``d`` by one control period ``m.opt.timestep`` with ``d.ctrl`` held constant.
+
+    Returns the new ``mjx.Data`` (positions, velocities, activations and time advanced; like
+    ``mjx.step`` the derived quantities are those of the period's start), or ``(data, Stats)``.
+    """
+    cfg = Config() if cfg is None else cfg
+    _check(cfg)
+    layout = manifold.JointLayout.from_model(m)
+    d, stats, _ = _period(m, d, cfg, layout, _first_dt(m, cfg))
+    return (d, stats) if return_stats else d
+
+
+def rollout(m, d, ctrls, cfg: Config | None = None):
+    """Run ``N = len(ctrls)`` control periods; ``ctrls`` has shape (N, nu) (nu may be 0).
+
+    Returns ``(final_data, Trajectory)``; works under ``jit``, ``grad``, ``jacfwd`` and ``vmap``.
+    """
+    cfg = Config() if cfg is None else cfg
+    _check(cfg)
+    shape = tuple(np.shape(ctrls))
+    if len(shape) != 2 or shape[1] != m.nu:
+        raise ValueError(f"ctrls must have shape (N, nu) = (N, {m.nu}); got {shape}")
+    layout = manifold.JointLayout.from_model(m)
+
+    def body(carry, u):
+        d, dt = carry
+        d, stats, dt = _period(m, d.replace(ctrl=u), cfg, layout, dt)
+        return (d, dt), Trajectory(d.qpos, d.qvel, d.act, d.time, stats)
+
+    (d, _), traj = jax.lax.scan(body, (d, _first_dt(m, cfg)), jnp.asarray(ctrls))
+    return d, traj

@@ -1,0 +1,201 @@
+"""Tests of diffmjx.config: defaults, validation, YAML, overrides and CLI flags."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import pytest
+
+from diffmjx.config import (
+    DEFAULT_PRESET,
+    CFDConfig,
+    Config,
+    IntegratorConfig,
+    add_cli_arguments,
+    config_from_args,
+)
+
+
+def test_defaults() -> None:
+    cfg = Config()
+    assert cfg.integrator.solver == "tsit5"
+    assert cfg.integrator.adjoint == "checkpoint"
+    assert cfg.integrator.step_control == "pid"
+    assert (cfg.integrator.pcoeff, cfg.integrator.icoeff, cfg.integrator.dcoeff) == (0.2, 0.4, 0.0)
+    assert cfg.integrator.rtol == cfg.integrator.atol == 1e-5
+    assert cfg.integrator.dt0 is None and cfg.integrator.checkpoints is None
+    assert (cfg.integrator.substeps, cfg.integrator.max_steps) == (1, 4096)
+    assert cfg.integrator.on_budget_exhausted == "flag"
+    assert cfg.solver.gradient == "unroll"
+    assert cfg.collision.smooth is False and cfg.collision.sharpness == 1000.0
+    assert cfg.cfd.solimp == (0.0, 0.01, 0.1, 1.0, 2.0)
+    assert cfg.cfd.enabled is False and cfg.cfd.in_forward is False
+
+
+def test_config_is_frozen_and_hashable() -> None:
+    cfg = Config()
+    with pytest.raises(AttributeError):
+        cfg.integrator.rtol = 1.0  # type: ignore[misc]
+    assert hash(cfg) == hash(Config())
+
+
+def test_default_preset_matches_defaults() -> None:
+    assert Config.from_yaml(DEFAULT_PRESET) == Config()
+
+
+def test_override_returns_new_config() -> None:
+    cfg = Config()
+    new = cfg.override(
+        "integrator.rtol=1e-6",
+        "collision.smooth=true",
+        "cfd.solimp=[0, 0.01, 0.1, 1, 2.5]",
+        "integrator.dt0=0.002",
+        "integrator.max_steps=100",
+    )
+    assert new.integrator.rtol == 1e-6 and isinstance(new.integrator.rtol, float)
+    assert new.collision.smooth is True
+    assert new.cfd.solimp == (0.0, 0.01, 0.1, 1.0, 2.5)
+    assert new.integrator.dt0 == 0.002
+    assert new.integrator.max_steps == 100
+    assert cfg == Config() and cfg.integrator.rtol == 1e-5
+    assert new.override("integrator.dt0=null").integrator.dt0 is None
+
+
+def test_exponent_string_parses_as_float() -> None:
+    assert Config().override("integrator.atol=1e-6").integrator.atol == 1e-6
+    assert Config.from_dict({"integrator": {"rtol": "1e-6"}}).integrator.rtol == 1e-6
+
+
+def test_yaml_round_trip(tmp_path: Path) -> None:
+    cfg = Config().override(
+        "integrator.solver=dopri8", "integrator.checkpoints=16", "cfd.enabled=true"
+    )
+    path = tmp_path / "cfg.yaml"
+    text = cfg.to_yaml(path)
+    assert path.read_text() == text
+    assert Config.from_yaml(path) == cfg
+    assert Config.from_dict(cfg.to_dict()) == cfg
+
+
+def test_empty_yaml_gives_defaults(tmp_path: Path) -> None:
+    path = tmp_path / "empty.yaml"
+    path.write_text("")
+    assert Config.from_yaml(path) == Config()
+
+
+def test_from_dict_keeps_missing_defaults() -> None:
+    cfg = Config.from_dict({"integrator": {"solver": "euler"}, "cfd": {"solimp": [0, 0, 1, 1, 1]}})
+    assert cfg.integrator.solver == "euler"
+    assert cfg.integrator.adjoint == "checkpoint"
+    assert cfg.cfd.solimp == (0.0, 0.0, 1.0, 1.0, 1.0)
+    assert cfg.collision == Config().collision
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        (["integrator.solver=rk45"], "integrator.solver"),
+        (["integrator.adjoint=magic"], "integrator.adjoint"),
+        (["integrator.step_control=pi"], "integrator.step_control"),
+        (["integrator.on_budget_exhausted=ignore"], "integrator.on_budget_exhausted"),
+        (["solver.gradient=fd"], "solver.gradient"),
+        (["integrator.rtol=-1"], "integrator.rtol"),
+        (["integrator.atol=0"], "integrator.atol"),
+        (["integrator.pcoeff=-0.1"], "integrator.pcoeff"),
+        (["integrator.dt0=0"], "integrator.dt0"),
+        (["integrator.max_steps=0"], "integrator.max_steps"),
+        (["integrator.substeps=0"], "integrator.substeps"),
+        (["integrator.checkpoints=0"], "integrator.checkpoints"),
+        (["integrator.backsolve_atol=-1e-3"], "integrator.backsolve_atol"),
+        (["collision.sharpness=0"], "collision.sharpness"),
+        (["cfd.sharpness=0"], "cfd.sharpness"),
+        (["cfd.solimp=[0, 0.01, 0, 1, 2]"], "cfd.solimp[2] (w_c)"),
+        (["cfd.solimp=[1, 0.01, 0.1, 1, 2]"], "cfd.solimp[0]"),
+        (["cfd.solimp=[0, -0.1, 0.1, 1, 2]"], "cfd.solimp[1]"),
+        (["cfd.solimp=[0, 0.01, 0.1, 0, 2]"], "cfd.solimp[3] (midpoint)"),
+        (["cfd.solimp=[0, 0.01, 0.1, 1, 0.5]"], "cfd.solimp[4] (power)"),
+        (["cfd.solimp=[0, 0.01, 0.1, 1]"], "cfd.solimp"),
+        (["collision.smooth=1"], "collision.smooth"),
+        (["cfd.enabled=yes please"], "cfd.enabled"),
+        (["integrator.rtol=small"], "integrator.rtol"),
+        (["integrator.max_steps=10.5"], "integrator.max_steps"),
+        (["integrator.solver=3"], "integrator.solver"),
+    ],
+)
+def test_bad_override_names_field(overrides: list[str], field: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(field)):
+        Config().override(*overrides)
+
+
+def test_bad_values_in_constructors() -> None:
+    with pytest.raises(ValueError, match=r"integrator\.solver.*tsit5, dopri5"):
+        IntegratorConfig(solver="rk45")
+    with pytest.raises(ValueError, match=r"integrator\.rtol.*> 0"):
+        IntegratorConfig(rtol=-1)
+    with pytest.raises(ValueError, match=r"integrator\.rtol.*expected float"):
+        IntegratorConfig(rtol="1e-3")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"integrator\.atol.*expected float"):
+        IntegratorConfig(atol=True)
+    with pytest.raises(ValueError, match=r"integrator\.substeps.*expected int"):
+        IntegratorConfig(substeps=2.0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"cfd\.enabled.*expected bool"):
+        CFDConfig(enabled=1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"cfd\.solimp\[2\] \(w_c\) must be > 0"):
+        CFDConfig(solimp=(0.0, 0.01, 0.0, 1.0, 2.0))
+    with pytest.raises(ValueError, match=r"cfd\.solimp.*sequence of 5 numbers"):
+        CFDConfig(solimp=(0.0, 0.01, 0.1, 1.0, 2.0, 3.0))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"integrator must be of type IntegratorConfig"):
+        Config(integrator={"rtol": 1e-3})  # type: ignore[arg-type]
+
+
+def test_ints_accepted_for_floats() -> None:
+    cfg = IntegratorConfig(rtol=1, dt0=2)
+    assert cfg.rtol == 1.0 and isinstance(cfg.rtol, float)
+    assert cfg.dt0 == 2.0 and isinstance(cfg.dt0, float)
+
+
+@pytest.mark.parametrize(
+    ("assignment", "named"),
+    [
+        ("integrator.rtol", "integrator.rtol"),
+        ("integrator.rtl=1e-3", "integrator.rtl"),
+        ("physics.gravity=0", "physics.gravity"),
+    ],
+)
+def test_override_unknown_or_malformed(assignment: str, named: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(named)) as info:
+        Config().override(assignment)
+    assert "integrator.rtol, integrator.atol" in str(info.value)
+
+
+def test_from_dict_unknown_names() -> None:
+    with pytest.raises(ValueError, match=r"'physics'.*integrator, solver, collision, cfd"):
+        Config.from_dict({"physics": {}})
+    with pytest.raises(ValueError, match=r"collision\.smoth.*smooth, sharpness"):
+        Config.from_dict({"collision": {"smoth": True}})
+
+
+def test_load_preset_then_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "preset.yaml"
+    path.write_text("integrator:\n  solver: heun\n  rtol: 1e-4\n")
+    cfg = Config.load(path, ["integrator.rtol=1e-7"])
+    assert cfg.integrator.solver == "heun"
+    assert cfg.integrator.rtol == 1e-7
+    assert Config.load() == Config()
+
+
+def test_cli_arguments(tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser()
+    add_cli_arguments(parser)
+    args = parser.parse_args(["--set", "integrator.rtol=1e-3", "--set", "integrator.solver=dopri5"])
+    cfg = config_from_args(args)
+    assert cfg.integrator.rtol == 1e-3
+    assert cfg.integrator.solver == "dopri5"
+    assert config_from_args(parser.parse_args([])) == Config()
+
+    path = tmp_path / "p.yaml"
+    Config().override("solver.gradient=implicit").to_yaml(path)
+    cfg = config_from_args(parser.parse_args(["--preset", str(path), "--set", "cfd.enabled=true"]))
+    assert cfg.solver.gradient == "implicit" and cfg.cfd.enabled is True
