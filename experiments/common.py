@@ -1,0 +1,85 @@
+"""Scenes and helpers shared by the studies (thin over the library; the library never imports this)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import io
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+
+import diffmjx
+
+with contextlib.redirect_stdout(io.StringIO()):
+    from mujoco import mjx
+
+SCENES = Path(__file__).parent / "scenes"
+RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
+
+CUBE_TOSS = dict(qz0=0.2, vy0=-0.1, u0=-2.0, horizon=100)
+
+
+def load(name: str, **patch) -> tuple[mujoco.MjModel, mjx.Model]:
+    """MjModel and mjx.Model of ``experiments/scenes/<name>.xml``; ``patch`` sets ``opt`` fields."""
+    mj = mujoco.MjModel.from_xml_path(str(SCENES / f"{name}.xml"))
+    for k, v in patch.items():
+        setattr(mj.opt, k, v)
+    return mj, mjx.put_model(mj)
+
+
+def cube_toss_data(mx: mjx.Model, u0=CUBE_TOSS["u0"]) -> mjx.Data:
+    """Initial state of the cube toss: qpos[2] = 0.2, qvel[1] = -0.1, qvel[2] = u0."""
+    d = mjx.make_data(mx)
+    qvel = d.qvel.at[1].set(CUBE_TOSS["vy0"]).at[2].set(u0)
+    return d.replace(qpos=d.qpos.at[2].set(CUBE_TOSS["qz0"]), qvel=qvel)
+
+
+def cube_toss_loss(mx: mjx.Model, cfg: diffmjx.Config, horizon: int = CUBE_TOSS["horizon"]):
+    """Loss of the cube toss as a function of u0: final qpos[1] after ``horizon`` periods."""
+    ctrls = jnp.zeros((horizon, mx.nu))
+
+    def loss(u0):
+        d, _ = diffmjx.rollout(mx, cube_toss_data(mx, u0), ctrls, cfg)
+        return d.qpos[1]
+
+    return loss
+
+
+def c_engine_cube_toss(u0: float, dt: float = 1e-5, seconds: float = 1.0) -> float:
+    """Final qpos[1] of the cube toss in MuJoCo's C engine with RK4 at ``dt``."""
+    mj, _ = load("cube_toss")
+    mj.opt.integrator = mujoco.mjtIntegrator.mjINT_RK4
+    mj.opt.timestep = dt
+    data = mujoco.MjData(mj)
+    data.qpos[2], data.qvel[1], data.qvel[2] = CUBE_TOSS["qz0"], CUBE_TOSS["vy0"], u0
+    for _ in range(int(round(seconds / dt))):
+        mujoco.mj_step(mj, data)
+    return float(data.qpos[1])
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--quick", action="store_true", help="small preset for smoke runs")
+    p.add_argument("--out", type=Path, default=RESULTS, help="where CSV and PNG files go")
+    diffmjx.add_cli_arguments(p)
+    return p
+
+
+def setup() -> None:
+    """float64 and the persistent compilation cache, as every study uses."""
+    diffmjx.enable_compilation_cache()
+    np.set_printoptions(precision=6)
+    jax.config.update("jax_enable_x64", True)

@@ -1,0 +1,92 @@
+"""Numerical checks of the 1-D point-mass contact-gradient study (experiments/toy_point_mass)."""
+
+import numpy as np
+import pytest
+
+from experiments import toy_point_mass as tpm
+
+# Off the h = 0.1 grid on purpose (q0 on a multiple of h sits on a branch switch).
+Q0S = np.linspace(0.013, 2.987, 48)
+H_COARSE, H_FINE = (h for h, _ in tpm.SETTINGS)
+
+
+@pytest.fixture(scope="module")
+def results():
+    out = {}
+    for model in tpm.MODELS:
+        for h, n in tpm.SETTINGS:
+            res = tpm.sweep(Q0S, model, h, n)
+            out[(model, h)] = (res, tpm.summarize(Q0S, res, model))
+    return out
+
+
+def test_settings_end_at_same_time():
+    assert [h * n for h, n in tpm.SETTINGS] == pytest.approx([tpm.T_FINAL] * 2)
+
+
+def test_true_solution_closed_forms():
+    # Elastic: q(T) = T - q0 after a bounce, q0 - T without one.
+    assert float(tpm.true_final_height(0.5, "elastic")) == pytest.approx(1.5)
+    assert float(tpm.true_final_height(2.5, "elastic")) == pytest.approx(0.5)
+    # Penalty: q(T) = e (T - q0 - t_c) once the contact is over.
+    c = tpm.penalty_constants()
+    assert c["restitution"] == pytest.approx(np.exp(-tpm.ZETA * np.pi / np.sqrt(1 - tpm.ZETA**2)))
+    q0 = 0.4
+    assert float(tpm.true_final_height(q0, "penalty")) == pytest.approx(
+        c["restitution"] * (tpm.T_FINAL - q0 - c["t_contact"]))
+
+
+def test_fine_step_simulation_matches_continuous_solution(results):
+    for model in tpm.MODELS:
+        res, _ = results[(model, H_FINE)]
+        assert np.max(np.abs(res["loss"] - res["loss_true"])) < 5e-3, model
+
+
+def test_ad_matches_finite_differences(results):
+    # AD differentiates the discrete map correctly; the errors below are the simulator's.
+    for (model, h), (_, s) in results.items():
+        assert s["median_abs_fd_minus_ad"] < 1e-4, (model, h)
+
+
+def test_penalty_gradient_converges_with_small_step(results):
+    fine = results[("penalty", H_FINE)][1]
+    coarse = results[("penalty", H_COARSE)][1]
+    assert fine["median_abs_err"] < 0.05
+    assert fine["frac_wrong_sign"] == 0.0
+    assert fine["median_dqN_ad_bounce"] == pytest.approx(-tpm.penalty_constants()["restitution"],
+                                                         abs=0.05)
+    # h = 0.1: the gradient is useless (wrong magnitude by orders, often wrong sign).
+    assert coarse["median_abs_err"] > 1.0
+    assert coarse["median_abs_err"] > 100 * fine["median_abs_err"]
+    assert coarse["frac_wrong_sign"] > 0.2
+
+
+@pytest.mark.parametrize("h", [H_COARSE, H_FINE])
+def test_elastic_gradient_has_wrong_sign_for_every_step_size(results, h):
+    res, s = results[("elastic", h)]
+    bounce = tpm.bounce_mask(Q0S, "elastic")
+    # d q_N / d q0 is +1 by AD but -1 in truth, wherever the ball bounced.
+    np.testing.assert_allclose(res["dqN_ad"][bounce], 1.0, atol=1e-9)
+    np.testing.assert_allclose(res["dqN_true"][bounce], -1.0, atol=1e-9)
+    assert s["frac_wrong_sign_bounce"] > 0.9
+    assert s["median_abs_err"] == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("h", [H_COARSE, H_FINE])
+def test_mirrored_reflection_gradient_is_exact(results, h):
+    # Mirroring the position too is the exact time-of-impact reflection at constant speed.
+    _, s = results[("elastic_mirror", h)]
+    assert s["median_abs_err"] < 1e-9
+    assert s["frac_wrong_sign"] == 0.0
+
+
+def test_run_quick_writes_outputs(tmp_path, monkeypatch):
+    monkeypatch.setattr(tpm, "N_Q0_QUICK", 12)
+    monkeypatch.setattr(tpm, "STIFFNESS_SWEEP", (tpm.STIFFNESS,))
+    out = tpm.run(quick=True, out_dir=tmp_path)
+    csv_path = tmp_path / "toy_point_mass.csv"
+    assert (tmp_path / "toy_point_mass.png").stat().st_size > 0
+    lines = csv_path.read_text().splitlines()
+    assert lines[0] == "model,h,n_steps,q0,loss,grad_ad,grad_fd,grad_true"
+    assert len(lines) == 1 + 12 * len(tpm.MODELS) * len(tpm.SETTINGS)
+    assert set(out["summary"]) == set(tpm.MODELS)
