@@ -15,6 +15,7 @@ import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optimistix as optx
 
 from diffmjx import _mjx, manifold
 from diffmjx.config import Config
@@ -30,6 +31,11 @@ _DIFFRAX_SOLVERS = {
     "ralston": diffrax.Ralston,
     "euler": diffrax.Euler,
 }
+# Fields of mjx.Data that forward dynamics reads; everything else it recomputes.
+_DATA_INPUTS = (
+    "qpos", "qvel", "act", "ctrl", "qacc_warmstart", "qfrc_applied", "xfrc_applied",
+    "eq_active", "mocap_pos", "mocap_quat", "userdata", "time",
+)  # fmt: skip
 _RK4_A = (0.5, 0.5, 1.0)
 _RK4_B = (1.0 / 6.0, 1.0 / 3.0, 1.0 / 3.0, 1.0 / 6.0)
 
@@ -69,9 +75,13 @@ def _controller(cfg: Config, backsolve: bool = False):
     if backsolve:
         rtol = ic.backsolve_rtol if ic.backsolve_rtol is not None else rtol
         atol = ic.backsolve_atol if ic.backsolve_atol is not None else atol
+    # The adjoint solve controls the error of (y, a_y) only: a seminorm skips the parameter
+    # adjoints, which only accumulate and would otherwise force tiny steps.
+    norm = diffrax.adjoint_rms_seminorm if backsolve else optx.rms_norm
     return diffrax.PIDController(
-        rtol=rtol, atol=atol, pcoeff=ic.pcoeff, icoeff=ic.icoeff, dcoeff=ic.dcoeff, dtmin=ic.dtmin
-    )
+        rtol=rtol, atol=atol, pcoeff=ic.pcoeff, icoeff=ic.icoeff, dcoeff=ic.dcoeff, dtmin=ic.dtmin,
+        norm=norm,
+    )  # fmt: skip
 
 
 def _adjoint(cfg: Config):
@@ -90,7 +100,18 @@ def _period_diffrax(m, d, cfg: Config, layout, dt_hint):
     period = jax.lax.stop_gradient(m.opt.timestep)
     t0 = jax.lax.stop_gradient(d.time)
     grad_mode = cfg.solver.gradient
-    term = diffrax.ODETerm(lambda t, y, args: vector_field(*args, y, t, layout, grad_mode)[0])
+    # Diffrax carries only the model and the forward-pass *inputs* of d as flat lists of arrays:
+    # the adjoint state then stays small, and MJX pytrees' empty-tuple nodes (which the backsolve
+    # adjoint's state handling cannot carry) never reach it.
+    inputs = {k: getattr(d, k) for k in _DATA_INPUTS}
+    leaves, treedef = jax.tree_util.tree_flatten((m, inputs))
+
+    def vf(t, y, args):
+        m, inputs = jax.tree_util.tree_unflatten(treedef, args)
+        d0 = _mjx.mjx.make_data(m).replace(**inputs)
+        return vector_field(m, d0, y, t, layout, grad_mode)[0]
+
+    term = diffrax.ODETerm(vf)
     if ic.step_control == "constant":
         dt0 = period / ic.substeps
     else:
@@ -103,7 +124,7 @@ def _period_diffrax(m, d, cfg: Config, layout, dt_hint):
         t1=t0 + period,
         dt0=dt0,
         y0=y0,
-        args=(m, d),
+        args=leaves,
         saveat=diffrax.SaveAt(t1=True),
         stepsize_controller=_controller(cfg),
         adjoint=_adjoint(cfg),
