@@ -9,7 +9,7 @@ import pytest
 import diffmjx
 from experiments.common import load, mjx
 
-OMEGA0 = np.array([0.1, 6.0, 0.1])  # spin about the intermediate axis (unstable): real tumbling
+OMEGA0 = np.array([0.2, 10.0, 0.2])  # spin about the intermediate axis (unstable): real tumbling
 V0 = np.array([0.1, -0.05, 0.02])
 PERIODS = 100  # 1 s
 TIGHT = diffmjx.Config().override("integrator.rtol=1e-10", "integrator.atol=1e-10")
@@ -48,8 +48,8 @@ def test_matches_c_engine_rk4(scene):
     for _ in range(100_000):
         mujoco.mj_step(ref, data)
     assert np.max(np.abs(np.asarray(d.qpos) - data.qpos)) < 1e-6
-    # the body really tumbles: its orientation moved far from the start
-    assert abs(float(d.qpos[3])) < 0.99
+    # the body really tumbles: the spin leaves the intermediate axis
+    assert float(np.abs(np.asarray(traj.qvel[:, 3])).max()) > 5.0
     assert not bool(traj.stats.budget_exhausted.any())
 
 
@@ -67,8 +67,9 @@ def test_quaternion_norm_over_10000_periods(scene):
 def fd_reference(scene):
     _, mx = scene
     cfg = TIGHT.override("integrator.rtol=1e-12", "integrator.atol=1e-12")
-    sweep, steps = diffmjx.central_differences(_loss(mx, cfg), jnp.asarray(OMEGA0), (1e-3, 1e-4))
-    np.testing.assert_allclose(sweep[0], sweep[1], rtol=1e-6)  # the difference plateau
+    sweep, _ = diffmjx.central_differences(_loss(mx, cfg), jnp.asarray(OMEGA0), (3e-5, 1e-5))
+    # the tumble is chaotic, so truncation error needs small steps; both sit on the plateau
+    np.testing.assert_allclose(sweep[0], sweep[1], rtol=2e-6)
     return sweep[1]
 
 
