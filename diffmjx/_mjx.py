@@ -91,3 +91,45 @@ def mjx_advance(m: Model, d: Data, act_dot, qacc, qvel) -> Data:
 
 def with_timestep(m: Model, dt) -> Model:
     return m.tree_replace({"opt.timestep": dt})
+
+
+# Collision driver internals (for the smoothed-collision table).
+from mujoco.mjx._src import collision_convex as _cc  # noqa: E402
+from mujoco.mjx._src import collision_driver as _cd  # noqa: E402
+from mujoco.mjx._src import math as mjx_math  # noqa: E402
+
+GeomType = _cd.GeomType
+MJX_COLLISION_TABLE = _cd._COLLISION_FUNC
+convex_collider = _cc.collider
+make_frame = mjx_math.make_frame
+
+
+def contact_groups(m: Model, d: Data):
+    """MJX's grouping of candidate geom pairs by (geom types, condim)."""
+    return _cd._contact_groups(m, d)
+
+
+def numeric(m, name: str) -> int:
+    return _cd._numeric(m, name)
+
+
+def ncon(d: Data) -> int:
+    return d._impl.ncon
+
+
+def with_contact(d: Data, contact) -> Data:
+    return d.tree_replace({"_impl.contact": contact})
+
+
+def fwd_position_with(m: Model, d: Data, collide) -> Data:
+    """``mjx fwd_position`` with the collision stage replaced by ``collide(m, d)``."""
+    d = smooth.kinematics(m, d)
+    d = smooth.com_pos(m, d)
+    d = smooth.camlight(m, d)
+    d = smooth.tendon(m, d)
+    d = smooth.crb(m, d)
+    d = smooth.tendon_armature(m, d)
+    d = smooth.factor_m(m, d)
+    d = collide(m, d)
+    d = constraint.make_constraint(m, d)
+    return smooth.transmission(m, d)

@@ -192,7 +192,7 @@ class CollisionConfig(_Section):
     _section = "collision"
 
     smooth: bool = _knob(False)
-    sharpness: float = _knob(1000.0, gt=0)
+    sharpness: float = _knob(10000.0, gt=0)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,7 +17,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from diffmjx import _mjx, manifold, solver
+from diffmjx import _mjx, collision, manifold, solver
+from diffmjx.config import Config
 
 
 class State(NamedTuple):
@@ -28,12 +29,18 @@ class State(NamedTuple):
     act: jax.Array  # (na,)
 
 
-def forward(m, d, solver_gradient: str = "unroll"):
+def forward(m, d, cfg: Config | None = None):
     """MJX forward dynamics ``(m, d) -> d`` with a reverse-mode-differentiable constraint solve.
 
-    Same stages as ``mjx.forward``; only the solver is replaced (see :mod:`diffmjx.solver`).
+    Same stages as ``mjx.forward``; the constraint solve is :mod:`diffmjx.solver`'s, and with
+    ``collision.smooth`` the collision stage uses :mod:`diffmjx.collision`'s smoothed functions.
     """
-    d = _mjx.fwd_position(m, d)
+    cfg = Config() if cfg is None else cfg
+    if cfg.collision.smooth:
+        sharp = cfg.collision.sharpness
+        d = _mjx.fwd_position_with(m, d, lambda m, d: collision.collide(m, d, sharp))
+    else:
+        d = _mjx.fwd_position(m, d)
     d = _mjx.sensor_pos(m, d)
     d = _mjx.fwd_velocity(m, d)
     d = _mjx.sensor_vel(m, d)
@@ -41,7 +48,7 @@ def forward(m, d, solver_gradient: str = "unroll"):
     d = _mjx.fwd_acceleration(m, d)
     if _mjx.efc(d)[0].size == 0:
         return d.replace(qacc=d.qacc_smooth)
-    d = solver.solve(m, d, solver_gradient)
+    d = solver.solve(m, d, cfg.solver.gradient)
     return _mjx.sensor_acc(m, d)
 
 
@@ -60,12 +67,12 @@ def clamp_act(m, act):
     return jnp.clip(act, lim[:, 0], lim[:, 1])
 
 
-def vector_field(m, d0, y: State, t, layout: manifold.JointLayout, solver_gradient: str):
+def vector_field(m, d0, y: State, t, layout: manifold.JointLayout, cfg: Config):
     """Time derivative of ``y`` for the control period that starts at ``d0`` (ctrl held fixed)."""
     qpos = manifold.retract(layout, d0.qpos, y.xi)
     act = clamp_act(m, y.act)
     d = d0.replace(qpos=qpos, qvel=y.qvel, act=act, time=t)
-    d = forward(m, d, solver_gradient)
+    d = forward(m, d, cfg)
     act_dot = d.act_dot
     if m.na:
         lim = act_limits(m)

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
 
-from diffmjx import _mjx, manifold
+from diffmjx import _mjx, collision, manifold
 from diffmjx.config import Config
 from diffmjx.dynamics import State, clamp_act, forward, vector_field
 
@@ -58,7 +58,9 @@ class Trajectory(NamedTuple):
     stats: Stats
 
 
-def _check(cfg: Config) -> None:
+def _check(m, cfg: Config) -> None:
+    if cfg.collision.smooth:
+        collision.check_model(m)
     ic = cfg.integrator
     if ic.solver == "euler" and ic.step_control == "pid":
         raise ValueError(
@@ -99,7 +101,6 @@ def _period_diffrax(m, d, cfg: Config, layout, dt_hint):
     ic = cfg.integrator
     period = jax.lax.stop_gradient(m.opt.timestep)
     t0 = jax.lax.stop_gradient(d.time)
-    grad_mode = cfg.solver.gradient
     # Diffrax carries only the model and the forward-pass *inputs* of d as flat lists of arrays:
     # the adjoint state then stays small, and MJX pytrees' empty-tuple nodes (which the backsolve
     # adjoint's state handling cannot carry) never reach it.
@@ -109,7 +110,7 @@ def _period_diffrax(m, d, cfg: Config, layout, dt_hint):
     def vf(t, y, args):
         m, inputs = jax.tree_util.tree_unflatten(treedef, args)
         d0 = _mjx.mjx.make_data(m).replace(**inputs)
-        return vector_field(m, d0, y, t, layout, grad_mode)[0]
+        return vector_field(m, d0, y, t, layout, cfg)[0]
 
     term = diffrax.ODETerm(vf)
     if ic.step_control == "constant":
@@ -145,10 +146,10 @@ def _period_diffrax(m, d, cfg: Config, layout, dt_hint):
     return d, stats, dt_next
 
 
-def _mjx_rk4(m, d, layout, grad_mode):
+def _mjx_rk4(m, d, layout, cfg):
     """MJX's classical RK4 (stages from the period's start configuration), on our forward."""
     h = m.opt.timestep
-    d0 = forward(m, d, grad_mode)
+    d0 = forward(m, d, cfg)
     k = (d0.qvel, d0.qacc, d0.act_dot)
     acc = jax.tree.map(lambda x: _RK4_B[0] * x, k)
     di = d0
@@ -156,7 +157,7 @@ def _mjx_rk4(m, d, layout, grad_mode):
         kq = manifold.retract(layout, d.qpos, a * h * k[0])
         kv = d.qvel + a * h * k[1]
         ka = d.act + a * h * k[2]
-        di = forward(m, d0.replace(qpos=kq, qvel=kv, act=ka, time=d.time + a * h), grad_mode)
+        di = forward(m, d0.replace(qpos=kq, qvel=kv, act=ka, time=d.time + a * h), cfg)
         k = (kv, di.qacc, di.act_dot)
         acc = jax.tree.map(lambda s, x, b=b: s + b * x, acc, k)
     base = di.replace(qpos=d.qpos, qvel=d.qvel, act=d.act, time=d.time)
@@ -165,13 +166,12 @@ def _mjx_rk4(m, d, layout, grad_mode):
 
 def _period_mjx(m, d, cfg: Config, layout):
     ic = cfg.integrator
-    grad_mode = cfg.solver.gradient
     ms = _mjx.with_timestep(m, m.opt.timestep / ic.substeps)
 
     def one(d, _):
         if ic.solver == "mjx_rk4":
-            return _mjx_rk4(ms, d, layout, grad_mode), None
-        d = forward(ms, d, grad_mode)
+            return _mjx_rk4(ms, d, layout, cfg), None
+        d = forward(ms, d, cfg)
         if ic.solver == "mjx_euler":
             return _mjx.mjx_euler(ms, d), None
         return _mjx.mjx_implicit(ms, d), None
@@ -203,7 +203,7 @@ def step(m, d, cfg: Config | None = None, *, return_stats: bool = False):
     ``mjx.step`` the derived quantities are those of the period's start), or ``(data, Stats)``.
     """
     cfg = Config() if cfg is None else cfg
-    _check(cfg)
+    _check(m, cfg)
     layout = manifold.JointLayout.from_model(m)
     d, stats, _ = _period(m, d, cfg, layout, _first_dt(m, cfg))
     return (d, stats) if return_stats else d
@@ -215,7 +215,7 @@ def rollout(m, d, ctrls, cfg: Config | None = None):
     Returns ``(final_data, Trajectory)``; works under ``jit``, ``grad``, ``jacfwd`` and ``vmap``.
     """
     cfg = Config() if cfg is None else cfg
-    _check(cfg)
+    _check(m, cfg)
     shape = tuple(np.shape(ctrls))
     if len(shape) != 2 or shape[1] != m.nu:
         raise ValueError(f"ctrls must have shape (N, nu) = (N, {m.nu}); got {shape}")

@@ -22,7 +22,7 @@ def scene():
 def test_forward_equals_mjx_solver(scene, gradient):
     _, mx, d = scene
     ref = jax.jit(mjx.forward)(mx, d)
-    ours = jax.jit(lambda m, d: diffmjx.forward(m, d, gradient))(mx, d)
+    ours = jax.jit(lambda m, d: diffmjx.forward(m, d, diffmjx.Config().override(f"solver.gradient={gradient}")))(mx, d)
     assert float(jnp.abs(ref.qacc).max()) > 100.0  # contacts are active
     np.testing.assert_allclose(ours.qacc, ref.qacc, rtol=0, atol=1e-10)
     np.testing.assert_allclose(ours.qfrc_constraint, ref.qfrc_constraint, rtol=0, atol=1e-10)
@@ -57,7 +57,7 @@ def test_implicit_and_unrolled_gradients_agree_at_convergence(scene):
     mx = mjx.put_model(mj)
 
     def qacc(qvel, gradient):
-        return diffmjx.forward(mx, d.replace(qvel=qvel), gradient).qacc
+        return diffmjx.forward(mx, d.replace(qvel=qvel), diffmjx.Config().override(f"solver.gradient={gradient}")).qacc
 
     jac = {g: np.asarray(jax.jit(jax.jacrev(lambda v, g=g: qacc(v, g)))(d.qvel)) for g in ["unroll", "implicit"]}
     scale = np.abs(jac["unroll"]).max()
