@@ -80,3 +80,11 @@ def test_gradient_wrt_initial_angular_velocity(scene, fd_reference, adjoint):
     grad = np.asarray(jax.jit(jax.grad(_loss(mx, cfg)))(jnp.asarray(OMEGA0)))
     rel = np.linalg.norm(grad - fd_reference) / np.linalg.norm(fd_reference)
     assert rel < 1e-5, (adjoint, grad, fd_reference, rel)
+
+
+def test_jacfwd_with_forward_mode_matches_reverse(scene, fd_reference):
+    _, mx = scene
+    loss = _loss(mx, TIGHT.override("integrator.adjoint=forward"))
+    jac = np.asarray(jax.jit(jax.jacfwd(loss))(jnp.asarray(OMEGA0)))
+    rel = np.linalg.norm(jac - fd_reference) / np.linalg.norm(fd_reference)
+    assert rel < 1e-5, (jac, fd_reference, rel)
