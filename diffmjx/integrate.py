@@ -199,8 +199,9 @@ def _first_dt(m, cfg: Config):
 def step(m, d, cfg: Config | None = None, *, return_stats: bool = False):
     """Advance ``d`` by one control period ``m.opt.timestep`` with ``d.ctrl`` held constant.
 
-    Returns the new ``mjx.Data`` (positions, velocities, activations and time advanced; like
-    ``mjx.step`` the derived quantities are those of the period's start), or ``(data, Stats)``.
+    Returns the new ``mjx.Data`` with positions, velocities, activations and time advanced, or
+    ``(data, Stats)``. Derived fields (``xpos``, ``contact``, ``qacc``, ...) are not recomputed
+    for the Diffrax solvers; call ``diffmjx.forward`` on the result when you need them.
     """
     cfg = Config() if cfg is None else cfg
     _check(m, cfg)
