@@ -96,11 +96,13 @@ def with_timestep(m: Model, dt) -> Model:
 # Collision driver internals (for the smoothed-collision table).
 from mujoco.mjx._src import collision_convex as _cc  # noqa: E402
 from mujoco.mjx._src import collision_driver as _cd  # noqa: E402
+from mujoco.mjx._src import collision_primitive  # noqa: E402
 from mujoco.mjx._src import math as mjx_math  # noqa: E402
 
 GeomType = _cd.GeomType
 MJX_COLLISION_TABLE = _cd._COLLISION_FUNC
 convex_collider = _cc.collider
+primitive_collider = collision_primitive.collider
 make_frame = mjx_math.make_frame
 
 

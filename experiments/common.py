@@ -32,6 +32,27 @@ def load(name: str, **patch) -> tuple[mujoco.MjModel, mjx.Model]:
     return mj, mjx.put_model(mj)
 
 
+# Tossed primitives (paper Fig. 21): the cube toss with the cube's geom swapped.
+PRIMITIVES = {
+    "ball": 'type="sphere" size="0.05"',
+    "cube": 'type="box" size="0.05 0.05 0.05" euler="60 0 0"',
+    "capsule": 'type="capsule" size="0.03 0.05" euler="60 0 0"',
+    "cylinder": 'type="cylinder" size="0.05 0.05" euler="60 0 0"',
+    "ellipsoid": 'type="ellipsoid" size="0.06 0.05 0.04" euler="60 0 0"',
+}
+
+
+def primitive(kind: str) -> tuple[mujoco.MjModel, mjx.Model]:
+    """The cube-toss scene with the thrown body's geom replaced by ``PRIMITIVES[kind]``."""
+    if kind not in PRIMITIVES:
+        raise ValueError(f"primitive {kind!r} is not known; choose one of: {', '.join(PRIMITIVES)}")
+    xml = (SCENES / "cube_toss.xml").read_text()
+    old = 'type="box" size="0.05 0.05 0.05" density="100" euler="60 0 0"'
+    assert old in xml
+    mj = mujoco.MjModel.from_xml_string(xml.replace(old, PRIMITIVES[kind] + ' density="100"'))
+    return mj, mjx.put_model(mj)
+
+
 def cube_toss_data(mx: mjx.Model, u0=CUBE_TOSS["u0"]) -> mjx.Data:
     """Initial state of the cube toss: qpos[2] = 0.2, qvel[1] = -0.1, qvel[2] = u0."""
     d = mjx.make_data(mx)

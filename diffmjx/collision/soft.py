@@ -26,3 +26,11 @@ def soft_max_mask(values, skin, sharpness):
     top = jnp.max(values)
     w = soft_greater(values, top - skin, sharpness)
     return w / soft_greater(top, top - skin, sharpness)
+
+
+def soft_step(x, threshold, width):
+    """C1 step of ``x > threshold``: exactly 0 below ``threshold - width/2``, exactly 1 above
+    ``threshold + width/2``, a cubic in between. Unlike a sigmoid it leaves no residual weight
+    away from the switch, so blended cases do not leak into each other."""
+    s = jnp.clip((x - threshold) / width + 0.5, 0.0, 1.0)
+    return s * s * (3.0 - 2.0 * s)
