@@ -47,22 +47,39 @@ def _unit(v, eps=1e-12):
     return jnp.where(ok, v / jnp.sqrt(jnp.where(ok, sq, 1.0)), v)
 
 
+def _blend_tangent(n, u, v, w):
+    """Friction-frame tangent between unit tangents ``u`` (w = 0) and ``v`` (w = 1), both normal to n.
+
+    A friction pyramid with isotropic friction is unchanged by turning its tangents by 90 degrees,
+    so tangents are blended as 4*angle on the circle: no cancellation of opposite or
+    perpendicular choices (only of choices 45 degrees apart, at w = 1/2 exactly). The angle is
+    measured from the choice with the larger weight; at w = 0 or 1 the result is u or v exactly.
+    """
+    take_v = w > 0.5
+    e1 = jnp.where(take_v, v, u)
+    other, wo = jnp.where(take_v, u, v), jnp.where(take_v, 1.0 - w, w)
+    e2 = jnp.cross(n, e1)
+    c, s = jnp.dot(other, e1), jnp.dot(other, e2)
+    r2 = c * c + s * s + 1e-30
+    c2, s2 = (c * c - s * s) / r2, 2.0 * c * s / r2
+    c4, s4 = c2 * c2 - s2 * s2, 2.0 * c2 * s2
+    theta = 0.25 * jnp.arctan2(wo * s4, (1.0 - wo) + wo * c4)
+    return jnp.cos(theta) * e1 + jnp.sin(theta) * e2
+
+
 def _plane_capsule(plane, cap, sharpness):
     """Plane-capsule: two end-sphere contacts; the friction frame's tangent is blended.
 
     MJX aligns the tangent with the capsule axis' projection onto the plane, and switches to a
     fixed axis when that projection is shorter than 0.5 -- a jump of the friction pyramid. Here
-    the two directions are blended by a sigmoid in the projection length (scaled by the radius).
+    the two directions are blended (``_blend_tangent``) over a band of the projection length.
     """
     n, axis, radius = plane.mat[:, 2], cap.mat[:, 2], cap.size[0]
     proj = axis - n * jnp.dot(n, axis)
     proj_len = jnp.sqrt(jnp.dot(proj, proj) + 1e-30)
     fixed = jnp.where((-0.5 < n[1]) & (n[1] < 0.5), jnp.array([0.0, 1.0, 0.0]), jnp.array([0.0, 0.0, 1.0]))
     w = soft_step(proj_len, 0.5, 4.0 / (sharpness * radius))
-    # A friction pyramid is unchanged by b -> -b: turn the fixed axis towards the projected one
-    # so the blend never cancels.
-    fixed = fixed * jnp.tanh(sharpness * radius * jnp.dot(fixed, proj))
-    b = _unit(w * proj / proj_len + (1.0 - w) * fixed)
+    b = _blend_tangent(n, _unit(fixed - n * jnp.dot(n, fixed)), proj / proj_len, w)
     frame = jnp.stack([n, b, jnp.cross(n, b)])
     ends = cap.pos + jnp.outer(jnp.array([1.0, -1.0]), axis * cap.size[1])
     dist = (ends - plane.pos) @ n - radius
@@ -105,6 +122,73 @@ def _plane_cylinder(plane, cyl, sharpness):
     return dist, pos, frame
 
 
+def _smooth_frame(a, width):
+    """Contact frame ``[a, b, a x b]`` like MJX's ``make_frame``, with its axis choice blended.
+
+    MJX takes ``b`` from the world y axis unless ``|a_y| >= 0.5``, then from z: a jump of the
+    friction pyramid. Here the two are blended over ``|a_y|`` in a band of ``width``;
+    see ``_blend_tangent``.
+    """
+    a = _unit(a)
+    yp = _unit(jnp.array([0.0, 1.0, 0.0]) - a * a[1])
+    zp = _unit(jnp.array([0.0, 0.0, 1.0]) - a * a[2])
+    b = _blend_tangent(a, yp, zp, soft_step(jnp.abs(a[1]), 0.5, width))
+    return jnp.stack([a, b, jnp.cross(a, b)])
+
+
+def _segment_point(a, b, p):
+    """Closest point to ``p`` on segment ab (the clamp is continuous; MJX's 1e-6 regulariser kept)."""
+    ab = b - a
+    t = jnp.dot(p - a, ab) / (jnp.dot(ab, ab) + 1e-6)
+    return a + jnp.clip(t, 0.0, 1.0) * ab
+
+
+def _sphere_sphere(p1, r1, p2, r2):
+    delta = p2 - p1
+    norm = jnp.sqrt(jnp.dot(delta, delta) + 1e-30)
+    n = delta / norm
+    dist = norm - (r1 + r2)
+    return dist, p1 + n * (r1 + 0.5 * dist), n
+
+
+def _sphere_capsule(sphere, cap, sharpness):
+    """Sphere-capsule: closest axis point, with MJX's friction-frame axis switch blended."""
+    seg = cap.mat[:, 2] * cap.size[1]
+    pt = _segment_point(cap.pos - seg, cap.pos + seg, sphere.pos)
+    dist, pos, n = _sphere_sphere(sphere.pos, sphere.size[0], pt, cap.size[0])
+    return dist, pos, _smooth_frame(n, 4.0 / (sharpness * cap.size[0]))
+
+
+def _capsule_capsule(cap1, cap2, sharpness):
+    """Capsule-capsule: closest points between the axes, MJX's end-point case split blended.
+
+    MJX clips the closest points of the two lines to the segments, recomputes each against the
+    other segment, and keeps whichever of the two recomputed pairs is closer -- a switch between
+    two different point pairs. Here the pairs are blended by a C1 step in their distance gap.
+    """
+    a0, a1 = cap1.pos - cap1.mat[:, 2] * cap1.size[1], cap1.pos + cap1.mat[:, 2] * cap1.size[1]
+    b0, b1 = cap2.pos - cap2.mat[:, 2] * cap2.size[1], cap2.pos + cap2.mat[:, 2] * cap2.size[1]
+    da, db = a1 - a0, b1 - b0
+    la, lb = jnp.sqrt(jnp.dot(da, da) + 1e-30), jnp.sqrt(jnp.dot(db, db) + 1e-30)
+    ua, ub = da / la, db / lb
+    mid_a, mid_b = a0 + 0.5 * da, b0 + 0.5 * db
+    trans = mid_a - mid_b
+    c, ta_, tb_ = jnp.dot(ua, ub), jnp.dot(ua, trans), jnp.dot(ub, trans)
+    t_a = (-ta_ + c * tb_) / (1.0 - c * c + 1e-6)
+    t_b = tb_ + t_a * c
+    best_a = mid_a + ua * jnp.clip(t_a, -0.5 * la, 0.5 * la)
+    best_b = mid_b + ub * jnp.clip(t_b, -0.5 * lb, 0.5 * lb)
+    new_a = _segment_point(a0, a1, best_b)
+    new_b = _segment_point(b0, b1, best_a)
+    d1 = jnp.linalg.norm(new_a - best_b + 1e-30)
+    d2 = jnp.linalg.norm(best_a - new_b + 1e-30)
+    w = soft_step(d2 - d1, 0.0, 4.0 / sharpness)  # 1 where MJX keeps (new_a, best_b)
+    pa = w * new_a + (1.0 - w) * best_a
+    pb = w * best_b + (1.0 - w) * new_b
+    dist, pos, n = _sphere_sphere(pa, cap1.size[0], pb, cap2.size[0])
+    return dist, pos, _smooth_frame(n, 4.0 / (sharpness * jnp.minimum(cap1.size[0], cap2.size[0])))
+
+
 def table(sharpness: float) -> dict:
     """Smoothed functions keyed by MJX geom-type pairs."""
     g = _mjx.GeomType
@@ -117,6 +201,12 @@ def table(sharpness: float) -> dict:
         ),
         (g.PLANE, g.CYLINDER): _mjx.primitive_collider(ncon=3)(
             functools.partial(_plane_cylinder, sharpness=sharpness)
+        ),
+        (g.SPHERE, g.CAPSULE): _mjx.primitive_collider(ncon=1)(
+            functools.partial(_sphere_capsule, sharpness=sharpness)
+        ),
+        (g.CAPSULE, g.CAPSULE): _mjx.primitive_collider(ncon=1)(
+            functools.partial(_capsule_capsule, sharpness=sharpness)
         ),
     }
 
