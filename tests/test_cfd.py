@@ -1,0 +1,99 @@
+"""Contacts from distance: the extended impedance spline and the straight-through combinator."""
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import diffmjx
+from cfd import cfd_impedance, mujoco_impedance, position_term, straight_through
+from cfd.impedance import continuation
+from experiments.common import load, mjx
+
+params = st.tuples(
+    st.floats(0.01, 0.5),  # MuJoCo d0
+    st.floats(0.6, 0.99),  # MuJoCo dwidth
+    st.floats(1e-4, 0.05),  # MuJoCo width
+    st.floats(0.1, 0.9),  # MuJoCo midpoint
+    st.floats(1.5, 6.0),  # MuJoCo power
+    st.floats(0.0, 0.9),  # d_c as a fraction of d_0
+    st.floats(1e-3, 1.0),  # w_c
+    st.floats(0.1, 0.9),  # m_c
+    st.floats(1.5, 6.0),  # p_c
+)
+
+
+def _split(p):
+    d0, dw, width, mid, power, frac, w_c, m_c, p_c = p
+    return (d0, dw, width, mid, power), (frac * d0, d0, w_c, m_c, p_c)
+
+
+_imp = jax.jit(jax.vmap(cfd_impedance, in_axes=(0, None, None)))
+_left = jax.jit(jax.value_and_grad(mujoco_impedance))
+_right = jax.jit(jax.value_and_grad(continuation))
+
+
+@settings(max_examples=60, deadline=None)
+@given(p=params)
+def test_extended_impedance_is_c1_monotone_and_bounded(p):
+    solimp, cfd_solimp = (jnp.asarray(x) for x in _split(p))
+    w_c, d_c = float(cfd_solimp[2]), float(cfd_solimp[0])
+    # joins: value and slope of the two pieces agree exactly at r = 0 and at r = w_c
+    (v0l, g0l), (v0r, g0r) = _left(0.0, solimp), _right(0.0, cfd_solimp)
+    assert abs(float(v0l) - float(v0r)) < 1e-12 and abs(float(g0l)) < 1e-12 and abs(float(g0r)) < 1e-12
+    v1, g1 = _right(w_c, cfd_solimp)
+    assert abs(float(v1) - d_c) < 1e-12 and abs(float(g1)) < 1e-12
+    r = jnp.linspace(-2 * float(solimp[2]), 1.5 * w_c, 2001)
+    d = np.asarray(_imp(r, solimp, cfd_solimp))
+    assert np.all((d >= 0) & (d < 1))
+    outside = np.asarray(r) > 0
+    assert np.all(np.diff(d[outside]) <= 1e-12)  # non-increasing away from contact
+    inside = np.asarray(r) <= 0
+    assert np.all(np.diff(d[inside]) <= 1e-12)  # rising with penetration depth (r decreasing)
+    assert float(d[-1]) == pytest.approx(d_c)
+
+
+def test_mujoco_impedance_matches_mjx():
+    """Contact rows' D = 1/R with R = invweight (1 - d) / d: recover d from MJX and compare."""
+    mj, mx = load("cube_toss")
+    d = mjx.make_data(mx).replace(qpos=jnp.array([0, 0, 0.0496, 1, 0, 0, 0]))
+    d = jax.jit(mjx.forward)(mx, d)
+    pos = np.asarray(d._impl.efc_pos)
+    r_ = 1.0 / np.asarray(d._impl.efc_D)
+    # for equal invweight rows, d/(1-d) ratios between rows equal the R ratio inverted
+    imp = np.asarray(jax.vmap(lambda r: mujoco_impedance(r, jnp.asarray(mj.geom_solimp[1])))(pos))
+    active = pos < 0
+    ratio = (imp / (1 - imp))[active] * r_[active]
+    np.testing.assert_allclose(ratio, ratio[0], rtol=1e-9)
+
+
+def test_position_term_is_a_smoothed_relu():
+    r = jnp.array([-0.01, -1e-3, 0.0, 1e-3, 0.01])
+    s = 1e4
+    np.testing.assert_allclose(position_term(r, s), np.maximum(0, -np.asarray(r)), atol=np.log(2) / s + 1e-15)
+    assert float(position_term(0.01, s)) > 0  # positive beyond contact: a force from distance
+
+
+def test_straight_through_values_and_gradients():
+    f = lambda x: jnp.sin(x)  # noqa: E731
+    g = lambda x: x**3  # noqa: E731
+    h = lambda x: straight_through({"a": f(x)}, {"a": g(x)})["a"]  # noqa: E731
+    x = 0.7
+    assert float(h(x)) == float(f(x))
+    assert float(jax.grad(h)(x)) == pytest.approx(3 * x**2, rel=1e-14)
+
+
+@pytest.mark.parametrize(
+    "solimp, field",
+    [((0.0, 0.01, 0.0, 0.5, 2.0), r"cfd\.solimp\[2\]"), ((0.0, 1.2, 0.1, 0.5, 2.0), r"cfd\.solimp\[1\]"),
+     ((0.0, 0.01, 0.1, 0.5, 0.5), r"cfd\.solimp\[4\]"), ((0.0, 0.01, 0.1, 0.0, 2.0), r"cfd\.solimp\[3\]")],
+)
+def test_invalid_cfd_parameters_name_the_field(solimp, field):
+    with pytest.raises(ValueError, match=field):
+        diffmjx.Config().override(f"cfd.solimp={list(solimp)}")
+
+
+del mujoco
