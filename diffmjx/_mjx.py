@@ -15,6 +15,7 @@ with contextlib.redirect_stdout(io.StringIO()):
     from mujoco.mjx._src import collision_driver, constraint, forward, sensor, smooth, support
     from mujoco.mjx._src import solver as mjx_solver
     from mujoco.mjx._src.types import ConeType, DisableBit, JointType, SolverType
+    import mujoco
 
 Model = mjx.Model
 Data = mjx.Data
@@ -135,3 +136,15 @@ def fwd_position_with(m: Model, d: Data, collide) -> Data:
     d = collide(m, d)
     d = constraint.make_constraint(m, d)
     return smooth.transmission(m, d)
+
+
+MINVAL = mujoco.mjMINVAL
+
+
+def contact(d: Data):
+    return d._impl.contact
+
+
+def with_efc(d: Data, **fields) -> Data:
+    """Replace constraint-row fields (efc_D, efc_aref, ...) of MJX's private Data part."""
+    return d.tree_replace({f"_impl.{k}": v for k, v in fields.items()})

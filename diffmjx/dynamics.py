@@ -17,6 +17,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from cfd import constraint as cfd_constraint
+from cfd.straight_through import straight_through
 from diffmjx import _mjx, collision, manifold, solver
 from diffmjx.config import Config
 
@@ -48,6 +50,15 @@ def forward(m, d, cfg: Config | None = None):
     d = _mjx.fwd_acceleration(m, d)
     if _mjx.efc(d)[0].size == 0:
         return d.replace(qacc=d.qacc_smooth)
+    if cfg.cfd.enabled:
+        # contacts from distance: CFD rows on the same positions and velocities
+        d_cfd = solver.solve(m, cfd_constraint.make_constraint(m, d, cfg.cfd), cfg.solver.gradient)
+        if cfg.cfd.in_forward:
+            return _mjx.sensor_acc(m, d_cfd)
+        d = solver.solve(m, d, cfg.solver.gradient)
+        # straight-through: MJX's accelerations forward, CFD's derivatives backward
+        d = d.replace(qacc=straight_through(d.qacc, d_cfd.qacc))
+        return _mjx.sensor_acc(m, d)
     d = solver.solve(m, d, cfg.solver.gradient)
     return _mjx.sensor_acc(m, d)
 

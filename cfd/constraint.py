@@ -1,0 +1,73 @@
+r"""Contact constraint rows out to ``w_c`` with the CFD impedance and reference acceleration.
+
+MJX builds a contact's rows only where its signed distance ``r`` is negative. Here MJX's own
+``make_constraint`` runs on distances shifted by ``-w_c``, which gives every contact with
+``r < w_c`` its rows (Jacobians, friction pyramid, MJX's regulariser weights); the rows' impedance
+and reference acceleration are then rebuilt for the true ``r`` with :mod:`cfd.impedance`:
+``R = w (1 - d(r)) / d(r)`` with the row weight ``w`` recovered from MJX's ``R``, and
+``aref = -b J v + k d(r) softplus(-s r) / s``.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from cfd.impedance import MAXIMP, MINIMP, cfd_impedance, mujoco_impedance, position_term
+from diffmjx import _mjx
+
+
+def _contact_rows(c):
+    """(row, contact) index pairs of the pyramidal contact rows."""
+    rows, con = [], []
+    for i, (dim, adr) in enumerate(zip(np.asarray(c.dim), np.asarray(c.efc_address), strict=True)):
+        if adr < 0:
+            continue
+        n = 1 if dim == 1 else 2 * (dim - 1)
+        rows.extend(range(adr, adr + n))
+        con.extend([i] * n)
+    return np.asarray(rows, dtype=np.int32), np.asarray(con, dtype=np.int32)
+
+
+def _stiffness_damping(m, solref, solimp):
+    """MuJoCo's k and b of the reference acceleration (refsafe, direct negative solref)."""
+    tc, dr = solref[:, 0], solref[:, 1]
+    if not m.opt.disableflags & _mjx.DisableBit.REFSAFE:
+        tc = jnp.maximum(tc, 2 * m.opt.timestep)
+    dmax = jnp.clip(solimp[:, 1], MINIMP, MAXIMP)
+    k = 1 / (dmax * dmax * tc * tc * dr * dr)
+    b = 2 / (dmax * tc)
+    k = jnp.where(solref[:, 0] <= 0, -solref[:, 0] / (dmax * dmax), k)
+    b = jnp.where(solref[:, 1] <= 0, -solref[:, 1] / dmax, b)
+    return k, b
+
+
+def make_constraint(m, d, cfd_cfg):
+    """``mjx`` constraint rows ``(m, d) -> d`` with contacts from distance (pyramidal cones)."""
+    if m.opt.cone != _mjx.ConeType.PYRAMIDAL:
+        raise ValueError("cfd.enabled=True supports cone='pyramidal' only")
+    c = _mjx.contact(d)
+    cfd_solimp = jnp.asarray(cfd_cfg.solimp)
+    w_c = cfd_cfg.solimp[2]
+    shifted = _mjx.make_constraint(m, _mjx.with_contact(d, c.replace(dist=c.dist - w_c)))
+    rows, con = _contact_rows(c)
+    if rows.size == 0:
+        return shifted
+    efc_j, efc_d, aref_all, _, _, _ = _mjx.efc(shifted)
+    r = c.dist[con] - c.includemargin[con]
+    active = r < w_c
+    solref, solimp = c.solref[con], c.solimp[con]
+    # recover MJX's row weight from R = w (1 - d) / d at the shifted distance MJX saw
+    imp_mjx = jnp.clip(jnp.vectorize(mujoco_impedance, signature="(),(5)->()")(r - w_c, solimp), MINIMP, MAXIMP)
+    weight = (1.0 / efc_d[rows]) * imp_mjx / (1.0 - imp_mjx)
+    imp = jnp.vectorize(cfd_impedance, signature="(),(5),(5)->()")(r, solimp, cfd_solimp)
+    imp = jnp.clip(imp, MINIMP, MAXIMP)
+    k, b = _stiffness_damping(m, solref, solimp)
+    jv = efc_j[rows] @ d.qvel
+    aref = -b * jv + k * imp * position_term(r, cfd_cfg.sharpness)
+    big_r = jnp.maximum(weight * (1.0 - imp) / imp, _mjx.MINVAL)
+    return _mjx.with_efc(
+        shifted,
+        efc_D=efc_d.at[rows].set(jnp.where(active, 1.0 / big_r, efc_d[rows])),
+        efc_aref=aref_all.at[rows].set(jnp.where(active, aref, 0.0)),
+    )
