@@ -14,6 +14,4 @@ def straight_through(forward_value, backward_value):
     ``backward_value``, the trajectory stays physical while gradients see forces between bodies
     that do not touch (paper Sec. 4, eq. 4).
     """
-    return jax.tree.map(
-        lambda f, b: stop_gradient(f) + (b - stop_gradient(b)), forward_value, backward_value
-    )
+    return jax.tree.map(lambda f, b: stop_gradient(f) + (b - stop_gradient(b)), forward_value, backward_value)

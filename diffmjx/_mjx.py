@@ -11,11 +11,11 @@ import io
 
 with contextlib.redirect_stdout(io.StringIO()):
     # MJX prints a notice when its optional Warp backend is absent; keep user output clean.
+    import mujoco
     from mujoco import mjx
     from mujoco.mjx._src import collision_driver, constraint, forward, sensor, smooth, support
     from mujoco.mjx._src import solver as mjx_solver
     from mujoco.mjx._src.types import ConeType, DisableBit, JointType, SolverType
-    import mujoco
 
 Model = mjx.Model
 Data = mjx.Data

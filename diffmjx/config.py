@@ -54,9 +54,7 @@ DEFAULT_PRESET = Path(__file__).parent / "presets" / "default.yaml"
 _SOLIMP_MEANINGS = ("d at r=w_c", "d at r=0", "w_c", "midpoint", "power")
 
 
-def _knob(
-    default: Any, *, choices: Sequence[str] = (), gt: float | None = None, ge: float | None = None
-) -> Any:
+def _knob(default: Any, *, choices: Sequence[str] = (), gt: float | None = None, ge: float | None = None) -> Any:
     """A dataclass field whose constraints are read back by ``_Section.__post_init__``."""
     return dataclasses.field(default=default, metadata={"choices": choices, "gt": gt, "ge": ge})
 
@@ -117,9 +115,7 @@ class _Section:
             object.__setattr__(self, f.name, value)
             choices, gt, ge = f.metadata["choices"], f.metadata["gt"], f.metadata["ge"]
             if choices and value not in choices:
-                raise ValueError(
-                    f"{key}={value!r} is not allowed; choose one of: {', '.join(choices)}"
-                )
+                raise ValueError(f"{key}={value!r} is not allowed; choose one of: {', '.join(choices)}")
             if value is not None and gt is not None and not value > gt:
                 raise ValueError(f"{key}={value!r} is out of range; it must be > {gt}")
             if value is not None and ge is not None and not value >= ge:
@@ -225,10 +221,7 @@ class CFDConfig(_Section):
         )
         for i, ok, allowed in checks:
             if not ok:
-                raise ValueError(
-                    f"cfd.solimp[{i}] ({_SOLIMP_MEANINGS[i]}) must be {allowed}, "
-                    f"got {self.solimp[i]!r}"
-                )
+                raise ValueError(f"cfd.solimp[{i}] ({_SOLIMP_MEANINGS[i]}) must be {allowed}, got {self.solimp[i]!r}")
 
 
 _SECTIONS: dict[str, type[_Section]] = {
@@ -265,9 +258,7 @@ class Config:
         sections = {}
         for name, entries in d.items():
             if name not in _SECTIONS:
-                raise ValueError(
-                    f"unknown config section {name!r}; choose one of: {', '.join(_SECTIONS)}"
-                )
+                raise ValueError(f"unknown config section {name!r}; choose one of: {', '.join(_SECTIONS)}")
             entries = {} if entries is None else entries
             if not isinstance(entries, Mapping):
                 raise ValueError(f"config section {name!r} must be a mapping of fields")  # noqa: TRY004
@@ -276,12 +267,8 @@ class Config:
             allowed = [f.name for f in dataclasses.fields(section_cls)]  # type: ignore[arg-type]
             unknown = [k for k in entries if k not in allowed]
             if unknown:
-                raise ValueError(
-                    f"unknown config field {name}.{unknown[0]}; {name} has: {', '.join(allowed)}"
-                )
-            sections[name] = section_cls(
-                **{k: _coerce_text(hints[k], v) for k, v in entries.items()}
-            )
+                raise ValueError(f"unknown config field {name}.{unknown[0]}; {name} has: {', '.join(allowed)}")
+            sections[name] = section_cls(**{k: _coerce_text(hints[k], v) for k, v in entries.items()})
         return cls(**sections)
 
     @classmethod
@@ -327,8 +314,7 @@ class Config:
             key = key.strip()
             if not sep or key not in allowed:
                 raise ValueError(
-                    f"bad override {assignment!r}: expected KEY=VALUE with KEY one of: "
-                    f"{', '.join(allowed)}"
+                    f"bad override {assignment!r}: expected KEY=VALUE with KEY one of: {', '.join(allowed)}"
                 )
             try:
                 value = yaml.safe_load(text)
@@ -344,9 +330,7 @@ class Config:
 
 def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``--preset PATH`` and repeatable ``--set KEY=VALUE`` to ``parser``."""
-    parser.add_argument(
-        "--preset", metavar="PATH", default=None, help="YAML config preset (default: built-in)"
-    )
+    parser.add_argument("--preset", metavar="PATH", default=None, help="YAML config preset (default: built-in)")
     parser.add_argument(
         "--set",
         metavar="KEY=VALUE",

@@ -153,7 +153,7 @@ def _mjx_rk4(m, d, layout, cfg):
     k = (d0.qvel, d0.qacc, d0.act_dot)
     acc = jax.tree.map(lambda x: _RK4_B[0] * x, k)
     di = d0
-    for a, b in zip(_RK4_A, _RK4_B[1:]):
+    for a, b in zip(_RK4_A, _RK4_B[1:], strict=True):
         kq = manifold.retract(layout, d.qpos, a * h * k[0])
         kv = d.qvel + a * h * k[1]
         ka = d.act + a * h * k[2]

@@ -97,9 +97,7 @@ def quat_exp(phi):
 def _skew(w):
     x, y, z = jnp.moveaxis(w, -1, 0)
     o = jnp.zeros_like(x)
-    return jnp.stack(
-        [jnp.stack([o, -z, y], -1), jnp.stack([z, o, -x], -1), jnp.stack([-y, x, o], -1)], -2
-    )
+    return jnp.stack([jnp.stack([o, -z, y], -1), jnp.stack([z, o, -x], -1), jnp.stack([-y, x, o], -1)], -2)
 
 
 def right_jacobian_inv(phi):

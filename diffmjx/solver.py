@@ -64,9 +64,7 @@ def _solve_unrolled(m, d):
     if m.opt.iterations == 1:
         ctx = step(ctx)
     else:
-        ctx = _mjx.scan_while_loop(
-            lambda c: _not_converged(m, d, c), step, ctx, m.opt.iterations
-        )
+        ctx = _mjx.scan_while_loop(lambda c: _not_converged(m, d, c), step, ctx, m.opt.iterations)
     d = d.replace(qacc=ctx.qacc, qfrc_constraint=ctx.qfrc_constraint)
     return _mjx.with_efc_force(d, ctx.efc_force)
 
@@ -81,8 +79,7 @@ def _row_forces(m, d, qacc, active, linear_sign):
 def _solve_implicit(m, d):
     if m.opt.cone != _mjx.ConeType.PYRAMIDAL:
         raise ValueError(
-            "solver.gradient='implicit' supports cone='pyramidal' only; "
-            "use solver.gradient='unroll' for elliptic cones"
+            "solver.gradient='implicit' supports cone='pyramidal' only; use solver.gradient='unroll' for elliptic cones"
         )
     sg = jax.lax.stop_gradient
     d0 = sg(d)

@@ -99,6 +99,23 @@ def parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
+def cli(doc: str, preset: Path, argv=None) -> tuple[diffmjx.Config, argparse.Namespace]:
+    """Parse a study's command line (``--quick --out --preset --set``), set up JAX, return the config."""
+    p = parser(doc.splitlines()[0])
+    p.set_defaults(preset=str(preset))
+    args = p.parse_args(argv)
+    setup()
+    return diffmjx.config_from_args(args), args
+
+
+def save_figure(fig, path: Path, dpi: int = 120) -> None:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+
+
 def setup() -> None:
     """float64 and the persistent compilation cache, as every study uses."""
     diffmjx.enable_compilation_cache()

@@ -64,7 +64,9 @@ def run(cfg: diffmjx.Config, out: Path, quick: bool = False) -> list[dict]:
                          grad_ad=c_grad, grad_truth=truth, rel_error=abs(c_grad - truth) / abs(truth),
                          backward_jit_s=np.nan, backward_run_s=np.nan))  # fmt: skip
 
-    print(f"\n{'method':<58} {'loss':>9} {'gradient':>9} {'truth':>9} {'rel.err':>8} {'JIT s':>6} {'run s':>6}  (gradient; JIT with the persistent cache)")
+    print(
+        f"\n{'method':<58} {'loss':>9} {'gradient':>9} {'truth':>9} {'rel.err':>8} {'JIT s':>6} {'run s':>6}  (gradient; JIT with the persistent cache)"
+    )
     for r in rows:
         print(f"{r['method']:<58} {r['loss']:+9.4f} {r['grad_ad']:+9.4f} {r['grad_truth']:+9.4f} "
               f"{r['rel_error']:8.2%} {r['backward_jit_s']:6.1f} {r['backward_run_s']:6.3f}")  # fmt: skip
@@ -86,17 +88,12 @@ def _plot(rows, truth, path):
     ax.set_xlabel("d final qpos[1] / d u0")
     ax.set_title("Cube toss: gradient w.r.t. initial vertical velocity")
     ax.legend(loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    common.save_figure(fig, path, dpi=120)
 
 
 def main(argv=None):
-    p = common.parser(__doc__.splitlines()[0])
-    p.set_defaults(preset=str(DEFAULT_PRESET))
-    args = p.parse_args(argv)
-    common.setup()
-    run(diffmjx.config_from_args(args), args.out, args.quick)
+    cfg, args = common.cli(__doc__, DEFAULT_PRESET, argv)
+    run(cfg, args.out, args.quick)
 
 
 if __name__ == "__main__":

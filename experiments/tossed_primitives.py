@@ -170,9 +170,7 @@ def _plot(results, path):
     axes[0, 0].set_ylabel("loss: final y (m)")
     axes[1, 0].set_ylabel("d loss / d u0")
     axes[0, 0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    common.save_figure(fig, path, dpi=110)
 
 
 def _plot_sharpness(rows, path):
@@ -188,17 +186,11 @@ def _plot_sharpness(rows, path):
     ax.set_xlabel("collision.sharpness (1/m)")
     ax.set_title("Cube: smoothing trade-off")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    common.save_figure(fig, path, dpi=120)
 
 
 def main(argv=None):
-    p = common.parser(__doc__.splitlines()[0])
-    p.set_defaults(preset=str(DEFAULT_PRESET))
-    args = p.parse_args(argv)
-    common.setup()
-    cfg = diffmjx.config_from_args(args)
+    cfg, args = common.cli(__doc__, DEFAULT_PRESET, argv)
     run(cfg, args.out, args.quick)
     sharpness_tradeoff(cfg, args.out, args.quick)
 

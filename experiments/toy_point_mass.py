@@ -107,8 +107,7 @@ def simulate(q0, h, n_steps: int, model: str, k=STIFFNESS, zeta=ZETA):
             raise ValueError(f"unknown model {model!r}")
         return (q, v), None
 
-    (q, _), _ = jax.lax.scan(step, (q0, jnp.asarray(V0, dtype=jnp.float64)), None,
-                             length=n_steps)
+    (q, _), _ = jax.lax.scan(step, (q0, jnp.asarray(V0, dtype=jnp.float64)), None, length=n_steps)
     return q
 
 
@@ -149,8 +148,7 @@ def kink_mask(q0s, model: str, k=STIFFNESS, zeta=ZETA, margin=KINK_MARGIN) -> np
     q0s = np.asarray(q0s)
     if model == "penalty":
         c = penalty_constants(k, zeta)
-        kinks = [T_FINAL - c["t_contact"] - Q_TARGET / c["restitution"],
-                 T_FINAL + Q_TARGET]
+        kinks = [T_FINAL - c["t_contact"] - Q_TARGET / c["restitution"], T_FINAL + Q_TARGET]
         ok = ~((q0s > T_FINAL - c["t_contact"] - margin) & (q0s < T_FINAL + margin))
     else:
         kinks = [T_FINAL - Q_TARGET, T_FINAL, T_FINAL + Q_TARGET]
@@ -193,11 +191,11 @@ def _sweep_jit(q0s, h, k, zeta, n_steps: int, model: str, with_fd: bool):
     return jax.vmap(one)(q0s)
 
 
-def sweep(q0s, model: str, h: float, n_steps: int, k: float = STIFFNESS, zeta: float = ZETA,
-          with_fd: bool = True) -> dict:
+def sweep(
+    q0s, model: str, h: float, n_steps: int, k: float = STIFFNESS, zeta: float = ZETA, with_fd: bool = True
+) -> dict:
     """Loss, AD gradient, central-difference gradient and true gradient over ``q0s``."""
-    out = _sweep_jit(jnp.asarray(q0s, dtype=jnp.float64), h, float(k), float(zeta), n_steps,
-                     model, with_fd)
+    out = _sweep_jit(jnp.asarray(q0s, dtype=jnp.float64), h, float(k), float(zeta), n_steps, model, with_fd)
     return {name: np.asarray(v) for name, v in out.items()}
 
 
@@ -214,8 +212,9 @@ def summarize(q0s, res: dict, model: str, k: float = STIFFNESS, zeta: float = ZE
         "mean_abs_err": float(np.mean(err)),
         "p90_abs_err": float(np.percentile(err, 90)),
         "frac_wrong_sign": float(np.mean(np.sign(ga[nz]) != np.sign(gt[nz]))),
-        "frac_wrong_sign_bounce": float(np.mean(
-            np.sign(res["grad_ad"][bm]) != np.sign(res["grad_true"][bm]))) if bm.any() else np.nan,
+        "frac_wrong_sign_bounce": float(np.mean(np.sign(res["grad_ad"][bm]) != np.sign(res["grad_true"][bm])))
+        if bm.any()
+        else np.nan,
         "grad_ad_min": float(np.min(res["grad_ad"])),
         "grad_ad_max": float(np.max(res["grad_ad"])),
         "median_dqN_ad_bounce": float(np.median(res["dqN_ad"][bm])) if bm.any() else np.nan,
@@ -251,10 +250,8 @@ def make_plot(q0s, results: dict, path: Path) -> None:
             ax_g.plot(q0s, r["grad_ad"], color=COLORS[model], lw=lw, label=f"{model} (AD)")
         for model, label in (("penalty", "penalty"), ("elastic", "elastic")):
             r = results[(model, h)]
-            ax_l.plot(q0s, r["loss_true"], color=COLORS[model], ls="--", lw=1.0,
-                      label=f"{label} (true, continuous)")
-            ax_g.plot(q0s, r["grad_true"], color=COLORS[model], ls="--", lw=1.0,
-                      label=f"{label} (true)")
+            ax_l.plot(q0s, r["loss_true"], color=COLORS[model], ls="--", lw=1.0, label=f"{label} (true, continuous)")
+            ax_g.plot(q0s, r["grad_true"], color=COLORS[model], ls="--", lw=1.0, label=f"{label} (true)")
         ax_l.set_title(f"h = {h:g}, N = {n}")
         for ax, key, lim in ((ax_l, "loss", (0.0, 1.3)), (ax_g, "grad_ad", (-1.4, 1.4))):
             big = max(np.abs(results[(m, h)][key]).max() for m in MODELS) > 3.0
@@ -263,8 +260,9 @@ def make_plot(q0s, results: dict, path: Path) -> None:
                 ax.set_ylim(bottom=lim[0] if key == "loss" else None)
             else:
                 ax.set_ylim(*lim)
-            ax.set_ylabel(("loss |q_N - 1|" if key == "loss" else "dL/dq0")
-                          + (" (symlog, linear for |y| < 2)" if big else ""))
+            ax.set_ylabel(
+                ("loss |q_N - 1|" if key == "loss" else "dL/dq0") + (" (symlog, linear for |y| < 2)" if big else "")
+            )
         ax_g.set_xlabel("q0")
         for ax in (ax_l, ax_g):
             ax.grid(alpha=0.3)
@@ -284,9 +282,18 @@ def write_csv(q0s, results: dict, path: Path) -> None:
             for h, n in SETTINGS:
                 r = results[(model, h)]
                 for i, q0 in enumerate(q0s):
-                    w.writerow([model, f"{h:g}", n, f"{q0:.10g}", f"{r['loss'][i]:.10g}",
-                                f"{r['grad_ad'][i]:.10g}", f"{r['grad_fd'][i]:.10g}",
-                                f"{r['grad_true'][i]:.10g}"])
+                    w.writerow(
+                        [
+                            model,
+                            f"{h:g}",
+                            n,
+                            f"{q0:.10g}",
+                            f"{r['loss'][i]:.10g}",
+                            f"{r['grad_ad'][i]:.10g}",
+                            f"{r['grad_fd'][i]:.10g}",
+                            f"{r['grad_true'][i]:.10g}",
+                        ]
+                    )
 
 
 def run(quick: bool, out_dir: Path) -> dict:
@@ -312,8 +319,7 @@ def run(quick: bool, out_dir: Path) -> dict:
     for k in STIFFNESS_SWEEP:
         stiff[k] = {}
         for h, n in SETTINGS:
-            res = results[("penalty", h)] if k == STIFFNESS else sweep(
-                q0s, "penalty", h, n, k=k, with_fd=False)
+            res = results[("penalty", h)] if k == STIFFNESS else sweep(q0s, "penalty", h, n, k=k, with_fd=False)
             stiff[k][h] = summarize(q0s, res, "penalty", k=k)["median_abs_err"]
 
     csv_path, png_path = out_dir / "toy_point_mass.csv", out_dir / "toy_point_mass.png"
@@ -322,9 +328,16 @@ def run(quick: bool, out_dir: Path) -> dict:
 
     pc = penalty_constants()
     return {
-        "params": {"k": STIFFNESS, "zeta": ZETA, "b": pc["b"], "t_contact": pc["t_contact"],
-                   "restitution": pc["restitution"], "n_q0": len(q0s),
-                   "kink_margin": KINK_MARGIN, "fd_eps": FD_EPS},
+        "params": {
+            "k": STIFFNESS,
+            "zeta": ZETA,
+            "b": pc["b"],
+            "t_contact": pc["t_contact"],
+            "restitution": pc["restitution"],
+            "n_q0": len(q0s),
+            "kink_margin": KINK_MARGIN,
+            "fd_eps": FD_EPS,
+        },
         "summary": summary,
         "stiffness_sweep": stiff,
         "files": [str(csv_path), str(png_path)],
@@ -348,7 +361,8 @@ def format_summary(out: dict) -> str:
                 f"{s['mean_abs_err']:>10.4g}{s['p90_abs_err']:>10.4g}"
                 f"{s['frac_wrong_sign']:>12.3f}{s['frac_wrong_sign_bounce']:>10.3f}{s['median_dqN_ad_bounce']:>12.4g}"
                 f"{s['median_dqN_true_bounce']:>8.4g}"
-                f"{s.get('median_abs_fd_minus_ad', float('nan')):>12.3g}")
+                f"{s.get('median_abs_fd_minus_ad', float('nan')):>12.3g}"
+            )
     lines.append("penalty stiffness sweep, median |grad_ad - grad_true|:")
     for k, per_h in out["stiffness_sweep"].items():
         lines.append(f"  k={k:<8g}" + "".join(f"  h={h:g}: {v:.4g}" for h, v in per_h.items()))
@@ -358,8 +372,7 @@ def format_summary(out: dict) -> str:
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help=f"{N_Q0_QUICK} q0 instead of "
-                    f"{N_Q0_FULL}")
+    ap.add_argument("--quick", action="store_true", help=f"{N_Q0_QUICK} q0 instead of {N_Q0_FULL}")
     ap.add_argument("--out", type=Path, default=Path("docs/results"))
     args = ap.parse_args(argv)
     out = run(args.quick, args.out)

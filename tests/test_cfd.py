@@ -88,8 +88,12 @@ def test_straight_through_values_and_gradients():
 
 @pytest.mark.parametrize(
     "solimp, field",
-    [((0.0, 0.01, 0.0, 0.5, 2.0), r"cfd\.solimp\[2\]"), ((0.0, 1.2, 0.1, 0.5, 2.0), r"cfd\.solimp\[1\]"),
-     ((0.0, 0.01, 0.1, 0.5, 0.5), r"cfd\.solimp\[4\]"), ((0.0, 0.01, 0.1, 0.0, 2.0), r"cfd\.solimp\[3\]")],
+    [
+        ((0.0, 0.01, 0.0, 0.5, 2.0), r"cfd\.solimp\[2\]"),
+        ((0.0, 1.2, 0.1, 0.5, 2.0), r"cfd\.solimp\[1\]"),
+        ((0.0, 0.01, 0.1, 0.5, 0.5), r"cfd\.solimp\[4\]"),
+        ((0.0, 0.01, 0.1, 0.0, 2.0), r"cfd\.solimp\[3\]"),
+    ],
 )
 def test_invalid_cfd_parameters_name_the_field(solimp, field):
     with pytest.raises(ValueError, match=field):

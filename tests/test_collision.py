@@ -67,6 +67,7 @@ def test_smoothed_pairs_converge_to_mjx(kind, quat, height):
     # active contacts (dist < 0) carry the physics; compare them as sets ordered by depth
     act_ref, act = ref[0] < 0, ours[0] < -1e-9
     assert act_ref.sum() == act.sum()
+
     def order(dist, pos):  # contacts as a set: sort by depth, then position
         return np.lexsort((np.round(pos[:, 1], 7), np.round(pos[:, 0], 7), np.round(dist, 7)))
 

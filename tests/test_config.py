@@ -69,9 +69,7 @@ def test_exponent_string_parses_as_float() -> None:
 
 
 def test_yaml_round_trip(tmp_path: Path) -> None:
-    cfg = Config().override(
-        "integrator.solver=dopri8", "integrator.checkpoints=16", "cfd.enabled=true"
-    )
+    cfg = Config().override("integrator.solver=dopri8", "integrator.checkpoints=16", "cfd.enabled=true")
     path = tmp_path / "cfg.yaml"
     text = cfg.to_yaml(path)
     assert path.read_text() == text

@@ -1,8 +1,8 @@
 """Differentiable constraint solve: forward identical to MJX's, reverse mode through iterations > 1."""
 
 import jax
-import mujoco
 import jax.numpy as jnp
+import mujoco
 import numpy as np
 import pytest
 

@@ -33,7 +33,8 @@ def test_true_solution_closed_forms():
     assert c["restitution"] == pytest.approx(np.exp(-tpm.ZETA * np.pi / np.sqrt(1 - tpm.ZETA**2)))
     q0 = 0.4
     assert float(tpm.true_final_height(q0, "penalty")) == pytest.approx(
-        c["restitution"] * (tpm.T_FINAL - q0 - c["t_contact"]))
+        c["restitution"] * (tpm.T_FINAL - q0 - c["t_contact"])
+    )
 
 
 def test_fine_step_simulation_matches_continuous_solution(results):
@@ -53,8 +54,7 @@ def test_penalty_gradient_converges_with_small_step(results):
     coarse = results[("penalty", H_COARSE)][1]
     assert fine["median_abs_err"] < 0.05
     assert fine["frac_wrong_sign"] == 0.0
-    assert fine["median_dqN_ad_bounce"] == pytest.approx(-tpm.penalty_constants()["restitution"],
-                                                         abs=0.05)
+    assert fine["median_dqN_ad_bounce"] == pytest.approx(-tpm.penalty_constants()["restitution"], abs=0.05)
     # h = 0.1: the gradient is useless (wrong magnitude by orders, often wrong sign).
     assert coarse["median_abs_err"] > 1.0
     assert coarse["median_abs_err"] > 100 * fine["median_abs_err"]

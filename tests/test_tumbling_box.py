@@ -38,9 +38,7 @@ def _loss(mx, cfg):
 
 def test_matches_c_engine_rk4(scene):
     mj, mx = scene
-    d, traj = jax.jit(lambda d: diffmjx.rollout(mx, d, jnp.zeros((PERIODS, 0)), TIGHT))(
-        _data(mx, jnp.asarray(OMEGA0))
-    )
+    d, traj = jax.jit(lambda d: diffmjx.rollout(mx, d, jnp.zeros((PERIODS, 0)), TIGHT))(_data(mx, jnp.asarray(OMEGA0)))
     ref = mujoco.MjModel.from_xml_path(str(load.__globals__["SCENES"] / "tumbling_box.xml"))
     ref.opt.timestep = 1e-5
     data = mujoco.MjData(ref)
@@ -55,9 +53,7 @@ def test_matches_c_engine_rk4(scene):
 
 def test_quaternion_norm_over_10000_periods(scene):
     _, mx = scene
-    _, traj = jax.jit(lambda d: diffmjx.rollout(mx, d, jnp.zeros((10_000, 0))))(
-        _data(mx, jnp.asarray(OMEGA0))
-    )
+    _, traj = jax.jit(lambda d: diffmjx.rollout(mx, d, jnp.zeros((10_000, 0))))(_data(mx, jnp.asarray(OMEGA0)))
     norms = np.linalg.norm(np.asarray(traj.qpos[:, 3:7]), axis=1)
     assert np.max(np.abs(norms - 1.0)) < 1e-9
     assert np.all(np.isfinite(np.asarray(traj.qvel)))

@@ -193,18 +193,10 @@ def table(sharpness: float) -> dict:
     """Smoothed functions keyed by MJX geom-type pairs."""
     g = _mjx.GeomType
     return {
-        (g.PLANE, g.BOX): _mjx.convex_collider(ncon=4)(
-            functools.partial(_plane_box, sharpness=sharpness)
-        ),
-        (g.PLANE, g.CAPSULE): _mjx.primitive_collider(ncon=2)(
-            functools.partial(_plane_capsule, sharpness=sharpness)
-        ),
-        (g.PLANE, g.CYLINDER): _mjx.primitive_collider(ncon=3)(
-            functools.partial(_plane_cylinder, sharpness=sharpness)
-        ),
-        (g.SPHERE, g.CAPSULE): _mjx.primitive_collider(ncon=1)(
-            functools.partial(_sphere_capsule, sharpness=sharpness)
-        ),
+        (g.PLANE, g.BOX): _mjx.convex_collider(ncon=4)(functools.partial(_plane_box, sharpness=sharpness)),
+        (g.PLANE, g.CAPSULE): _mjx.primitive_collider(ncon=2)(functools.partial(_plane_capsule, sharpness=sharpness)),
+        (g.PLANE, g.CYLINDER): _mjx.primitive_collider(ncon=3)(functools.partial(_plane_cylinder, sharpness=sharpness)),
+        (g.SPHERE, g.CAPSULE): _mjx.primitive_collider(ncon=1)(functools.partial(_sphere_capsule, sharpness=sharpness)),
         (g.CAPSULE, g.CAPSULE): _mjx.primitive_collider(ncon=1)(
             functools.partial(_capsule_capsule, sharpness=sharpness)
         ),
