@@ -35,8 +35,6 @@ make_constraint = constraint.make_constraint
 # MJX's fixed-step integrators, applied to a Data on which forward dynamics already ran.
 mjx_euler = forward.euler
 mjx_implicit = forward.implicit
-mjx_forward = forward.forward
-mjx_step = forward.step
 
 # Constraint-solver internals (CGupdateConstraint / CGupdateGradient / zoom line search).
 SolverContext = mjx_solver.Context
@@ -74,9 +72,6 @@ def efc_force(d: Data):
 def with_efc_force(d: Data, force) -> Data:
     return d.tree_replace({"_impl.efc_force": force})
 
-
-def contact_dist(d: Data):
-    return d._impl.contact.dist
 
 
 def has_frictionloss(m: Model) -> bool:
