@@ -49,6 +49,8 @@ def run(cfg: diffmjx.Config, out: Path, quick: bool = False) -> list[dict]:
     rows = []
     methods = {
         f"DiffMJX ({cfg.integrator.solver}, rtol {cfg.integrator.rtol:.0e}, {cfg.integrator.adjoint})": cfg,
+        "DiffMJX, backsolve adjoint": cfg.override("integrator.adjoint=backsolve"),
+        "DiffMJX, implicit solver gradient": cfg.override("solver.gradient=implicit"),
         "MJX semi-implicit Euler, dt 0.01": cfg.override("integrator.solver=mjx_euler"),
     }
     for name, c in methods.items():
@@ -81,9 +83,9 @@ def _plot(rows, truth, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 3.2))
+    fig, ax = plt.subplots(figsize=(7, 4.2))
     names = [r["method"].replace(" (", "\n(").replace(", RK4", "\nRK4") for r in rows]
-    ax.barh(names, [r["grad_ad"] for r in rows], color=["tab:blue", "tab:red", "tab:gray"][: len(rows)])
+    ax.barh(names, [r["grad_ad"] for r in rows], color=["tab:blue", "tab:cyan", "tab:purple", "tab:red", "tab:gray"][: len(rows)])
     ax.axvline(truth, color="k", ls="--", label=f"converged solve: {truth:+.3f}")
     ax.set_xlabel("d final qpos[1] / d u0")
     ax.set_title("Cube toss: gradient w.r.t. initial vertical velocity")
