@@ -1,0 +1,259 @@
+"""Billiard shot (paper Figs. 8, 19): contacts from distance give gradients where the balls miss.
+
+    python -m experiments.billiard [--quick] [--set KEY=VALUE ...]
+
+Cue ball and eight ball (radius 0.042 m, mass 0.17 kg, friction 0.2 0.01 0.01) on a felt plane with
+four cushions; solref 0.01 0.2, solimp 0.9 0.95 0.01 0.5 2, timestep 0.01. The shot is struck at
+the height of natural roll (the cue ball rolls without sliding from the start) with velocity
+(1.5, 0.1 u) m/s; loss = distance of the eight ball from a target after 1 s. The balls collide for
+|u| < ~2.6 and miss beyond. For u in [-5, 5]:
+
+* Fig. 8: loss and dL/du for DiffMJX without CFD, with CFD (discretize-then-optimize, straight
+  through) and central differences of a converged solve; then a descent run (Adam on u) from a
+  start where the balls miss, with and without CFD.
+* Fig. 19: the gravity-free variant without table contacts (ball-ball contact only): CFD gradients
+  under discretize-then-optimize (checkpoint) and optimize-then-discretize (backsolve); the
+  oscillation figure is the total variation of dL/du over the miss region, relative to its range.
+
+Writes docs/results/billiard*.{csv,png}.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+import optax
+from tqdm import tqdm
+
+import diffmjx
+from experiments import common
+
+DEFAULT_PRESET = Path(__file__).parent / "configs" / "billiard.yaml"
+RADIUS, SPEED, LATERAL = 0.042, 1.5, 0.1  # m, m/s along x, m/s of lateral velocity per unit u
+TARGET_U = 1.0  # the target is where the eight ball ends for this u
+FD_STEP = 1e-4
+MISS_LOSS_THRESHOLD = 0.01  # m: the descent run has reached the target below this
+
+
+def scene(free: bool = False) -> tuple[mujoco.MjModel, common.mjx.Model]:
+    """The billiard table; ``free=True``: no gravity and no ball-table contacts (Fig. 19 variant)."""
+    mj, _ = common.load("billiard")
+    if free:
+        mj.opt.gravity[:] = 0.0
+        world = mj.geom_bodyid == 0
+        mj.geom_contype[world] = 0
+        mj.geom_conaffinity[world] = 0
+    return mj, common.mjx.put_model(mj)
+
+
+def shot(mx, u):
+    """Initial state: cue ball moving at (1.5, 0.1 u) m/s, rolling without sliding."""
+    d = common.mjx.make_data(mx)
+    vx, vy = SPEED, LATERAL * u
+    # rolling on the plane z = 0: v = omega x (r e_z), i.e. omega = (-vy, vx, 0) / r
+    qvel = d.qvel.at[0].set(vx).at[1].set(vy).at[3].set(-vy / RADIUS).at[4].set(vx / RADIUS)
+    return d.replace(qvel=qvel)
+
+
+def final_eight_ball(mx, cfg, horizon: int):
+    """u -> (x, y) of the eight ball after ``horizon`` control periods."""
+    ctrls = jnp.zeros((horizon, 0))
+
+    def run(u):
+        return diffmjx.rollout(mx, shot(mx, u), ctrls, cfg)[0].qpos[7:9]
+
+    return run
+
+
+def loss_fn(mx, cfg, target, horizon: int):
+    """u -> distance of the eight ball from ``target`` after ``horizon`` periods."""
+    pos = final_eight_ball(mx, cfg, horizon)
+    return lambda u: jnp.linalg.norm(pos(u) - target)
+
+
+def _map(fn, us, desc):
+    out = [jax.tree.map(np.asarray, fn(float(u))) for u in tqdm(us, desc=desc, leave=False)]
+    return jax.tree.map(lambda *x: np.stack(x), *out)
+
+
+def sweep(mx, methods: dict, tight: diffmjx.Config, target, us, horizon: int) -> dict:
+    """Loss and gradient of each method over ``us``; central differences of the tight solve."""
+    ref = jax.jit(loss_fn(mx, tight, target, horizon))
+    lp = _map(ref, us + FD_STEP, "reference +h")
+    lm = _map(ref, us - FD_STEP, "reference -h")
+    out = {"u": us, "ref_loss": 0.5 * (lp + lm), "ref_grad": (lp - lm) / (2 * FD_STEP)}
+    for name, c in methods.items():
+        loss, grad = _map(jax.jit(jax.value_and_grad(loss_fn(mx, c, target, horizon))), us, name)
+        out[f"{name}_loss"], out[f"{name}_grad"] = loss, grad
+    return out
+
+
+def descent(mx, cfg, target, u0: float, horizon: int, iterations: int, lr: float) -> list[float]:
+    """Adam on u from ``u0``; returns the loss at every iterate."""
+    vg = jax.jit(jax.value_and_grad(loss_fn(mx, cfg, target, horizon)))
+    opt = optax.adam(lr)
+    u, state, losses, us = jnp.asarray(u0), None, [], []
+    state = opt.init(u)
+    for _ in tqdm(range(iterations), desc="descent", leave=False):
+        loss, g = vg(u)
+        losses.append(float(loss))
+        us.append(float(u))
+        upd, state = opt.update(g, state)
+        u = optax.apply_updates(u, upd)
+    return losses, us
+
+
+def oscillation(u, grad, mask) -> float:
+    """Total variation of ``grad`` over ``mask`` divided by its range (1 for a monotone curve)."""
+    g = grad[mask]
+    span = np.ptp(g)
+    return float(np.sum(np.abs(np.diff(g))) / span) if span > 0 else 1.0
+
+
+def run(cfg: diffmjx.Config, out: Path, quick: bool = False) -> dict:
+    horizon = 100
+    n = 21 if quick else 81
+    us = np.linspace(-5.0, 5.0, n)
+    tight = cfg.override("integrator.rtol=1e-9", "integrator.atol=1e-9", "cfd.enabled=false")
+    plain = cfg.override("cfd.enabled=false")
+    _, mx = scene()
+    target = jax.jit(final_eight_ball(mx, tight, horizon))(TARGET_U)
+    print(f"target: eight ball at {np.asarray(target)} (u = {TARGET_U})")
+    res = sweep(mx, {"diffmjx": plain, "cfd": cfg}, tight, target, us, horizon)
+    miss = np.abs(res["ref_grad"]) == 0.0
+    res["miss"] = miss
+
+    iters = 8 if quick else 40
+    u0 = 4.0
+    d_cfd, u_cfd = descent(mx, cfg, target, u0, horizon, iters, lr=0.5)
+    d_plain, u_plain = descent(mx, plain, target, u0, horizon, iters, lr=0.5)
+
+    _, mf = scene(free=True)
+    target_f = jax.jit(final_eight_ball(mf, tight, horizon))(TARGET_U)
+    free = sweep(
+        mf,
+        {
+            "diffmjx": plain,
+            "cfd_checkpoint": cfg.override("integrator.adjoint=checkpoint"),
+            "cfd_backsolve": cfg.override("integrator.adjoint=backsolve"),
+        },
+        tight,
+        target_f,
+        us,
+        horizon,
+    )
+    free_miss = np.abs(free["ref_grad"]) == 0.0
+    summary = _summarise(res, free, free_miss, d_cfd, d_plain)
+    _write(out, res, free, summary, (d_cfd, u_cfd), (d_plain, u_plain))
+    return {"sweep": res, "free": free, "summary": summary, "descent_cfd": d_cfd, "descent_plain": d_plain}
+
+
+def _summarise(res, free, free_miss, d_cfd, d_plain) -> list[dict]:
+    miss = res["miss"]
+    rows = []
+    for name in ("diffmjx", "cfd"):
+        g = res[f"{name}_grad"]
+        hit = ~miss
+        rel = np.abs(g[hit] - res["ref_grad"][hit]) / np.maximum(np.abs(res["ref_grad"][hit]), 1e-3)
+        rows.append(
+            dict(
+                study="fig8",
+                method=name,
+                miss_points=int(miss.sum()),
+                miss_nonzero_gradients=int(np.sum(g[miss] != 0)),
+                miss_descent_sign_ok=int(np.sum(np.sign(g[miss]) == np.sign(res["u"][miss]))),
+                hit_median_rel_error=float(np.median(rel)) if rel.size else np.nan,
+                oscillation=np.nan,
+                descent_final_loss=(d_cfd if name == "cfd" else d_plain)[-1],
+            )
+        )
+    for name in ("diffmjx", "cfd_checkpoint", "cfd_backsolve"):
+        g = free[f"{name}_grad"]
+        osc = [oscillation(free["u"], g, free_miss & (np.sign(free["u"]) == s)) for s in (-1, 1)]
+        rows.append(
+            dict(
+                study="fig19",
+                method=name,
+                miss_points=int(free_miss.sum()),
+                miss_nonzero_gradients=int(np.sum(g[free_miss] != 0)),
+                miss_descent_sign_ok=int(np.sum(np.sign(g[free_miss]) == np.sign(free["u"][free_miss]))),
+                hit_median_rel_error=np.nan,
+                oscillation=max(osc),
+                descent_final_loss=np.nan,
+            )
+        )
+    for r in rows:
+        print(r)
+    return rows
+
+
+def _write(out: Path, res, free, summary, cfd_run, plain_run) -> None:
+    keys = [k for k in res if k != "miss"]
+    common.write_csv(out / "billiard.csv", [{k: float(res[k][i]) for k in keys} for i in range(len(res["u"]))])
+    common.write_csv(out / "billiard_free.csv", [{k: float(free[k][i]) for k in free} for i in range(len(free["u"]))])
+    common.write_csv(out / "billiard_summary.csv", summary)
+    common.write_csv(
+        out / "billiard_descent.csv",
+        [
+            dict(iteration=i, u_cfd=cfd_run[1][i], loss_cfd=cfd_run[0][i], u_plain=plain_run[1][i], loss_plain=plain_run[0][i])
+            for i in range(len(cfd_run[0]))
+        ],
+    )
+    _plot(out, res, free, cfd_run, plain_run)
+
+
+def _plot(out, res, free, cfd_run, plain_run):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    u = res["u"]
+    fig, ax = plt.subplots(1, 3, figsize=(14, 3.8))
+    ax[0].plot(u, res["ref_loss"], "k-", label="converged solve")
+    ax[0].plot(u, res["cfd_loss"], "C1--", label="DiffMJX + CFD (forward unchanged)")
+    ax[0].set(xlabel="u", ylabel="loss: eight ball to target (m)", title="Loss")
+    ax[1].plot(u, res["ref_grad"], "k-", lw=2.5, alpha=0.4, label="central differences")
+    ax[1].plot(u, res["diffmjx_grad"], "C0.-", ms=3, label="DiffMJX")
+    ax[1].plot(u, res["cfd_grad"], "C1.-", ms=3, label="DiffMJX + CFD")
+    ax[1].set(xlabel="u", ylabel="dL/du", title="Gradient (0 where the balls miss, without CFD)")
+    ax[1].set_yscale("symlog", linthresh=1e-3)
+    ax[2].plot(cfd_run[0], "C1o-", ms=3, label="DiffMJX + CFD")
+    ax[2].plot(plain_run[0], "C0s-", ms=3, label="DiffMJX")
+    ax[2].axhline(MISS_LOSS_THRESHOLD, color="k", ls=":", label=f"{MISS_LOSS_THRESHOLD} m")
+    ax[2].set(xlabel="Adam iteration", ylabel="loss (m)", title=f"Descent from u = {cfd_run[1][0]:g} (a miss)")
+    ax[2].set_yscale("log")
+    for a in ax:
+        a.legend(fontsize=8)
+    common.save_figure(fig, out / "billiard.png")
+
+    fig, ax = plt.subplots(1, 3, figsize=(14, 3.6), sharey=True)
+    for a, (name, title) in zip(
+        ax,
+        (
+            ("diffmjx", "DiffMJX (no CFD)"),
+            ("cfd_checkpoint", "CFD, discretize-then-optimize"),
+            ("cfd_backsolve", "CFD, optimize-then-discretize"),
+        ),
+        strict=True,
+    ):
+        a.plot(free["u"], free["ref_grad"], "k-", lw=2.5, alpha=0.4, label="central differences")
+        a.plot(free["u"], free[f"{name}_grad"], "C1.-", ms=3, label=title)
+        a.set(xlabel="u", title=title)
+        a.set_yscale("symlog", linthresh=1e-3)
+        a.legend(fontsize=8)
+    ax[0].set_ylabel("dL/du")
+    common.save_figure(fig, out / "billiard_free.png")
+
+
+def main(argv=None):
+    cfg, args = common.cli(__doc__, DEFAULT_PRESET, argv)
+    run(cfg, args.out, args.quick)
+
+
+if __name__ == "__main__":
+    main()
