@@ -20,6 +20,7 @@ Writes docs/results/billiard*.{csv,png}.
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import jax
@@ -37,6 +38,9 @@ RADIUS, SPEED, LATERAL = 0.042, 1.5, 0.1  # m, m/s along x, m/s of lateral veloc
 TARGET_U = 1.0  # the target is where the eight ball ends for this u
 FD_STEP = 1e-4
 MISS_LOSS_THRESHOLD = 0.01  # m: the descent run has reached the target below this
+# |dL/du| below this is zero: without CFD a miss leaves ~1e-29, because MJX's Newton solver shares
+# one line search across all contacts (the cue ball's rolling contact nudges the eight ball's).
+ZERO = 1e-20
 
 
 def scene(free: bool = False) -> tuple[mujoco.MjModel, common.mjx.Model]:
@@ -50,28 +54,44 @@ def scene(free: bool = False) -> tuple[mujoco.MjModel, common.mjx.Model]:
     return mj, common.mjx.put_model(mj)
 
 
-def shot(mx, u):
-    """Initial state: cue ball moving at (1.5, 0.1 u) m/s, rolling without sliding."""
+def settled(mj: mujoco.MjModel, seconds: float = 1.0, dt: float = 1e-4) -> np.ndarray:
+    """qpos of the balls at rest on the felt (MuJoCo C engine, RK4 at ``dt``, from the model's pose).
+
+    Starting at zero penetration instead, a ball settles through an underdamped bounce, and a
+    sliding ball keeps chattering in and out of contact: ~2000 steps per period instead of ~15.
+    """
+    mj = copy.copy(mj)  # the scene's 10 ms step is too coarse for solref 0.01 in C's integrators
+    mj.opt.timestep, mj.opt.integrator = dt, mujoco.mjtIntegrator.mjINT_RK4
+    data = mujoco.MjData(mj)
+    for _ in range(int(round(seconds / dt))):
+        mujoco.mj_step(mj, data)
+    return data.qpos.copy()
+
+
+def shot(mx, u, qpos0=None):
+    """Initial state: cue ball moving at (1.5, 0.1 u) m/s, rolling without sliding, from ``qpos0``."""
     d = common.mjx.make_data(mx)
+    if qpos0 is not None:
+        d = d.replace(qpos=jnp.asarray(qpos0))
     vx, vy = SPEED, LATERAL * u
     # rolling on the plane z = 0: v = omega x (r e_z), i.e. omega = (-vy, vx, 0) / r
     qvel = d.qvel.at[0].set(vx).at[1].set(vy).at[3].set(-vy / RADIUS).at[4].set(vx / RADIUS)
     return d.replace(qvel=qvel)
 
 
-def final_eight_ball(mx, cfg, horizon: int):
+def final_eight_ball(mx, cfg, horizon: int, qpos0=None):
     """u -> (x, y) of the eight ball after ``horizon`` control periods."""
     ctrls = jnp.zeros((horizon, 0))
 
     def run(u):
-        return diffmjx.rollout(mx, shot(mx, u), ctrls, cfg)[0].qpos[7:9]
+        return diffmjx.rollout(mx, shot(mx, u, qpos0), ctrls, cfg)[0].qpos[7:9]
 
     return run
 
 
-def loss_fn(mx, cfg, target, horizon: int):
+def loss_fn(mx, cfg, target, horizon: int, qpos0=None):
     """u -> distance of the eight ball from ``target`` after ``horizon`` periods."""
-    pos = final_eight_ball(mx, cfg, horizon)
+    pos = final_eight_ball(mx, cfg, horizon, qpos0)
     return lambda u: jnp.linalg.norm(pos(u) - target)
 
 
@@ -80,23 +100,23 @@ def _map(fn, us, desc):
     return jax.tree.map(lambda *x: np.stack(x), *out)
 
 
-def sweep(mx, methods: dict, tight: diffmjx.Config, target, us, horizon: int) -> dict:
+def sweep(mx, methods: dict, tight: diffmjx.Config, target, us, horizon: int, qpos0=None) -> dict:
     """Loss and gradient of each method over ``us``; central differences of the tight solve."""
-    ref = jax.jit(loss_fn(mx, tight, target, horizon))
+    ref = jax.jit(loss_fn(mx, tight, target, horizon, qpos0))
     lp = _map(ref, us + FD_STEP, "reference +h")
     lm = _map(ref, us - FD_STEP, "reference -h")
     out = {"u": us, "ref_loss": 0.5 * (lp + lm), "ref_grad": (lp - lm) / (2 * FD_STEP)}
     for name, c in methods.items():
-        loss, grad = _map(jax.jit(jax.value_and_grad(loss_fn(mx, c, target, horizon))), us, name)
+        loss, grad = _map(jax.jit(jax.value_and_grad(loss_fn(mx, c, target, horizon, qpos0))), us, name)
         out[f"{name}_loss"], out[f"{name}_grad"] = loss, grad
     return out
 
 
-def descent(mx, cfg, target, u0: float, horizon: int, iterations: int, lr: float) -> list[float]:
-    """Adam on u from ``u0``; returns the loss at every iterate."""
-    vg = jax.jit(jax.value_and_grad(loss_fn(mx, cfg, target, horizon)))
-    opt = optax.adam(lr)
-    u, state, losses, us = jnp.asarray(u0), None, [], []
+def descent(mx, cfg, target, u0: float, horizon: int, iterations: int, qpos0=None):
+    """Adam on u from ``u0`` (step 0.6, decaying by 0.85 per iteration); loss and u at every iterate."""
+    vg = jax.jit(jax.value_and_grad(loss_fn(mx, cfg, target, horizon, qpos0)))
+    opt = optax.adam(optax.exponential_decay(0.6, 1, 0.85))
+    u, losses, us = jnp.asarray(u0), [], []
     state = opt.init(u)
     for _ in tqdm(range(iterations), desc="descent", leave=False):
         loss, g = vg(u)
@@ -105,6 +125,11 @@ def descent(mx, cfg, target, u0: float, horizon: int, iterations: int, lr: float
         upd, state = opt.update(g, state)
         u = optax.apply_updates(u, upd)
     return losses, us
+
+
+def _missed(ref_loss, qpos0, target):
+    """Shots that leave the eight ball where it was (to 1 nm): its loss is its resting distance."""
+    return np.abs(ref_loss - np.linalg.norm(np.asarray(qpos0)[7:9] - np.asarray(target))) < 1e-9
 
 
 def oscillation(u, grad, mask) -> float:
@@ -116,21 +141,21 @@ def oscillation(u, grad, mask) -> float:
 
 def run(cfg: diffmjx.Config, out: Path, quick: bool = False) -> dict:
     horizon = 100
-    n = 21 if quick else 81
+    n = 11 if quick else 41
     us = np.linspace(-5.0, 5.0, n)
-    tight = cfg.override("integrator.rtol=1e-9", "integrator.atol=1e-9", "cfd.enabled=false")
+    tight = cfg.override("integrator.rtol=1e-7", "integrator.atol=1e-7", "cfd.enabled=false")
     plain = cfg.override("cfd.enabled=false")
-    _, mx = scene()
-    target = jax.jit(final_eight_ball(mx, tight, horizon))(TARGET_U)
+    mj, mx = scene()
+    q0 = settled(mj)
+    target = jax.jit(final_eight_ball(mx, tight, horizon, q0))(TARGET_U)
     print(f"target: eight ball at {np.asarray(target)} (u = {TARGET_U})")
-    res = sweep(mx, {"diffmjx": plain, "cfd": cfg}, tight, target, us, horizon)
-    miss = np.abs(res["ref_grad"]) == 0.0
+    res = sweep(mx, {"diffmjx": plain, "cfd": cfg}, tight, target, us, horizon, q0)
+    miss = _missed(res["ref_loss"], q0, target)
     res["miss"] = miss
 
-    iters = 8 if quick else 40
-    u0 = 4.0
-    d_cfd, u_cfd = descent(mx, cfg, target, u0, horizon, iters, lr=0.5)
-    d_plain, u_plain = descent(mx, plain, target, u0, horizon, iters, lr=0.5)
+    iters, u0 = 20, 4.0
+    d_cfd, u_cfd = descent(mx, cfg, target, u0, horizon, iters, q0)
+    d_plain, u_plain = descent(mx, plain, target, u0, horizon, iters, q0)
 
     _, mf = scene(free=True)
     target_f = jax.jit(final_eight_ball(mf, tight, horizon))(TARGET_U)
@@ -146,7 +171,7 @@ def run(cfg: diffmjx.Config, out: Path, quick: bool = False) -> dict:
         us,
         horizon,
     )
-    free_miss = np.abs(free["ref_grad"]) == 0.0
+    free_miss = _missed(free["ref_loss"], np.asarray(mf.qpos0), target_f)
     summary = _summarise(res, free, free_miss, d_cfd, d_plain)
     _write(out, res, free, summary, (d_cfd, u_cfd), (d_plain, u_plain))
     return {"sweep": res, "free": free, "summary": summary, "descent_cfd": d_cfd, "descent_plain": d_plain}
@@ -164,7 +189,7 @@ def _summarise(res, free, free_miss, d_cfd, d_plain) -> list[dict]:
                 study="fig8",
                 method=name,
                 miss_points=int(miss.sum()),
-                miss_nonzero_gradients=int(np.sum(g[miss] != 0)),
+                miss_nonzero_gradients=int(np.sum(np.abs(g[miss]) > ZERO)),
                 miss_descent_sign_ok=int(np.sum(np.sign(g[miss]) == np.sign(res["u"][miss]))),
                 hit_median_rel_error=float(np.median(rel)) if rel.size else np.nan,
                 oscillation=np.nan,
@@ -179,7 +204,7 @@ def _summarise(res, free, free_miss, d_cfd, d_plain) -> list[dict]:
                 study="fig19",
                 method=name,
                 miss_points=int(free_miss.sum()),
-                miss_nonzero_gradients=int(np.sum(g[free_miss] != 0)),
+                miss_nonzero_gradients=int(np.sum(np.abs(g[free_miss]) > ZERO)),
                 miss_descent_sign_ok=int(np.sum(np.sign(g[free_miss]) == np.sign(free["u"][free_miss]))),
                 hit_median_rel_error=np.nan,
                 oscillation=max(osc),

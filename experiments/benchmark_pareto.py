@@ -1,0 +1,171 @@
+"""Error-vs-cost benchmark on the cube toss (paper Figs. 5, 17): fixed-step MJX against DiffMJX.
+
+    python -m experiments.benchmark_pareto [--quick] [--set KEY=VALUE ...]
+
+For every method: loss (final qpos[1] after 1 s), gradient d loss / d u0 at u0 = -2, its relative
+error against central differences of a converged solve (Tsit5, rtol = atol = 1e-12), forward and
+backward JIT time (cold: the persistent cache is off here), forward and backward run time (median
+of repeats), XLA's memory estimate of the backward program, and the integrator's step statistics.
+
+Methods: MJX semi-implicit Euler, RK4 and implicitfast at dt in {1e-2, 3e-3, 1e-3, 3e-4, 1e-4,
+3e-5}; Diffrax Tsit5, Dopri5, Dopri8, Bosh3, Heun at rtol = atol in {1e-3, 1e-4, 1e-5, 1e-7,
+1e-10}; Tsit5 at 1e-5 and 1e-7 also with the backsolve adjoint and the implicit solver gradient.
+``--quick`` runs a subset. Rows are appended to docs/results/benchmark_pareto.csv as they finish,
+so an interrupted run keeps what it measured; the Pareto plots (error vs backward run time, error
+vs backward JIT time) go to benchmark_pareto.png.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+from tqdm import tqdm
+
+import diffmjx
+from diffmjx.gradcheck import pick_plateau
+from experiments import common
+
+DEFAULT_PRESET = Path(__file__).parent / "configs" / "cube_toss.yaml"
+MJX_DTS = (1e-2, 3e-3, 1e-3, 3e-4, 1e-4, 3e-5)
+TOLS = (1e-3, 1e-4, 1e-5, 1e-7, 1e-10)
+DIFFRAX = ("tsit5", "dopri5", "dopri8", "bosh3", "heun")
+MJX = ("mjx_euler", "mjx_rk4", "mjx_implicitfast")
+
+
+def methods(cfg: diffmjx.Config, quick: bool) -> list[tuple[str, str, diffmjx.Config]]:
+    """(family, label, config) for every benchmarked method."""
+    out = []
+    period = 0.01
+    for solver in ("mjx_euler",) if quick else MJX:
+        for dt in (1e-2, 1e-3) if quick else MJX_DTS:
+            n = max(1, round(period / dt))
+            c = cfg.override(f"integrator.solver={solver}", f"integrator.substeps={n}")
+            out.append((solver, f"{solver} dt {period / n:.1e}", c))
+    for solver in ("tsit5",) if quick else DIFFRAX:
+        for tol in (1e-4, 1e-7) if quick else TOLS:
+            c = cfg.override(f"integrator.solver={solver}", f"integrator.rtol={tol}", f"integrator.atol={tol}")
+            out.append((solver, f"{solver} tol {tol:.0e}", c))
+    for tol in (1e-7,) if quick else (1e-5, 1e-7):
+        base = cfg.override("integrator.solver=tsit5", f"integrator.rtol={tol}", f"integrator.atol={tol}")
+        out.append(("tsit5 backsolve", f"tsit5 tol {tol:.0e} backsolve", base.override("integrator.adjoint=backsolve")))
+        out.append(("tsit5 implicit", f"tsit5 tol {tol:.0e} implicit solve", base.override("solver.gradient=implicit")))
+    return out
+
+
+def _median_time(fn, arg, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        jax.block_until_ready(fn(arg))
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def measure(mx, cfg: diffmjx.Config, u0: float, repeats: int) -> dict:
+    """Loss, gradient, JIT and run times, memory and step counts of one configuration."""
+    ctrls = np.zeros((common.CUBE_TOSS["horizon"], mx.nu))
+
+    def forward(u):
+        d, traj = diffmjx.rollout(mx, common.cube_toss_data(mx, u), ctrls, cfg)
+        return d.qpos[1], traj.stats
+
+    backward = jax.value_and_grad(lambda u: forward(u)[0])
+    t = time.perf_counter()
+    fwd = jax.jit(forward).lower(u0).compile()
+    fwd_jit = time.perf_counter() - t
+    t = time.perf_counter()
+    bwd = jax.jit(backward).lower(u0).compile()
+    bwd_jit = time.perf_counter() - t
+    mem = bwd.memory_analysis()
+    loss, stats = jax.block_until_ready(fwd(u0))
+    _, grad = jax.block_until_ready(bwd(u0))
+    return dict(
+        loss=float(loss),
+        grad=float(grad),
+        forward_jit_s=fwd_jit,
+        backward_jit_s=bwd_jit,
+        forward_run_s=_median_time(fwd, u0, repeats),
+        backward_run_s=_median_time(bwd, u0, repeats),
+        backward_memory_mb=(mem.temp_size_in_bytes + mem.argument_size_in_bytes + mem.output_size_in_bytes) / 2**20
+        if mem is not None
+        else np.nan,
+        accepted_steps=int(np.sum(stats.accepted)),
+        rejected_steps=int(np.sum(stats.rejected)),
+        budget_exhausted=bool(np.any(stats.budget_exhausted)),
+    )
+
+
+def ground_truth(mx, cfg: diffmjx.Config, u0: float, quick: bool) -> float:
+    tight = cfg.override("integrator.solver=tsit5", "integrator.rtol=1e-12", "integrator.atol=1e-12")
+    steps = (1e-3, 1e-4) if quick else (1e-2, 1e-3, 3e-4, 1e-4, 3e-5)
+    sweep, _ = diffmjx.central_differences(common.cube_toss_loss(mx, tight), u0, steps)
+    return float(sweep[pick_plateau(sweep), 0])
+
+
+def run(cfg: diffmjx.Config, out: Path, quick: bool = False) -> list[dict]:
+    jax.config.update("jax_enable_compilation_cache", False)  # JIT times are cold compiles
+    _, mx = common.load("cube_toss")
+    u0 = common.CUBE_TOSS["u0"]
+    truth = ground_truth(mx, cfg, u0, quick)
+    print(f"ground truth (tsit5 1e-12, central differences): {truth:+.6f}")
+    rows, path = [], out / "benchmark_pareto.csv"
+    for family, label, c in (bar := tqdm(methods(cfg, quick), desc="methods")):
+        bar.set_postfix_str(label)
+        r = dict(family=family, method=label, adjoint=c.integrator.adjoint, solver_gradient=c.solver.gradient)
+        r.update(measure(mx, c, u0, repeats=2 if quick else 3))
+        r["grad_truth"] = truth
+        r["rel_error"] = abs(r["grad"] - truth) / abs(truth)
+        rows.append(r)
+        common.write_csv(path, rows)  # after every method: an interrupted run keeps its rows
+    _plot(rows, out / "benchmark_pareto.png")
+    _print(rows)
+    return rows
+
+
+def _print(rows):
+    print(f"\n{'method':<34} {'rel.err':>9} {'fwd s':>8} {'bwd s':>8} {'fwd JIT':>8} {'bwd JIT':>8} {'MB':>7}")
+    for r in rows:
+        print(f"{r['method']:<34} {r['rel_error']:9.2e} {r['forward_run_s']:8.3f} {r['backward_run_s']:8.3f} "
+              f"{r['forward_jit_s']:8.1f} {r['backward_jit_s']:8.1f} {r['backward_memory_mb']:7.1f}"
+              + ("  (step budget exhausted)" if r["budget_exhausted"] else ""))  # fmt: skip
+
+
+def pareto(points: list[tuple[float, float]]) -> list[int]:
+    """Indices of the points no other point beats in both coordinates (smaller is better)."""
+    return [i for i, (x, y) in enumerate(points) if not any(a <= x and b <= y and (a, b) != (x, y) for a, b in points)]
+
+
+def _plot(rows, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    families = list(dict.fromkeys(r["family"] for r in rows))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    for ax, key, label in ((axes[0], "backward_run_s", "backward run time (s)"), (axes[1], "backward_jit_s", "backward JIT time (s)")):
+        for i, fam in enumerate(families):
+            sel = [r for r in rows if r["family"] == fam]
+            marker = "s" if fam.startswith("mjx") else "o"
+            ax.scatter([r[key] for r in sel], [r["rel_error"] for r in sel], marker=marker, color=f"C{i}", label=fam)
+        front = pareto([(r[key], r["rel_error"]) for r in rows])
+        pts = sorted((rows[i][key], rows[i]["rel_error"]) for i in front)
+        ax.step([p[0] for p in pts], [p[1] for p in pts], "k--", where="post", lw=0.8, label="Pareto front")
+        ax.set(xscale="log", yscale="log", xlabel=label)
+    axes[0].set_ylabel("relative gradient error")
+    axes[0].legend(fontsize=7, ncol=2)
+    fig.suptitle("Cube toss: gradient error vs cost (squares: fixed-step MJX, circles: DiffMJX)")
+    common.save_figure(fig, path)
+
+
+def main(argv=None):
+    cfg, args = common.cli(__doc__, DEFAULT_PRESET, argv)
+    run(cfg, args.out, args.quick)
+
+
+if __name__ == "__main__":
+    main()
