@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import hashlib
 import io
+import os
+import pickle
 from pathlib import Path
 
 import jax
@@ -83,6 +86,32 @@ def c_engine_cube_toss(u0: float, dt: float = 1e-5, seconds: float = 1.0) -> flo
     return float(data.qpos[1])
 
 
+STAGES = Path(os.environ.get("DIFFMJX_STAGE_CACHE", Path.home() / ".cache" / "diffmjx" / "stages"))
+
+
+def stage(name: str, key: object, fn, fresh: bool = False):
+    """``fn()``, or its result saved by an earlier run with the same ``name`` and ``key``.
+
+    Long studies save each finished stage, so an interrupted run resumes where it stopped instead of
+    recomputing an hour of gradients. ``key`` must name everything the result depends on (config
+    YAML, sweep points, ...). ``fresh=True`` (``--fresh`` on the command line) recomputes and
+    overwrites; ``DIFFMJX_STAGE_CACHE`` moves the store.
+    """
+    digest = hashlib.sha256(repr((name, key, mujoco.__version__)).encode()).hexdigest()[:16]
+    path = STAGES / f"{name}-{digest}.pkl"
+    if path.exists() and not fresh:
+        print(f"{name}: reusing {path}")
+        with open(path, "rb") as f:
+            return pickle.load(f)
+    result = fn()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as f:
+        pickle.dump(result, f)
+    tmp.replace(path)
+    return result
+
+
 def write_csv(path: Path, rows: list[dict]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as f:
@@ -95,6 +124,7 @@ def parser(description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--quick", action="store_true", help="small preset for smoke runs")
     p.add_argument("--out", type=Path, default=RESULTS, help="where CSV and PNG files go")
+    p.add_argument("--fresh", action="store_true", help="recompute stages saved by an earlier run")
     diffmjx.add_cli_arguments(p)
     return p
 
