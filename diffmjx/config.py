@@ -135,6 +135,8 @@ class IntegratorConfig(_Section):
         pcoeff, icoeff, dcoeff: PID controller coefficients.
         dt0: first trial step in seconds; None means the control period.
         dtmin: smallest step the controller may take; None means no floor.
+        dtmax: largest step the controller may take; None means the control period. Caps how far
+            one step can jump past a short event (a collision, CFD's backward-only forces).
         substeps: steps per control period for ``constant`` control and ``mjx_*`` solvers.
         max_steps: step budget per control period.
         checkpoints: snapshots for recursive checkpointing; None lets Diffrax choose.
@@ -154,6 +156,7 @@ class IntegratorConfig(_Section):
     dcoeff: float = _knob(0.0, ge=0)
     dt0: float | None = _knob(None, gt=0)
     dtmin: float | None = _knob(None, gt=0)
+    dtmax: float | None = _knob(None, gt=0)
     substeps: int = _knob(1, ge=1)
     max_steps: int = _knob(4096, ge=1)
     checkpoints: int | None = _knob(None, ge=1)

@@ -82,6 +82,7 @@ def _controller(cfg: Config, backsolve: bool = False):
     norm = diffrax.adjoint_rms_seminorm if backsolve else optx.rms_norm
     return diffrax.PIDController(
         rtol=rtol, atol=atol, pcoeff=ic.pcoeff, icoeff=ic.icoeff, dcoeff=ic.dcoeff, dtmin=ic.dtmin,
+        dtmax=ic.dtmax,
         norm=norm,
     )  # fmt: skip
 
@@ -117,6 +118,8 @@ def _period_diffrax(m, d, cfg: Config, layout, dt_hint):
         dt0 = period / ic.substeps
     else:
         dt0 = jnp.minimum(jax.lax.stop_gradient(dt_hint), period)
+        if ic.dtmax is not None:
+            dt0 = jnp.minimum(dt0, ic.dtmax)
     y0 = State(jnp.zeros(m.nv, d.qvel.dtype), d.qvel, d.act)
     sol = diffrax.diffeqsolve(
         term,

@@ -105,3 +105,16 @@ def test_gradient_through_activation():
     fd = (float(f(0.3 + 1e-5)) - float(f(0.3 - 1e-5))) / 2e-5
     assert abs(g) > 1e-3
     assert abs(g - fd) < 1e-5 * abs(fd)
+
+
+def test_dtmax_caps_the_step():
+    # free flight at loose tolerance: one step per 10 ms period unless dtmax caps it
+    _, mx = load("tumbling_box")
+    d = mjx.make_data(mx).replace(qvel=jnp.asarray(QVEL0))
+    steps = {}
+    for dtmax in (None, 0.0025):
+        cfg = diffmjx.Config().override("integrator.rtol=1e-3", "integrator.atol=1e-3", f"integrator.dtmax={dtmax if dtmax else 'null'}")
+        _, traj = jax.jit(lambda d, cfg=cfg: diffmjx.rollout(mx, d, jnp.zeros((3, 0)), cfg))(d)
+        steps[dtmax] = np.asarray(traj.stats.accepted)
+    assert np.all(steps[0.0025] >= 4)
+    assert np.all(steps[None] < 4)
