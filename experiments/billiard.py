@@ -11,9 +11,14 @@ the height of natural roll (the cue ball rolls without sliding from the start) w
 * Fig. 8: loss and dL/du for DiffMJX without CFD, with CFD (discretize-then-optimize, straight
   through) and central differences of MuJoCo's C engine (RK4, dt 1e-5); then a descent run (Adam on u) from a
   start where the balls miss, with and without CFD.
-* Fig. 19: the gravity-free variant without table contacts (ball-ball contact only): CFD gradients
-  under discretize-then-optimize (checkpoint) and optimize-then-discretize (backsolve); the
-  oscillation figure is the total variation of dL/du over the miss region, relative to its range.
+* Fig. 19: the gravity-free variant without table contacts, frictionless and without spin, so the
+  motion is linear before and after the ball-ball collision; the whole second is one control
+  period, so the step-size controller takes steps up to ``FREE_DTMAX`` where the balls miss. CFD
+  gradients under discretize-then-optimize (checkpoint, which unrolls those long forward steps)
+  and optimize-then-discretize (backsolve, whose adjoint solve picks its own steps), each against
+  the CFD gradient of a resolved forward (checkpoint at dtmax ``RESOLVED_DTMAX``). Figures: the
+  median relative deviation from it over the miss region, and the oscillation (total variation of
+  dL/du over each side of the miss region, relative to its range; 1 for a monotone curve).
 
 Writes docs/results/billiard*.{csv,png}. Finished stages are saved (``--fresh`` recomputes them).
 """
@@ -37,10 +42,14 @@ DEFAULT_PRESET = Path(__file__).parent / "configs" / "billiard.yaml"
 RADIUS, SPEED, LATERAL = 0.042, 1.5, 0.1  # m, m/s along x, m/s of lateral velocity per unit u
 TARGET_U = 1.0  # the target is where the eight ball ends for this u
 FD_STEP = 1e-4
+FD_STEP_COARSE = 1e-3  # a second C-engine difference: where the two disagree, the reference is not resolved
+RESOLVED = 0.1  # ... by more than this relative amount
 EPS = 1e-6  # m: smoothing of the distance loss at the target
 C_DT = 1e-5  # s: RK4 step of the C-engine reference (1e-4 -> 3e-5 moves the eight ball 1.7 mm, 3e-5 -> 1e-5 0.3 mm)
 HORIZON, PERIOD = 100, 0.01  # control periods of the shot, and their length (the scene's timestep)
 U0, ITERATIONS, LEARNING_RATE, DECAY = 4.0, 25, 0.6, 0.85  # descent: start (the balls miss) and Adam
+FREE_DTMAX = 0.1  # s: the Fig. 19 variant's step cap (none: a 1 s step jumps over the collision)
+RESOLVED_DTMAX = 0.005  # s: step cap of the resolved CFD gradient the Fig. 19 methods are measured against
 MISS_LOSS_THRESHOLD = 0.01  # m: the descent run has reached the target below this
 # |dL/du| below this is zero: without CFD a miss leaves ~1e-29, because MJX's Newton solver shares
 # one line search across all contacts (the cue ball's rolling contact nudges the eight ball's).
@@ -55,6 +64,10 @@ def scene(free: bool = False) -> tuple[mujoco.MjModel, common.mjx.Model]:
         world = mj.geom_bodyid == 0
         mj.geom_contype[world] = 0
         mj.geom_conaffinity[world] = 0
+        mj.geom_condim[:] = 1  # frictionless: no spin, linear motion before and after the collision
+        mj.opt.timestep = HORIZON * PERIOD  # one control period for the whole shot
+        # keep solref's 10 ms time constant (refsafe would raise it to twice the 1 s "timestep")
+        mj.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_REFSAFE
     return mj, common.mjx.put_model(mj)
 
 
@@ -72,30 +85,33 @@ def settled(mj: mujoco.MjModel, seconds: float = 1.0, dt: float = 1e-4) -> np.nd
     return data.qpos.copy()
 
 
-def shot(mx, u, qpos0=None):
-    """Initial state: cue ball moving at (1.5, 0.1 u) m/s, rolling without sliding, from ``qpos0``."""
+def shot(mx, u, qpos0=None, roll: bool = True):
+    """Initial state: cue ball moving at (1.5, 0.1 u) m/s from ``qpos0``, rolling without sliding
+    (``roll``) or without spin."""
     d = common.mjx.make_data(mx)
     if qpos0 is not None:
         d = d.replace(qpos=jnp.asarray(qpos0))
     vx, vy = SPEED, LATERAL * u
     # rolling on the plane z = 0: v = omega x (r e_z), i.e. omega = (-vy, vx, 0) / r
-    qvel = d.qvel.at[0].set(vx).at[1].set(vy).at[3].set(-vy / RADIUS).at[4].set(vx / RADIUS)
+    qvel = d.qvel.at[0].set(vx).at[1].set(vy)
+    if roll:
+        qvel = qvel.at[3].set(-vy / RADIUS).at[4].set(vx / RADIUS)
     return d.replace(qvel=qvel)
 
 
-def final_eight_ball(mx, cfg, horizon: int, qpos0=None):
+def final_eight_ball(mx, cfg, horizon: int, qpos0=None, roll: bool = True):
     """u -> (x, y) of the eight ball after ``horizon`` control periods."""
     ctrls = jnp.zeros((horizon, 0))
 
     def run(u):
-        return diffmjx.rollout(mx, shot(mx, u, qpos0), ctrls, cfg)[0].qpos[7:9]
+        return diffmjx.rollout(mx, shot(mx, u, qpos0, roll), ctrls, cfg)[0].qpos[7:9]
 
     return run
 
 
-def loss_fn(mx, cfg, target, horizon: int, qpos0=None):
+def loss_fn(mx, cfg, target, horizon: int, qpos0=None, roll: bool = True):
     """u -> distance of the eight ball from ``target`` after ``horizon`` periods."""
-    pos = final_eight_ball(mx, cfg, horizon, qpos0)
+    pos = final_eight_ball(mx, cfg, horizon, qpos0, roll)
     return lambda u: distance(pos(u), target)
 
 
@@ -109,7 +125,7 @@ def _map(fn, us, desc):
     return jax.tree.map(lambda *x: np.stack(x), *out)
 
 
-def c_engine_shot(mj: mujoco.MjModel, u: float, qpos0=None, dt: float = C_DT) -> tuple[np.ndarray, bool]:
+def c_engine_shot(mj: mujoco.MjModel, u: float, qpos0=None, dt: float = C_DT, roll: bool = True) -> tuple[np.ndarray, bool]:
     """The shot in MuJoCo's C engine (RK4 at ``dt``): eight ball's final (x, y), and whether the balls touched.
 
     The ground truth of the study. A converged DiffMJX solve is no cheaper: after the collision the
@@ -122,7 +138,9 @@ def c_engine_shot(mj: mujoco.MjModel, u: float, qpos0=None, dt: float = C_DT) ->
     if qpos0 is not None:
         data.qpos[:] = qpos0
     vx, vy = SPEED, LATERAL * u
-    data.qvel[[0, 1, 3, 4]] = vx, vy, -vy / RADIUS, vx / RADIUS
+    data.qvel[[0, 1]] = vx, vy
+    if roll:
+        data.qvel[[3, 4]] = -vy / RADIUS, vx / RADIUS
     closest = np.inf
     for _ in range(int(round(HORIZON * PERIOD / dt))):
         mujoco.mj_step(mj, data)
@@ -130,21 +148,33 @@ def c_engine_shot(mj: mujoco.MjModel, u: float, qpos0=None, dt: float = C_DT) ->
     return data.qpos[7:9].copy(), closest < 2 * RADIUS
 
 
-def sweep(mx, mj, methods: dict, target, us, horizon: int, qpos0=None) -> dict:
+def sweep(mx, mj, methods: dict, target, us, horizon: int, qpos0=None, roll: bool = True) -> dict:
     """Loss and gradient of each method over ``us``; central differences of the C engine as reference."""
     target = np.asarray(target)
 
     def c_loss(u):
-        return float(distance(c_engine_shot(mj, u, qpos0)[0], target))
+        return float(distance(c_engine_shot(mj, u, qpos0, roll=roll)[0], target))
 
     lp = np.array([c_loss(u + FD_STEP) for u in tqdm(us, desc="C engine +h", leave=False)])
     lm = np.array([c_loss(u - FD_STEP) for u in tqdm(us, desc="C engine -h", leave=False)])
-    touched = np.array([c_engine_shot(mj, u, qpos0)[1] for u in tqdm(us, desc="C engine", leave=False)])
+    touched = np.array([c_engine_shot(mj, u, qpos0, roll=roll)[1] for u in tqdm(us, desc="C engine", leave=False)])
     out = {"u": us, "ref_loss": 0.5 * (lp + lm), "ref_grad": (lp - lm) / (2 * FD_STEP), "miss": ~touched}
     for name, c in methods.items():
-        loss, grad = _map(jax.jit(jax.value_and_grad(loss_fn(mx, c, target, horizon, qpos0))), us, name)
+        loss, grad = _map(jax.jit(jax.value_and_grad(loss_fn(mx, c, target, horizon, qpos0, roll))), us, name)
         out[f"{name}_loss"], out[f"{name}_grad"] = loss, grad
     return out
+
+
+def coarse_reference(mj, target, us, qpos0=None, roll: bool = True) -> np.ndarray:
+    """C-engine central differences at ``FD_STEP_COARSE``: a check on the fine-step reference."""
+    target = np.asarray(target)
+
+    def c_loss(u):
+        return float(distance(c_engine_shot(mj, u, qpos0, roll=roll)[0], target))
+
+    lp = np.array([c_loss(u + FD_STEP_COARSE) for u in tqdm(us, desc="C engine +H", leave=False)])
+    lm = np.array([c_loss(u - FD_STEP_COARSE) for u in tqdm(us, desc="C engine -H", leave=False)])
+    return (lp - lm) / (2 * FD_STEP_COARSE)
 
 
 def descent(mx, cfg, target, u0: float, horizon: int, iterations: int, qpos0=None):
@@ -199,14 +229,23 @@ def run(cfg: diffmjx.Config, out: Path, quick: bool = False, fresh: bool = False
     d_cfd, u_cfd = stage("descent-cfd", lambda: descent(mx, cfg, target, U0, HORIZON, ITERATIONS, q0))
     d_plain, u_plain = stage("descent-plain", lambda: descent(mx, plain, target, U0, HORIZON, ITERATIONS, q0))
 
+    res["ref_grad_coarse"] = stage("sweep-coarse", lambda: coarse_reference(mj, target, us, q0))
+
+    # Fig. 19 variant: its own stage key (its settings changed after the Fig. 8 stages were saved)
+    def stage_free(name, fn):
+        return common.stage(f"billiard-{name}", key + ("free: frictionless, no spin, one period", FREE_DTMAX, RESOLVED_DTMAX), fn, fresh)
+
     mjf, mf = scene(free=True)
-    target_f = stage("target-free", lambda: np.asarray(jax.jit(final_eight_ball(mf, plain, HORIZON))(TARGET_U)))
+    capped = [f"integrator.dtmax={FREE_DTMAX}"]
+    plain_f = plain.override(*capped)
+    target_f = stage_free("target-free", lambda: np.asarray(jax.jit(final_eight_ball(mf, plain_f, 1, roll=False))(TARGET_U)))
     methods = {
-        "diffmjx": plain,
-        "cfd_checkpoint": cfg.override("integrator.adjoint=checkpoint"),
-        "cfd_backsolve": cfg.override("integrator.adjoint=backsolve"),
+        "diffmjx": plain_f,
+        "cfd_checkpoint": cfg.override("integrator.adjoint=checkpoint", *capped),
+        "cfd_backsolve": cfg.override("integrator.adjoint=backsolve", *capped),
+        "cfd_resolved": cfg.override("integrator.adjoint=checkpoint", f"integrator.dtmax={RESOLVED_DTMAX}"),
     }
-    free = stage("sweep-free", lambda: sweep(mf, mjf, methods, target_f, us_free, HORIZON))
+    free = stage_free("sweep-free", lambda: sweep(mf, mjf, methods, target_f, us_free, 1, roll=False))
     summary = _summarise(res, free, d_cfd, d_plain)
     _write(out, res, free, summary, (d_cfd, u_cfd), (d_plain, u_plain))
     return {"sweep": res, "free": free, "summary": summary, "descent_cfd": d_cfd, "descent_plain": d_plain}
@@ -214,35 +253,49 @@ def run(cfg: diffmjx.Config, out: Path, quick: bool = False, fresh: bool = False
 
 def _summarise(res, free, d_cfd, d_plain) -> list[dict]:
     miss = res["miss"]
+    # hit points where the C-engine reference is resolved: central differences at two steps agree
+    ref, coarse = res["ref_grad"], res["ref_grad_coarse"]
+    resolved = ~miss & (np.abs(ref - coarse) <= RESOLVED * np.abs(ref))
     rows = []
     for name in ("diffmjx", "cfd"):
         g = res[f"{name}_grad"]
-        hit = ~miss
-        rel = np.abs(g[hit] - res["ref_grad"][hit]) / np.maximum(np.abs(res["ref_grad"][hit]), 1e-3)
+        rel = np.abs(g[resolved] - ref[resolved]) / np.abs(ref[resolved])
+        nonzero = np.abs(g[miss]) > ZERO
         rows.append(
             dict(
                 study="fig8",
                 method=name,
                 miss_points=int(miss.sum()),
-                miss_nonzero_gradients=int(np.sum(np.abs(g[miss]) > ZERO)),
-                miss_descent_sign_ok=int(np.sum(np.sign(g[miss]) == np.sign(res["u"][miss]))),
+                miss_nonzero_gradients=int(nonzero.sum()),
+                miss_descent_sign_ok=int(np.sum(nonzero & (np.sign(g[miss]) == np.sign(res["u"][miss])))),
+                hit_points=int((~miss).sum()),
+                hit_points_resolved=int(resolved.sum()),
                 hit_median_rel_error=float(np.median(rel)) if rel.size else np.nan,
+                miss_median_rel_dev_resolved=np.nan,
                 oscillation=np.nan,
                 descent_final_loss=(d_cfd if name == "cfd" else d_plain)[-1],
             )
         )
     free_miss = free["miss"]
-    for name in ("diffmjx", "cfd_checkpoint", "cfd_backsolve"):
+    g_res = free["cfd_resolved_grad"][free_miss]
+    for name in ("diffmjx", "cfd_checkpoint", "cfd_backsolve", "cfd_resolved"):
         g = free[f"{name}_grad"]
         osc = [oscillation(free["u"], g, free_miss & (np.sign(free["u"]) == s)) for s in (-1, 1)]
+        nonzero = np.abs(g[free_miss]) > ZERO
+        dev = np.abs(g[free_miss] - g_res) / np.maximum(np.abs(g_res), ZERO)
+        hit = ~free_miss
         rows.append(
             dict(
                 study="fig19",
                 method=name,
                 miss_points=int(free_miss.sum()),
-                miss_nonzero_gradients=int(np.sum(np.abs(g[free_miss]) > ZERO)),
-                miss_descent_sign_ok=int(np.sum(np.sign(g[free_miss]) == np.sign(free["u"][free_miss]))),
-                hit_median_rel_error=np.nan,
+                miss_nonzero_gradients=int(nonzero.sum()),
+                miss_descent_sign_ok=int(np.sum(nonzero & (np.sign(g[free_miss]) == np.sign(free["u"][free_miss])))),
+                hit_points=int(hit.sum()),
+                hit_points_resolved=np.nan,
+                # the frictionless variant's reference is smooth: compare all hit points
+                hit_median_rel_error=float(np.median(np.abs(g[hit] - free["ref_grad"][hit]) / np.maximum(np.abs(free["ref_grad"][hit]), 1e-3))),
+                miss_median_rel_dev_resolved=float(np.median(dev)),
                 oscillation=max(osc),
                 descent_final_loss=np.nan,
             )
@@ -302,8 +355,10 @@ def _plot(out, res, free, cfd_run, plain_run):
         ),
         strict=True,
     ):
-        a.plot(free["u"], free["ref_grad"], "k-", lw=2.5, alpha=0.4, label="central differences")
-        a.plot(free["u"], free[f"{name}_grad"], "C1.-", ms=3, label=title)
+        a.plot(free["u"], free["ref_grad"], "k-", lw=2.5, alpha=0.4, label="central differences (C engine)")
+        if name != "diffmjx":
+            a.plot(free["u"], free["cfd_resolved_grad"], "C2--", lw=1.5, label=f"CFD, resolved (dtmax {RESOLVED_DTMAX:g} s)")
+        a.plot(free["u"], free[f"{name}_grad"], "C1.-", ms=3, label=f"{title} (dtmax {FREE_DTMAX:g} s)")
         a.set(xlabel="u", title=title)
         a.set_yscale("symlog", linthresh=1e-3)
         a.legend(fontsize=8)

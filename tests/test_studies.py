@@ -44,6 +44,9 @@ def test_billiard_quick(tmp_path):
     # descent from a missing start: CFD reaches the target, plain DiffMJX never moves
     assert res["descent_cfd"][-1] < billiard.MISS_LOSS_THRESHOLD
     assert res["descent_plain"][-1] == pytest.approx(res["descent_plain"][0], abs=1e-12)
-    # gravity-free variant (Fig. 19): backsolve's miss-region gradient is no more oscillatory than DTO's
-    assert by["fig19", "cfd_backsolve"]["oscillation"] <= by["fig19", "cfd_checkpoint"]["oscillation"]
+    # gravity-free variant (Fig. 19): with long forward steps where the balls miss, DTO's CFD gradient
+    # is off the resolved one; backsolve's adjoint solve picks its own steps and stays on it
+    dto, bs = by["fig19", "cfd_checkpoint"], by["fig19", "cfd_backsolve"]
+    assert bs["miss_median_rel_dev_resolved"] < 0.02
+    assert dto["miss_median_rel_dev_resolved"] > 2 * bs["miss_median_rel_dev_resolved"]
     assert (tmp_path / "billiard.png").exists() and (tmp_path / "billiard_summary.csv").exists()
