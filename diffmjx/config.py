@@ -140,6 +140,9 @@ class IntegratorConfig(_Section):
         substeps: steps per control period for ``constant`` control and ``mjx_*`` solvers.
         max_steps: step budget per control period.
         checkpoints: snapshots for recursive checkpointing; None lets Diffrax choose.
+        remat: recompute each control period's forward pass during the backward pass instead of
+            storing its internals, so that gradient memory grows with the horizon only by the
+            state (qpos, qvel, act, time) per period; costs about one extra forward pass.
         backsolve_rtol, backsolve_atol: tolerances of the backward solve; None: as forward.
         on_budget_exhausted: when ``max_steps`` runs out, ``flag`` the result or ``raise``.
     """
@@ -160,6 +163,7 @@ class IntegratorConfig(_Section):
     substeps: int = _knob(1, ge=1)
     max_steps: int = _knob(4096, ge=1)
     checkpoints: int | None = _knob(None, ge=1)
+    remat: bool = _knob(False)
     backsolve_rtol: float | None = _knob(None, gt=0)
     backsolve_atol: float | None = _knob(None, gt=0)
     on_budget_exhausted: str = _knob("flag", choices=BUDGET_POLICIES)

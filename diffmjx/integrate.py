@@ -225,10 +225,36 @@ def rollout(m, d, ctrls, cfg: Config | None = None):
         raise ValueError(f"ctrls must have shape (N, nu) = (N, {m.nu}); got {shape}")
     layout = manifold.JointLayout.from_model(m)
 
+    ctrls = jnp.asarray(ctrls)
+    if cfg.integrator.remat and not cfg.integrator.solver.startswith("mjx_"):
+        return _rollout_remat(m, d, ctrls, cfg, layout)
+
     def body(carry, u):
         d, dt = carry
         d, stats, dt = _period(m, d.replace(ctrl=u), cfg, layout, dt)
         return (d, dt), Trajectory(d.qpos, d.qvel, d.act, d.time, stats)
 
-    (d, _), traj = jax.lax.scan(body, (d, _first_dt(m, cfg)), jnp.asarray(ctrls))
+    if cfg.integrator.remat:  # MJX's fixed-step solvers advance more of d: keep it all as the carry
+        body = jax.checkpoint(body)
+    (d, _), traj = jax.lax.scan(body, (d, _first_dt(m, cfg)), ctrls)
     return d, traj
+
+
+_PERIOD_STATE = ("qpos", "qvel", "act", "time")  # all that a Diffrax period changes in d
+
+
+def _rollout_remat(m, d, ctrls, cfg: Config, layout):
+    """``rollout`` whose scan carries only the period state and recomputes each period's forward
+    pass in the backward pass: per period the gradient stores (qpos, qvel, act, time), not the
+    solver's checkpoints and the constraint solves inside the period."""
+    base = d
+
+    def body(carry, u):
+        state, dt = carry
+        d, stats, dt = _period(m, base.replace(**state, ctrl=u), cfg, layout, dt)
+        return ({k: getattr(d, k) for k in _PERIOD_STATE}, dt), Trajectory(d.qpos, d.qvel, d.act, d.time, stats)
+
+    state = {k: getattr(d, k) for k in _PERIOD_STATE}
+    (state, _), traj = jax.lax.scan(jax.checkpoint(body), (state, _first_dt(m, cfg)), ctrls)
+    ctrl = ctrls[-1] if ctrls.shape[0] else d.ctrl
+    return base.replace(**state, ctrl=ctrl), traj
