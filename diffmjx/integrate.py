@@ -113,7 +113,11 @@ def _period_diffrax(m, d, cfg: Config, layout, dt_hint):
         d0 = _mjx.mjx.make_data(m).replace(**inputs)
         return vector_field(m, d0, y, t, layout, cfg)[0]
 
-    term = diffrax.ODETerm(vf)
+    # One jitted call per vector-field evaluation: JAX's autodiff passes (linearize, transpose, the
+    # checkpointed loops' symbolic-zero resolution) then work on a cached inner jaxpr instead of
+    # re-walking MJX's whole forward dynamics each time. Halves backward trace time (cube toss:
+    # 20.7 s -> 10.0 s); XLA inlines the call, so the compiled program and its speed are unchanged.
+    term = diffrax.ODETerm(jax.jit(vf))
     if ic.step_control == "constant":
         dt0 = period / ic.substeps
     else:
