@@ -115,8 +115,8 @@ def _period_diffrax(m, d, cfg: Config, layout, dt_hint):
 
     # One jitted call per vector-field evaluation: JAX's autodiff passes (linearize, transpose, the
     # checkpointed loops' symbolic-zero resolution) then work on a cached inner jaxpr instead of
-    # re-walking MJX's whole forward dynamics each time. Halves backward trace time (cube toss:
-    # 20.7 s -> 10.0 s); XLA inlines the call, so the compiled program and its speed are unchanged.
+    # re-walking MJX's whole forward dynamics each time. Cube toss backward trace 19.8 s -> 10.8 s
+    # (docs/results/benchmark_jit*.csv); XLA inlines the call, so the program's speed is unchanged.
     term = diffrax.ODETerm(jax.jit(vf))
     if ic.step_control == "constant":
         dt0 = period / ic.substeps
@@ -230,35 +230,33 @@ def rollout(m, d, ctrls, cfg: Config | None = None):
     layout = manifold.JointLayout.from_model(m)
 
     ctrls = jnp.asarray(ctrls)
-    if cfg.integrator.remat and not cfg.integrator.solver.startswith("mjx_"):
-        return _rollout_remat(m, d, ctrls, cfg, layout)
+    if cfg.integrator.solver.startswith("mjx_"):
+        # MJX's fixed-step solvers advance more of d (warmstart, derived fields): carry all of it
+        def split(d):
+            return d
 
-    def body(carry, u):
-        d, dt = carry
-        d, stats, dt = _period(m, d.replace(ctrl=u), cfg, layout, dt)
-        return (d, dt), Trajectory(d.qpos, d.qvel, d.act, d.time, stats)
+        def join(carry, u):
+            return carry.replace(ctrl=u)
+    else:
+        # a Diffrax period changes only _PERIOD_STATE: the scan carries that, the rest stays in d0
+        d0 = d
 
-    if cfg.integrator.remat:  # MJX's fixed-step solvers advance more of d: keep it all as the carry
-        body = jax.checkpoint(body)
-    (d, _), traj = jax.lax.scan(body, (d, _first_dt(m, cfg)), ctrls)
-    return d, traj
+        def split(d):
+            return {k: getattr(d, k) for k in _PERIOD_STATE}
 
-
-_PERIOD_STATE = ("qpos", "qvel", "act", "time")  # all that a Diffrax period changes in d
-
-
-def _rollout_remat(m, d, ctrls, cfg: Config, layout):
-    """``rollout`` whose scan carries only the period state and recomputes each period's forward
-    pass in the backward pass: per period the gradient stores (qpos, qvel, act, time), not the
-    solver's checkpoints and the constraint solves inside the period."""
-    base = d
+        def join(carry, u):
+            return d0.replace(**carry, ctrl=u)
 
     def body(carry, u):
         state, dt = carry
-        d, stats, dt = _period(m, base.replace(**state, ctrl=u), cfg, layout, dt)
-        return ({k: getattr(d, k) for k in _PERIOD_STATE}, dt), Trajectory(d.qpos, d.qvel, d.act, d.time, stats)
+        d, stats, dt = _period(m, join(state, u), cfg, layout, dt)
+        return (split(d), dt), Trajectory(d.qpos, d.qvel, d.act, d.time, stats)
 
-    state = {k: getattr(d, k) for k in _PERIOD_STATE}
-    (state, _), traj = jax.lax.scan(jax.checkpoint(body), (state, _first_dt(m, cfg)), ctrls)
-    ctrl = ctrls[-1] if ctrls.shape[0] else d.ctrl
-    return base.replace(**state, ctrl=ctrl), traj
+    if cfg.integrator.remat:
+        # store only the carry per period; recompute the period's internals in the backward pass
+        body = jax.checkpoint(body)
+    (state, _), traj = jax.lax.scan(body, (split(d), _first_dt(m, cfg)), ctrls)
+    return join(state, ctrls[-1] if ctrls.shape[0] else d.ctrl), traj
+
+
+_PERIOD_STATE = ("qpos", "qvel", "act", "time")  # all that a Diffrax period changes in d

@@ -18,7 +18,6 @@ vs backward JIT time) go to benchmark_pareto.png.
 
 from __future__ import annotations
 
-import statistics
 import time
 from pathlib import Path
 
@@ -57,15 +56,6 @@ def methods(cfg: diffmjx.Config, quick: bool) -> list[tuple[str, str, diffmjx.Co
     return out
 
 
-def _median_time(fn, arg, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        jax.block_until_ready(fn(arg))
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
-
-
 def measure(mx, cfg: diffmjx.Config, u0: float, repeats: int) -> dict:
     """Loss, gradient, JIT and run times, memory and step counts of one configuration."""
     ctrls = np.zeros((common.CUBE_TOSS["horizon"], mx.nu))
@@ -81,7 +71,6 @@ def measure(mx, cfg: diffmjx.Config, u0: float, repeats: int) -> dict:
     t = time.perf_counter()
     bwd = jax.jit(backward).lower(u0).compile()
     bwd_jit = time.perf_counter() - t
-    mem = bwd.memory_analysis()
     loss, stats = jax.block_until_ready(fwd(u0))
     _, grad = jax.block_until_ready(bwd(u0))
     return dict(
@@ -89,11 +78,9 @@ def measure(mx, cfg: diffmjx.Config, u0: float, repeats: int) -> dict:
         grad=float(grad),
         forward_jit_s=fwd_jit,
         backward_jit_s=bwd_jit,
-        forward_run_s=_median_time(fwd, u0, repeats),
-        backward_run_s=_median_time(bwd, u0, repeats),
-        backward_memory_mb=(mem.temp_size_in_bytes + mem.argument_size_in_bytes + mem.output_size_in_bytes) / 2**20
-        if mem is not None
-        else np.nan,
+        forward_run_s=common.median_time(fwd, u0, repeats=repeats),
+        backward_run_s=common.median_time(bwd, u0, repeats=repeats),
+        backward_memory_mb=common.program_memory_mb(bwd),
         accepted_steps=int(np.sum(stats.accepted)),
         rejected_steps=int(np.sum(stats.rejected)),
         budget_exhausted=bool(np.any(stats.budget_exhausted)),

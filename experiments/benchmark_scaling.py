@@ -18,7 +18,6 @@ JIT times are cold compiles (the persistent cache is off here); run nothing else
 
 from __future__ import annotations
 
-import statistics
 import time
 from pathlib import Path
 
@@ -38,15 +37,6 @@ THROW_SPEED = 5.0
 VMAP_PERIODS = 100
 
 
-def _median_time(fn, *args, repeats: int = 3) -> float:
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
-
-
 def memory_vs_horizon(cfg: diffmjx.Config, quick: bool) -> list[dict]:
     _, mx = common.load("cube_toss")
     u0 = common.CUBE_TOSS["u0"]
@@ -60,12 +50,11 @@ def memory_vs_horizon(cfg: diffmjx.Config, quick: bool) -> list[dict]:
         t = time.perf_counter()
         compiled = grad.lower(u0).compile()
         jit_s = time.perf_counter() - t
-        mem = compiled.memory_analysis()
         g = float(jax.block_until_ready(compiled(u0)))
         rows.append(dict(
             horizon_s=seconds, periods=horizon, remat=remat,
-            backward_memory_mb=(mem.temp_size_in_bytes + mem.argument_size_in_bytes + mem.output_size_in_bytes) / 2**20,
-            backward_jit_s=jit_s, backward_run_s=_median_time(compiled, u0, repeats=2 if quick else 3), grad=g,
+            backward_memory_mb=common.program_memory_mb(compiled),
+            backward_jit_s=jit_s, backward_run_s=common.median_time(compiled, u0, repeats=2 if quick else 3), grad=g,
         ))  # fmt: skip
     return rows
 
@@ -79,7 +68,7 @@ def _drop_scene():
     return mx, jnp.asarray(heights), jnp.asarray(speeds)
 
 
-def vmap_uneven(cfg: diffmjx.Config, quick: bool) -> tuple[list[dict], dict]:
+def vmap_uneven(cfg: diffmjx.Config, quick: bool) -> tuple[list[dict], dict, np.ndarray]:
     mx, heights, speeds = _drop_scene()
     ctrls = jnp.zeros((VMAP_PERIODS, 0))
 
@@ -104,8 +93,8 @@ def vmap_uneven(cfg: diffmjx.Config, quick: bool) -> tuple[list[dict], dict]:
         t = time.perf_counter()
         batch.lower(heights, speeds).compile()
         batch_jit = time.perf_counter() - t
-        alone = [_median_time(single, heights[i], speeds[i], repeats=repeats) for i in range(N_ENVS)]
-        together = _median_time(batch, heights, speeds, repeats=repeats)
+        alone = [common.median_time(single, heights[i], speeds[i], repeats=repeats) for i in range(N_ENVS)]
+        together = common.median_time(batch, heights, speeds, repeats=repeats)
         if name == "forward":
             traces = np.asarray(batch(heights, speeds)[1])  # (N_ENVS, periods) accepted steps
         for i in range(N_ENVS):
@@ -113,8 +102,7 @@ def vmap_uneven(cfg: diffmjx.Config, quick: bool) -> tuple[list[dict], dict]:
                              accepted_steps=int(traces[i].sum())))  # fmt: skip
         summary[name] = dict(batch_run_s=together, slowest_alone_s=max(alone), sum_alone_s=sum(alone),
                              ratio=together / max(alone), single_jit_s=single_jit, batch_jit_s=batch_jit)  # fmt: skip
-    summary["traces"] = traces
-    return rows, summary
+    return rows, summary, traces
 
 
 def _plot_memory(rows, path):
@@ -136,13 +124,12 @@ def _plot_memory(rows, path):
     common.save_figure(fig, path)
 
 
-def _plot_vmap(summary, path):
+def _plot_vmap(summary, traces, path):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    traces = summary["traces"]
     period = 0.01
     t = np.arange(traces.shape[1]) * period
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), gridspec_kw=dict(width_ratios=(2, 1)))
@@ -168,13 +155,13 @@ def run(cfg: diffmjx.Config, out: Path, quick: bool = False) -> dict:
     mem = memory_vs_horizon(cfg, quick)
     common.write_csv(out / "benchmark_scaling_memory.csv", mem)
     _plot_memory(mem, out / "benchmark_scaling_memory.png")
-    rows, summary = vmap_uneven(cfg, quick)
+    rows, summary, traces = vmap_uneven(cfg, quick)
     common.write_csv(out / "benchmark_scaling_vmap.csv", rows)
     common.write_csv(
         out / "benchmark_scaling_vmap_summary.csv",
-        [dict(mode=k, **v) for k, v in summary.items() if k != "traces"],
+        [dict(mode=k, **v) for k, v in summary.items()],
     )
-    _plot_vmap(summary, out / "benchmark_scaling_vmap.png")
+    _plot_vmap(summary, traces, out / "benchmark_scaling_vmap.png")
     print(f"\n{'horizon':>8} {'remat':>6} {'memory MB':>10} {'bwd JIT s':>10} {'bwd run s':>10} {'grad':>12}")
     for r in mem:
         print(f"{r['horizon_s']:>7}s {r['remat']!s:>6} {r['backward_memory_mb']:10.3f} {r['backward_jit_s']:10.1f} "

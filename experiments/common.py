@@ -112,6 +112,27 @@ def stage(name: str, key: object, fn, fresh: bool = False):
     return result
 
 
+def median_time(fn, *args, repeats: int = 3) -> float:
+    """Median wall time of ``fn(*args)`` (blocking on the result) over ``repeats`` calls."""
+    import statistics
+    import time
+
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def program_memory_mb(compiled) -> float:
+    """XLA's memory estimate of a compiled program: temporaries + arguments + outputs, in MiB."""
+    mem = compiled.memory_analysis()
+    if mem is None:
+        return float("nan")
+    return (mem.temp_size_in_bytes + mem.argument_size_in_bytes + mem.output_size_in_bytes) / 2**20
+
+
 def write_csv(path: Path, rows: list[dict]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as f:
@@ -129,9 +150,14 @@ def parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
-def cli(doc: str, preset: Path, argv=None) -> tuple[diffmjx.Config, argparse.Namespace]:
-    """Parse a study's command line (``--quick --out --preset --set``), set up JAX, return the config."""
+def cli(doc: str, preset: Path, argv=None, extra=()) -> tuple[diffmjx.Config, argparse.Namespace]:
+    """Parse a study's command line (``--quick --out --preset --set``), set up JAX, return the config.
+
+    ``extra``: ``(flag, add_argument keyword arguments)`` pairs for a study's own options.
+    """
     p = parser(doc.splitlines()[0])
+    for flag, kwargs in extra:
+        p.add_argument(flag, **kwargs)
     p.set_defaults(preset=str(preset))
     args = p.parse_args(argv)
     setup()
