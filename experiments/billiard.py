@@ -151,12 +151,7 @@ def c_engine_shot(mj: mujoco.MjModel, u: float, qpos0=None, dt: float = C_DT, ro
 def sweep(mx, mj, methods: dict, target, us, horizon: int, qpos0=None, roll: bool = True) -> dict:
     """Loss and gradient of each method over ``us``; central differences of the C engine as reference."""
     target = np.asarray(target)
-
-    def c_loss(u):
-        return float(distance(c_engine_shot(mj, u, qpos0, roll=roll)[0], target))
-
-    lp = np.array([c_loss(u + FD_STEP) for u in tqdm(us, desc="C engine +h", leave=False)])
-    lm = np.array([c_loss(u - FD_STEP) for u in tqdm(us, desc="C engine -h", leave=False)])
+    lp, lm = _c_engine_losses(mj, target, us, FD_STEP, qpos0, roll)
     touched = np.array([c_engine_shot(mj, u, qpos0, roll=roll)[1] for u in tqdm(us, desc="C engine", leave=False)])
     out = {"u": us, "ref_loss": 0.5 * (lp + lm), "ref_grad": (lp - lm) / (2 * FD_STEP), "miss": ~touched}
     for name, c in methods.items():
@@ -167,14 +162,20 @@ def sweep(mx, mj, methods: dict, target, us, horizon: int, qpos0=None, roll: boo
 
 def coarse_reference(mj, target, us, qpos0=None, roll: bool = True) -> np.ndarray:
     """C-engine central differences at ``FD_STEP_COARSE``: a check on the fine-step reference."""
+    lp, lm = _c_engine_losses(mj, target, us, FD_STEP_COARSE, qpos0, roll)
+    return (lp - lm) / (2 * FD_STEP_COARSE)
+
+
+def _c_engine_losses(mj, target, us, h, qpos0=None, roll: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """C-engine losses at ``us + h`` and ``us - h``: the two sides of a central difference."""
     target = np.asarray(target)
 
     def c_loss(u):
         return float(distance(c_engine_shot(mj, u, qpos0, roll=roll)[0], target))
 
-    lp = np.array([c_loss(u + FD_STEP_COARSE) for u in tqdm(us, desc="C engine +H", leave=False)])
-    lm = np.array([c_loss(u - FD_STEP_COARSE) for u in tqdm(us, desc="C engine -H", leave=False)])
-    return (lp - lm) / (2 * FD_STEP_COARSE)
+    lp = np.array([c_loss(u + h) for u in tqdm(us, desc=f"C engine +{h:g}", leave=False)])
+    lm = np.array([c_loss(u - h) for u in tqdm(us, desc=f"C engine -{h:g}", leave=False)])
+    return lp, lm
 
 
 def descent(mx, cfg, target, u0: float, horizon: int, iterations: int, qpos0=None):
