@@ -1,6 +1,6 @@
 """Tossed primitives (paper Figs. 3, 21): loss and gradient of the toss distance against u0.
 
-    python -m experiments.tossed_primitives [--quick] [--set KEY=VALUE ...]
+    python -m experiments.tossed_primitives [--quick] [--tolerance-scan] [--set KEY=VALUE ...]
 
 Ball, cube, capsule, cylinder and ellipsoid are thrown onto a plane with the cube-toss settings
 (solref 0.005 1, solimp 0 0.95 0.001 0.5 2, gravity -2, timestep 0.01, qz0 0.2, vy0 -0.1, 1 s);
@@ -8,7 +8,8 @@ loss = final qpos[1], swept over u0 in [-3, -1]. Methods: fixed-step MJX (semi-i
 dt 0.002, the paper's MJX row), DiffMJX (adaptive + smoothed collisions; the preset below), and
 central differences of a tightly converged DiffMJX solve (the reference). Writes
 docs/results/tossed_primitives.{csv,png} and tossed_primitives_table.{csv,md}, plus the cube's
-error-vs-sharpness trade-off (tossed_primitives_sharpness.{csv,png}).
+error-vs-sharpness trade-off (tossed_primitives_sharpness.{csv,png}). ``--tolerance-scan`` runs
+only DiffMJX's error against rtol for the ball and the cube (tossed_primitives_tolerance.*).
 """
 
 from __future__ import annotations
@@ -129,6 +130,53 @@ def sharpness_tradeoff(cfg: diffmjx.Config, out: Path, quick: bool) -> list[dict
     return rows
 
 
+SCAN_TOLS = (1e-9, 1e-10, 1e-11)
+SCAN_REF_TOL = 1e-12
+
+
+def tolerance_scan(cfg: diffmjx.Config, out: Path, kinds=("ball", "cube"), n: int = 20) -> list[dict]:
+    """DiffMJX's median gradient error against rtol = atol, on ``n`` values of u0, per primitive.
+
+    The reference is central differences of a ``SCAN_REF_TOL`` solve, tighter than every scanned
+    tolerance. Writes tossed_primitives_tolerance.{csv,png}.
+    """
+    u0s = np.linspace(-3.0, -1.0, n)
+    rows = []
+    for kind in tqdm(kinds, desc="tolerance scan"):
+        _, mx = common.primitive(kind)
+        ref = _loss_fn(mx, cfg.override(f"integrator.rtol={SCAN_REF_TOL}", f"integrator.atol={SCAN_REF_TOL}"))
+        ref_grad = (_batched(ref, u0s + FD_STEP, f"{kind}: reference +h") - _batched(ref, u0s - FD_STEP, f"{kind}: reference -h")) / (2 * FD_STEP)  # fmt: skip
+        for tol in SCAN_TOLS:
+            c = cfg.override(f"integrator.rtol={tol}", f"integrator.atol={tol}")
+            _, grad = _batched(jax.value_and_grad(_loss_fn(mx, c)), u0s, f"{kind}: rtol {tol:g}")
+            e = _rel_errors(grad, ref_grad)
+            rows.append(dict(primitive=kind, rtol=tol, points=n, median_rel_error=float(np.median(e)),
+                             p90_rel_error=float(np.percentile(e, 90)),
+                             median_sweep_error=float(np.median(_sweep_errors(grad, ref_grad)))))  # fmt: skip
+            common.write_csv(out / "tossed_primitives_tolerance.csv", rows)
+    _plot_tolerance(rows, out / "tossed_primitives_tolerance.png")
+    for r in rows:
+        print(f"{r['primitive']:<10} rtol {r['rtol']:.0e}  median {r['median_rel_error']:7.2%}  p90 {r['p90_rel_error']:7.2%}")
+    return rows
+
+
+def _plot_tolerance(rows, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    for kind in dict.fromkeys(r["primitive"] for r in rows):
+        sel = [r for r in rows if r["primitive"] == kind]
+        ax.loglog([r["rtol"] for r in sel], [r["median_rel_error"] for r in sel], "o-", label=kind)
+    ax.axhline(0.01, color="k", lw=0.8, ls="--", label="1 % target")
+    ax.set(xlabel="rtol = atol", ylabel="median rel. gradient error")
+    ax.set_title(f"DiffMJX gradient error vs tolerance (reference {SCAN_REF_TOL:g})", fontsize=9)
+    ax.legend(fontsize=8)
+    common.save_figure(fig, path)
+
+
 def _markdown(table, cfg, n, path):
     ic = cfg.integrator
     lines = [
@@ -191,7 +239,11 @@ def _plot_sharpness(rows, path):
 
 
 def main(argv=None):
-    cfg, args = common.cli(__doc__, DEFAULT_PRESET, argv)
+    scan = dict(action="store_true", help="only the error-vs-tolerance scan (ball and cube, 20 u0; about 15 min)")
+    cfg, args = common.cli(__doc__, DEFAULT_PRESET, argv, extra=[("--tolerance-scan", scan)])
+    if args.tolerance_scan:
+        tolerance_scan(cfg, args.out)
+        return
     run(cfg, args.out, args.quick)
     sharpness_tradeoff(cfg, args.out, args.quick)
 
