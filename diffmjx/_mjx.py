@@ -100,6 +100,9 @@ MJX_COLLISION_TABLE = _cd._COLLISION_FUNC
 convex_collider = _cc.collider
 primitive_collider = collision_primitive.collider
 make_frame = mjx_math.make_frame
+clip_polygon = _cc._clip  # box-box: clip the incident face against the reference face
+project_polygon = _cc._project_poly_onto_plane  # box-box: incident points onto the reference face
+manifold_points = _cc._manifold_points  # box-box: MJX's choice of four points of a polygon
 
 
 def contact_groups(m: Model, d: Data):

@@ -191,9 +191,12 @@ def _capsule_capsule(cap1, cap2, sharpness):
 
 def table(sharpness: float) -> dict:
     """Smoothed functions keyed by MJX geom-type pairs."""
+    from diffmjx.collision.box_box import box_box  # box_box builds on this module's frames
+
     g = _mjx.GeomType
     return {
         (g.PLANE, g.BOX): _mjx.convex_collider(ncon=4)(functools.partial(_plane_box, sharpness=sharpness)),
+        (g.BOX, g.BOX): _mjx.convex_collider(ncon=4)(functools.partial(box_box, sharpness=sharpness)),
         (g.PLANE, g.CAPSULE): _mjx.primitive_collider(ncon=2)(functools.partial(_plane_capsule, sharpness=sharpness)),
         (g.PLANE, g.CYLINDER): _mjx.primitive_collider(ncon=3)(functools.partial(_plane_cylinder, sharpness=sharpness)),
         (g.SPHERE, g.CAPSULE): _mjx.primitive_collider(ncon=1)(functools.partial(_sphere_capsule, sharpness=sharpness)),

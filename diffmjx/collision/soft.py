@@ -34,3 +34,21 @@ def soft_step(x, threshold, width):
     away from the switch, so blended cases do not leak into each other."""
     s = jnp.clip((x - threshold) / width + 0.5, 0.0, 1.0)
     return s * s * (3.0 - 2.0 * s)
+
+
+def soft_argmin_weights(values, width):
+    """Blend weights (summing to 1) for ``jnp.argmin(values)``, with compact support.
+
+    Entry ``k`` is weighed down by every other entry ``j`` that is smaller, through a C1 step of
+    the gap ``values[j] - values[k]`` over a band of ``width``. The band is placed so that an exact
+    tie goes to the lower index, as ``jnp.argmin`` does: at a tie the weights are exactly one-hot,
+    and entries more than ``width`` above the minimum get exactly 0. For two candidates the
+    weights are ``s(gap)`` and ``1 - s(gap)``; near-ties of several blend them all.
+    """
+    gap = values[None, :] - values[:, None]  # gap[k, j] = values[j] - values[k]
+    idx = jnp.arange(values.shape[0])
+    before = idx[None, :] < idx[:, None]  # j < k: k must beat j strictly
+    factor = jnp.where(before, soft_step(gap, 0.5 * width, width), soft_step(gap, -0.5 * width, width))
+    factor = jnp.where(idx[None, :] == idx[:, None], 1.0, factor)
+    g = jnp.prod(factor, axis=1)
+    return g / jnp.maximum(jnp.sum(g), 1e-300)

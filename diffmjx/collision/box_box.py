@@ -1,0 +1,183 @@
+r"""Smoothed box-box collision: MJX's separating-axis choice blended over its candidates.
+
+MJX's ``box_box`` runs a separating axis test over 21 axes (6 face normals of each box and the 9
+edge-edge cross products), keeps the single axis of least overlap, clips the incident face
+against the reference face on that axis and keeps four points of the clipped polygon (or, for an
+edge-edge axis, only the deepest of them). Which axis wins is a hard ``argmin``: when a box tips
+over an edge, or when two stacked boxes swap which one is the reference, the contact set jumps
+from four points to one, or to a different face.
+
+Here every axis is a candidate manifold, built with MJX's own clipping and point selection, and
+the candidates are blended with weights from :func:`soft_argmin_weights`: compact support, so
+away from a tie exactly one candidate (MJX's) has weight 1, and at an exact tie the lower index
+wins, as in MJX (a face axis and its opposite always tie; the lower index decides which box is the
+reference, and stacked boxes tie permanently). The candidates' four slots are matched to the
+winner's by the permutation that moves the points least before blending, so slot ``i`` of the
+blend mixes corresponding corners, not arbitrary ones. Three more switches are blended:
+MJX's "prefer a face axis" rule, the reduction of an edge-edge contact to its deepest point, and
+the cut at zero penetration (points that do not penetrate keep their true, positive distance
+instead of MJX's sentinel 1, so they switch on continuously and CFD sees them).
+
+Kept hard (sharp bits, documented in ``docs/collision.md``): the incident face and the four points
+MJX's clipping keeps inside one candidate, the sign of each axis (it flips only for boxes
+interpenetrating past their centres), and the exclusion of degenerate (parallel-edge) axes.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from diffmjx import _mjx
+from diffmjx.collision.pairs import _smooth_frame, _unit
+from diffmjx.collision.soft import soft_argmin_weights, soft_step
+
+_PERMS = np.array(list(itertools.permutations(range(4))))  # (24, 4) slot matchings
+_VALID_DEPTH = 1e-6  # MJX keeps clipped points penetrating deeper than this
+_PREFER_FACE = 0.99  # MJX uses an edge axis only if |best face axis . edge axis| < this
+
+
+def _pick(points, values, score, width):
+    """``points[argmax(score)]`` and ``values[argmax(score)]``, blended over near-ties."""
+    w = soft_argmin_weights(-score, width)
+    return w @ points, w @ values
+
+
+def _filler(dist, score, width):
+    """Distance of a slot whose point is a filler (score ~ 0: it repeats other points) made
+    non-penetrating, fading in over a band of ``width`` in the selection score. MJX instead
+    duplicates a valid point there, so the slot's force jumps when a new point turns valid and
+    takes the slot; as an inactive filler it takes it at zero depth."""
+    real = soft_step(score, 2.0 * width, 2.0 * width)
+    return real * dist + (1.0 - real) * jnp.maximum(dist, 0.0)
+
+
+def _four_points(pts, dist, valid, normal, width, scale):
+    """MJX's choice of four points of the clipped polygon, each argmax blended over near-ties.
+
+    The rule is MJX's: the first valid point ``a``; ``b`` farthest from ``a``; ``c`` farthest from
+    the line ``ab``; ``d`` farthest from the lines ``ac`` and ``bc``. Scores are divided by
+    ``scale`` so that ``width`` is a length. Two ties need care:
+
+    - ``c`` is the farther of the best point on either side of ``ab``. For a rectangular patch
+      (stacked boxes) the two sides tie exactly and ``d`` is then the other one, so MJX's set of
+      points is the same either way. Both branches are built, the second's ``c``/``d`` slots
+      swapped to match the first's, and blended: the corners stay corners.
+    - With only two valid points (a tilted box on an edge), MJX picks ``c`` and ``d`` by rounding
+      noise, so its duplicated points, and with them the stiffness at each end, flip under tiny pose
+      changes; here the tie gives the midpoint.
+    """
+    penalty = jnp.where(valid, 0.0, -1e6)
+    first = jnp.argmax(valid)
+    a, da = pts[first], dist[first]
+    b, db = _pick(pts, dist, jnp.sum((a - pts) ** 2, axis=1) / scale + penalty, width)
+    side = (a - pts) @ jnp.cross(normal, a - b) / scale
+
+    def branch(sign):
+        c, dc = _pick(pts, dist, sign * side + penalty, width)
+        ac, bc = jnp.cross(normal, a - c), jnp.cross(normal, b - c)
+        score_d = (jnp.abs((b - pts) @ bc) + jnp.abs((a - pts) @ ac)) / scale + 2.0 * penalty
+        d, dd = _pick(pts, dist, score_d, width)
+        # d duplicates a, b or c when no valid point lies off the triangle: make it inactive
+        dd = _filler(dd, jnp.max(score_d), width)
+        return jnp.max(sign * side + penalty), jnp.stack([dc, dd]), jnp.stack([c, d])
+
+    top_p, dist_p, pos_p = branch(1.0)
+    top_m, dist_m, pos_m = branch(-1.0)
+    swap = jnp.sum((pos_m - pos_p) ** 2) > jnp.sum((pos_m[::-1] - pos_p) ** 2)
+    dist_m, pos_m = jnp.where(swap, dist_m[::-1], dist_m), jnp.where(swap, pos_m[::-1], pos_m)
+    w = soft_step(top_m - top_p, 0.0, width)  # MJX takes c from the side with the farther point
+    dist_cd, pos_cd = w * dist_m + (1.0 - w) * dist_p, w * pos_m + (1.0 - w) * pos_p
+    # c lies on the line ab when only two points are valid (a box tipped on an edge)
+    dist_cd = dist_cd.at[0].set(_filler(dist_cd[0], jnp.maximum(top_p, top_m), width))
+    return jnp.concatenate([jnp.stack([da, db]), dist_cd]), jnp.concatenate([jnp.stack([a, b]), pos_cd])
+
+
+def _candidate(axis, sign, faces_a, faces_b, normals_a, normals_b, width, scale):
+    """MJX's face manifold on one axis: four clipped reference points and their distances."""
+    da, db = normals_a @ axis, normals_b @ axis
+    a_ref = sign > 0
+    ref_face = jnp.where(a_ref, faces_a[jnp.argmax(da)], faces_b[jnp.argmax(db)])
+    ref_norm = jnp.where(a_ref, normals_a[jnp.argmax(da)], normals_b[jnp.argmax(db)])
+    inc_face = jnp.where(a_ref, faces_b[jnp.argmin(db)], faces_a[jnp.argmin(da)])
+    inc_norm = jnp.where(a_ref, normals_b[jnp.argmin(db)], normals_a[jnp.argmin(da)])
+    incident, inside = _mjx.clip_polygon(ref_face, inc_face, ref_norm, inc_norm)
+    ref_pts = _mjx.project_polygon(incident, ref_face[0], ref_norm)
+    depth = (ref_pts - incident) @ ref_norm  # penetration of each clipped point
+    valid = inside & (depth > _VALID_DEPTH)
+    # MJX: dist = -depth if valid else 1. Here points inside the clip polygon keep -depth also when
+    # they do not penetrate (positive: inactive, continuous through zero); points outside it are
+    # clamped to non-penetrating.
+    dist = jnp.where(inside, -depth, jnp.maximum(-depth, 0.0))
+    return _four_points(ref_pts, dist, valid, ref_norm, width, scale)
+
+
+def _box_box_local(faces_a, faces_b, verts_a, verts_b, normals_a, normals_b, edges_a, sharpness, size):
+    """Blended contacts of box a (given in b's frame) against box b: (dist (4,), pos (4, 3), n (3,))."""
+    width = 4.0 / sharpness
+    edges_b = jnp.eye(3, dtype=verts_a.dtype)
+    cross = jnp.cross(jnp.tile(edges_a, (3, 1)), jnp.repeat(edges_b, 3, axis=0))  # MJX's axis order
+    cross_sq = jnp.sum(cross * cross, axis=1)
+    n_faces = normals_a.shape[0] + normals_b.shape[0]
+    degenerate = jnp.concatenate([jnp.zeros(n_faces, bool), cross_sq < 1e-6])
+    # degenerate edge axes get a well-defined placeholder so no candidate computes NaNs
+    edge_axes = jnp.where((cross_sq < 1e-6)[:, None], normals_b[:1], cross)
+    edge_axes = edge_axes / jnp.linalg.norm(edge_axes, axis=1, keepdims=True)
+    axes = jnp.concatenate([normals_a, normals_b, edge_axes])
+
+    pa, pb = verts_a @ axes.T, verts_b @ axes.T  # (8, 21) supports
+    dist1 = pa.max(0) - pb.min(0)
+    dist2 = pb.max(0) - pa.min(0)
+    sign = jnp.where(dist1 > dist2, -1.0, 1.0)
+    overlap = jnp.minimum(dist1, dist2)
+    # MJX excludes edge axes with |cross|^2 < 1e-6; fade them out just above that, continuously
+    fade = jnp.concatenate([jnp.ones(n_faces), soft_step(cross_sq, 2e-6, 2e-6)])
+    overlap = jnp.where(degenerate, 1e6, overlap + (1.0 - fade) * 1e6)
+    weights = soft_argmin_weights(overlap, width)
+    winner = jnp.argmin(overlap)
+
+    dist, pos = jax.vmap(_candidate, in_axes=(0, 0, None, None, None, None, None, None))(
+        axes, sign, faces_a, faces_b, normals_a, normals_b, width, size
+    )
+
+    # edge-edge axes: MJX keeps only the deepest point, unless a face axis is nearly parallel
+    face_w = soft_argmin_weights(overlap[:n_faces], width)
+    face_dot = jnp.abs(axes[n_faces:] @ axes[:n_faces].T) @ face_w
+    edge = 1.0 - soft_step(face_dot, _PREFER_FACE, 4.0 / (sharpness * size))
+    edge = jnp.concatenate([jnp.zeros(n_faces), edge])
+    deepest = jax.vmap(soft_argmin_weights, in_axes=(0, None))(dist, width)
+    reduced = deepest * dist + (1.0 - deepest) * jnp.maximum(dist, 0.0)
+    dist = edge[:, None] * reduced + (1.0 - edge[:, None]) * dist
+
+    # match every candidate's slots to the winner's before blending
+    ref = pos[winner]
+    cost = jnp.sum((pos[:, _PERMS, :] - ref[None, None]) ** 2, axis=(2, 3))  # (21, 24)
+    perm = jnp.asarray(_PERMS)[jnp.argmin(cost, axis=1)]  # (21, 4)
+    dist = jnp.take_along_axis(dist, perm, axis=1)
+    pos = jnp.take_along_axis(pos, perm[:, :, None], axis=1)
+    normal = _unit(weights @ (sign[:, None] * axes))
+    return weights @ dist, jnp.einsum("k,kij->ij", weights, pos), normal
+
+
+def box_box(b1, b2, sharpness):
+    """Smoothed box-box contacts ``(dist (4,), pos (4, 3), frame (4, 3, 3))``, MJX's conventions."""
+    rot = b2.mat.T @ b1.mat
+    shift = b2.mat.T @ (b1.pos - b2.pos)
+    dist, pos, n = _box_box_local(
+        shift + b1.face @ rot.T,
+        b2.face,
+        shift + b1.vert @ rot.T,
+        b2.vert,
+        b1.face_normal @ rot.T,
+        b2.face_normal,
+        rot.T,
+        sharpness,
+        jnp.minimum(jnp.min(b1.size), jnp.min(b2.size)),
+    )
+    pos = b2.pos + pos @ b2.mat.T
+    n = b2.mat @ n
+    frame = _smooth_frame(n, 4.0 / (sharpness * jnp.minimum(jnp.min(b1.size), jnp.min(b2.size))))
+    return dist, pos, jnp.stack([frame] * 4)
