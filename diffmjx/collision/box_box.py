@@ -7,7 +7,8 @@ edge-edge axis, only the deepest of them). Which axis wins is a hard ``argmin``:
 over an edge, or when two stacked boxes swap which one is the reference, the contact set jumps
 from four points to one, or to a different face.
 
-Here every axis is a candidate manifold, built with MJX's own clipping and point selection, and
+Here every axis is a candidate manifold, built with MJX's own clipping and its rule for picking
+four points of the clipped polygon (each pick blended over near-ties, see ``_four_points``), and
 the candidates are blended with weights from :func:`soft_argmin_weights`: compact support, so
 away from a tie exactly one candidate (MJX's) has weight 1, and at an exact tie the lower index
 wins, as in MJX (a face axis and its opposite always tie; the lower index decides which box is the
@@ -18,9 +19,11 @@ MJX's "prefer a face axis" rule, the reduction of an edge-edge contact to its de
 the cut at zero penetration (points that do not penetrate keep their true, positive distance
 instead of MJX's sentinel 1, so they switch on continuously and CFD sees them).
 
-Kept hard (sharp bits, documented in ``docs/collision.md``): the incident face and the four points
-MJX's clipping keeps inside one candidate, the sign of each axis (it flips only for boxes
-interpenetrating past their centres), and the exclusion of degenerate (parallel-edge) axes.
+Kept hard (sharp bits, documented in ``docs/collision.md``): the incident face of each candidate,
+which clipped points count as valid (penetrating by more than 1e-6 m; a newly valid point can
+still displace another from its slot), the sign of each axis (it flips only for boxes
+interpenetrating past their centres), and the exclusion of near-parallel edge pairs (faded out,
+steeply).
 """
 
 from __future__ import annotations
