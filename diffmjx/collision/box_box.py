@@ -102,11 +102,12 @@ def _four_points(pts, dist, valid, normal, width, scale):
 def _candidate(axis, sign, faces_a, faces_b, normals_a, normals_b, width, scale):
     """MJX's face manifold on one axis: four clipped reference points and their distances."""
     da, db = normals_a @ axis, normals_b @ axis
-    a_ref = sign > 0
-    ref_face = jnp.where(a_ref, faces_a[jnp.argmax(da)], faces_b[jnp.argmax(db)])
-    ref_norm = jnp.where(a_ref, normals_a[jnp.argmax(da)], normals_b[jnp.argmax(db)])
-    inc_face = jnp.where(a_ref, faces_b[jnp.argmin(db)], faces_a[jnp.argmin(da)])
-    inc_norm = jnp.where(a_ref, normals_b[jnp.argmin(db)], normals_a[jnp.argmin(da)])
+    a_ref = sign > 0  # box a's face most along the axis is the reference, b's most against it incident
+    ref, inc = jnp.where(a_ref, jnp.argmax(da), jnp.argmax(db)), jnp.where(a_ref, jnp.argmin(db), jnp.argmin(da))
+    ref_face = jnp.where(a_ref, faces_a[ref], faces_b[ref])
+    ref_norm = jnp.where(a_ref, normals_a[ref], normals_b[ref])
+    inc_face = jnp.where(a_ref, faces_b[inc], faces_a[inc])
+    inc_norm = jnp.where(a_ref, normals_b[inc], normals_a[inc])
     incident, inside = _mjx.clip_polygon(ref_face, inc_face, ref_norm, inc_norm)
     ref_pts = _mjx.project_polygon(incident, ref_face[0], ref_norm)
     depth = (ref_pts - incident) @ ref_norm  # penetration of each clipped point
@@ -125,7 +126,6 @@ def _box_box_local(faces_a, faces_b, verts_a, verts_b, normals_a, normals_b, edg
     cross = jnp.cross(jnp.tile(edges_a, (3, 1)), jnp.repeat(edges_b, 3, axis=0))  # MJX's axis order
     cross_sq = jnp.sum(cross * cross, axis=1)
     n_faces = normals_a.shape[0] + normals_b.shape[0]
-    degenerate = jnp.concatenate([jnp.zeros(n_faces, bool), cross_sq < 1e-6])
     # degenerate edge axes get a well-defined placeholder so no candidate computes NaNs
     edge_axes = jnp.where((cross_sq < 1e-6)[:, None], normals_b[:1], cross)
     edge_axes = edge_axes / jnp.linalg.norm(edge_axes, axis=1, keepdims=True)
@@ -136,9 +136,10 @@ def _box_box_local(faces_a, faces_b, verts_a, verts_b, normals_a, normals_b, edg
     dist2 = pb.max(0) - pa.min(0)
     sign = jnp.where(dist1 > dist2, -1.0, 1.0)
     overlap = jnp.minimum(dist1, dist2)
-    # MJX excludes edge axes with |cross|^2 < 1e-6; fade them out just above that, continuously
+    # MJX gives edge axes with |cross|^2 < 1e-6 the overlap 1e6; here that penalty fades in just
+    # above the threshold, continuously
     fade = jnp.concatenate([jnp.ones(n_faces), soft_step(cross_sq, 2e-6, 2e-6)])
-    overlap = jnp.where(degenerate, 1e6, overlap + (1.0 - fade) * 1e6)
+    overlap = overlap + (1.0 - fade) * 1e6
     weights = soft_argmin_weights(overlap, width)
     winner = jnp.argmin(overlap)
 
@@ -169,6 +170,7 @@ def box_box(b1, b2, sharpness):
     """Smoothed box-box contacts ``(dist (4,), pos (4, 3), frame (4, 3, 3))``, MJX's conventions."""
     rot = b2.mat.T @ b1.mat
     shift = b2.mat.T @ (b1.pos - b2.pos)
+    size = jnp.minimum(jnp.min(b1.size), jnp.min(b2.size))  # turns widths of unitless blends into lengths
     dist, pos, n = _box_box_local(
         shift + b1.face @ rot.T,
         b2.face,
@@ -178,9 +180,9 @@ def box_box(b1, b2, sharpness):
         b2.face_normal,
         rot.T,
         sharpness,
-        jnp.minimum(jnp.min(b1.size), jnp.min(b2.size)),
+        size,
     )
     pos = b2.pos + pos @ b2.mat.T
     n = b2.mat @ n
-    frame = _smooth_frame(n, 4.0 / (sharpness * jnp.minimum(jnp.min(b1.size), jnp.min(b2.size))))
+    frame = _smooth_frame(n, 4.0 / (sharpness * size))
     return dist, pos, jnp.stack([frame] * 4)
