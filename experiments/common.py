@@ -17,6 +17,7 @@ import mujoco
 import numpy as np
 
 import diffmjx
+from diffmjx import _mjx, collision
 
 with contextlib.redirect_stdout(io.StringIO()):
     from mujoco import mjx
@@ -54,6 +55,20 @@ def primitive(kind: str) -> tuple[mujoco.MjModel, mjx.Model]:
     assert old in xml
     mj = mujoco.MjModel.from_xml_string(xml.replace(old, PRIMITIVES[kind] + ' density="100"'))
     return mj, mjx.put_model(mj)
+
+
+def contacts_fn(mx: mjx.Model, smooth: bool, sharpness: float):
+    """``qpos -> (dist, pos, frame)`` of every contact slot: MJX's collision stage, or with
+    ``smooth`` DiffMJX's smoothed one at ``sharpness``. Not jitted; wrap it in ``jit``/``vmap``."""
+    d0 = mjx.make_data(mx)
+
+    def contacts(qpos):
+        d = _mjx.kinematics(mx, d0.replace(qpos=qpos))
+        d = collision.collide(mx, d, sharpness) if smooth else _mjx.collision(mx, d)
+        c = _mjx.contact(d)
+        return c.dist, c.pos, c.frame
+
+    return contacts
 
 
 def cube_toss_data(mx: mjx.Model, u0=CUBE_TOSS["u0"]) -> mjx.Data:

@@ -4,56 +4,26 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import mujoco
 import numpy as np
 import pytest
 
 import diffmjx
-from diffmjx import _mjx, collision
-from experiments.common import mjx
+from diffmjx import _mjx
+from experiments.box_box import drop_vs_c_engine, random_contact_poses
+from experiments.common import contacts_fn, load, mjx
 
-XML = """<mujoco><option gravity="0 0 0"/><worldbody>
-  <body><freejoint/><geom type="box" size="0.05 0.04 0.03"/></body>
-  <body pos="0 0 0.2"><freejoint/><geom type="box" size="0.03 0.06 0.045"/></body></worldbody></mujoco>"""
-MX = mjx.put_model(mujoco.MjModel.from_xml_string(XML))
+_, MX = load("box_pair")
 WIDTH = 4.0 / diffmjx.Config().collision.sharpness  # blend band of the default sharpness (m)
 
 
 @functools.lru_cache
 def _contacts(smooth: bool, sharpness: float):
-    d0 = mjx.make_data(MX)
-
-    def contacts(qpos):
-        d = _mjx.kinematics(MX, d0.replace(qpos=qpos))
-        d = collision.collide(MX, d, sharpness) if smooth else _mjx.collision(MX, d)
-        c = d._impl.contact
-        return c.dist, c.pos, c.frame
-
-    return jax.jit(jax.vmap(contacts))
-
-
-def _unit_quats(rng, n):
-    q = rng.normal(size=(n, 4))
-    return q / np.linalg.norm(q, axis=1, keepdims=True)
+    return jax.jit(jax.vmap(contacts_fn(MX, smooth, sharpness)))
 
 
 @functools.lru_cache
-def _shallow_poses(n=400, seed=0):
-    """Random orientations; box 2 moved along a random direction until MJX's deepest contact is
-    0.2-5 mm deep (bisection): the contacts a simulation sees, not deep interpenetration."""
-    rng = np.random.default_rng(seed)
-    q1, q2 = _unit_quats(rng, n), _unit_quats(rng, n)
-    u = rng.normal(size=(n, 3))
-    u /= np.linalg.norm(u, axis=1, keepdims=True)
-    target = rng.uniform(2e-4, 5e-3, size=n)
-    mjx_fn = _contacts(False, 0.0)
-    lo, hi = np.zeros(n), np.full(n, 0.2)  # deep at 0, apart at 0.2
-    for _ in range(40):
-        mid = 0.5 * (lo + hi)
-        depth = -np.asarray(mjx_fn(jnp.asarray(np.c_[np.zeros((n, 3)), q1, u * mid[:, None], q2]))[0]).min(1)
-        deeper = depth > target
-        lo, hi = np.where(deeper, mid, lo), np.where(deeper, hi, mid)
-    return jnp.asarray(np.c_[np.zeros((n, 3)), q1, u * lo[:, None], q2])
+def _shallow_poses():
+    return random_contact_poses(MX)
 
 
 def _active(dist, pos, cut=0.0):
@@ -167,33 +137,18 @@ def test_box_box_gradients_are_finite():
     assert np.isfinite(np.asarray(jax.vmap(g)(qpos))).all()
 
 
-DROP_XML = """<mujoco><option timestep="0.01"/><worldbody>
-  <geom type="box" size="0.1 0.1 0.05" pos="0 0 0.05"/>
-  <body pos="0.02 -0.01 0.16" euler="25 35 10"><freejoint/>
-    <geom type="box" size="0.03 0.02 0.025" solref="0.01 1"/></body></worldbody></mujoco>"""
-
-
 def test_box_dropped_on_box_physics_does_not_move():
     """A tilted box lands on an edge, tips over and settles on a fixed box (0.6 s). Smoothing must
     not move the trajectory; MuJoCo's C engine (its own box-box algorithm, RK4 at 1e-4 s) is the
     outside reference."""
-    mj = mujoco.MjModel.from_xml_string(DROP_XML)
-    mx = mjx.put_model(mj)
-    ctrls = jnp.zeros((60, 0))
-    final = {}
-    for smooth in ("false", "true"):
-        cfg = diffmjx.Config().override(f"collision.smooth={smooth}")
-        final[smooth] = np.asarray(jax.jit(lambda d, c=cfg: diffmjx.rollout(mx, d, ctrls, c)[0].qpos)(mjx.make_data(mx)))
+    rows = {r["collision"]: r for r in drop_vs_c_engine(diffmjx.Config())}
+    qpos = {k: np.array([r[f] for f in ("x", "y", "z", "qw", "qx", "qy", "qz")]) for k, r in rows.items()}
+    smooth, hard, c_engine = qpos["smoothed box-box"], qpos["MJX box-box"], qpos["C engine (RK4 1e-4)"]
     # edge contacts carry two active points instead of MJX's duplicated ones: measured 0.10 mm and
     # 1.5e-3 in the quaternion
-    np.testing.assert_allclose(final["true"][:3], final["false"][:3], atol=3e-4)
-    np.testing.assert_allclose(final["true"][3:], final["false"][3:], atol=3e-3)
-    data = mujoco.MjData(mj)
-    mj.opt.timestep, mj.opt.integrator = 1e-4, mujoco.mjtIntegrator.mjINT_RK4
-    for _ in range(6000):
-        mujoco.mj_step(mj, data)
-    assert final["true"][2] > 0.12  # resting on the 0.1 m box, not fallen through
-    np.testing.assert_allclose(final["true"][:3], data.qpos[:3], atol=1.5e-3)  # measured 0.6 mm
+    np.testing.assert_allclose(smooth[:3], hard[:3], atol=3e-4)
+    np.testing.assert_allclose(smooth[3:], hard[3:], atol=3e-3)
+    assert smooth[2] > 0.12  # resting on the 0.1 m box, not fallen through
+    np.testing.assert_allclose(smooth[:3], c_engine[:3], atol=1.5e-3)  # measured 0.6 mm
     # and no farther from the C engine than MJX's own box-box
-    off = {k: np.linalg.norm(v - data.qpos) for k, v in final.items()}
-    assert off["true"] <= off["false"]
+    assert np.linalg.norm(smooth - c_engine) <= np.linalg.norm(hard - c_engine)

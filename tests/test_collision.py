@@ -11,13 +11,7 @@ from hypothesis import strategies as st
 
 import diffmjx
 from diffmjx import _mjx, collision
-from experiments.common import cube_toss_data, cube_toss_loss, load, mjx, primitive
-
-
-@pytest.fixture(scope="module")
-def scene():
-    _, mx = load("cube_toss")
-    return mx, cube_toss_data(mx)
+from experiments.common import contacts_fn, cube_toss_loss, load, mjx, primitive
 
 
 MODELS = {kind: primitive(kind)[1] for kind in ("cube", "capsule", "cylinder")}
@@ -25,15 +19,7 @@ MODELS = {kind: primitive(kind)[1] for kind in ("cube", "capsule", "cylinder")}
 
 @functools.lru_cache
 def _contacts_fn(smooth: bool, sharpness: float, kind: str = "cube"):
-    mx = MODELS[kind]
-
-    def contacts(d, qpos):
-        d = _mjx.kinematics(mx, d.replace(qpos=qpos))
-        d = collision.collide(mx, d, sharpness) if smooth else _mjx.collision(mx, d)
-        c = d._impl.contact
-        return c.dist, c.pos, c.frame
-
-    return jax.jit(contacts)
+    return jax.jit(contacts_fn(MODELS[kind], smooth, sharpness))
 
 
 @functools.lru_cache
@@ -62,8 +48,8 @@ def test_smoothed_pairs_converge_to_mjx(kind, quat, height):
         assume(abs(np.sqrt(max(1 - axis_z**2, 0.0)) - 0.5) > 1e-6)
     if kind == "cylinder":
         assume(abs(abs(axis_z) * 0.05 - 1e-3) > 1e-6 and abs(axis_z) < 1 - 1e-9)
-    ref = [np.asarray(x) for x in _contacts_fn(False, 0.0, kind)(d, qpos)]
-    ours = [np.asarray(x) for x in _contacts_fn(True, 1e9, kind)(d, qpos)]
+    ref = [np.asarray(x) for x in _contacts_fn(False, 0.0, kind)(qpos)]
+    ours = [np.asarray(x) for x in _contacts_fn(True, 1e9, kind)(qpos)]
     # active contacts (dist < 0) carry the physics; compare them as sets ordered by depth
     act_ref, act = ref[0] < 0, ours[0] < -1e-9
     assert act_ref.sum() == act.sum()
@@ -78,8 +64,8 @@ def test_smoothed_pairs_converge_to_mjx(kind, quat, height):
     np.testing.assert_allclose(ours[2][act][o], ref[2][act_ref][o_ref], atol=1e-7)
 
 
-def _total_depth(d, qpos, sharpness):
-    dist, _, _ = _contacts_fn(True, sharpness)(d, qpos)
+def _total_depth(qpos, sharpness):
+    dist, _, _ = _contacts_fn(True, sharpness)(qpos)
     return jnp.sum(jnp.minimum(dist, 0.0))
 
 
@@ -92,10 +78,9 @@ def _total_depth(d, qpos, sharpness):
         ([0.88, 0.3, 0.25, 0.2], 0.06),  # generic corner
     ],
 )
-def test_plane_box_gradient_matches_central_differences(scene, quat, height):
-    _, d = scene
+def test_plane_box_gradient_matches_central_differences(quat, height):
     qpos = _pose(quat, height)
-    f = jax.jit(lambda q: _total_depth(d, q, 1e4))
+    f = jax.jit(lambda q: _total_depth(q, 1e4))
     g = np.asarray(jax.grad(f)(qpos))
     h = 1e-7
     fd = np.array([(f(qpos.at[i].add(h)) - f(qpos.at[i].add(-h))) / (2 * h) for i in range(7)])
@@ -121,10 +106,9 @@ def _contact_scalar(kind, sharpness):
     rng = np.random.default_rng(1)
     a, b = jnp.asarray(rng.normal(size=3)), jnp.asarray(rng.normal(size=(3, 3)))
     fn = _contacts_fn(True, sharpness, kind)
-    d = mjx.make_data(MODELS[kind])
 
     def scalar(qpos):
-        dist, pos, frame = fn(d, qpos)
+        dist, pos, frame = fn(qpos)
         pen = jnp.minimum(dist, 0.0)
         return jnp.sum(pen * (1.0 + pos @ a)) + _pyramid_term(frame, b)
 
@@ -186,15 +170,7 @@ def _pair_fn(other: str, smooth: bool, sharpness: float):
     import mujoco
 
     mx = mjx.put_model(mujoco.MjModel.from_xml_string(PAIR_XML.format(other=PAIRS[other])))
-    d = mjx.make_data(mx)
-
-    def contacts(qpos):
-        dd = _mjx.kinematics(mx, d.replace(qpos=qpos))
-        dd = collision.collide(mx, dd, sharpness) if smooth else _mjx.collision(mx, dd)
-        c = dd._impl.contact
-        return c.dist, c.pos, c.frame
-
-    return jax.jit(contacts)
+    return jax.jit(contacts_fn(mx, smooth, sharpness))
 
 
 def _quat_axis(q):
