@@ -64,6 +64,22 @@ def test_smoothed_pairs_converge_to_mjx(kind, quat, height):
     np.testing.assert_allclose(ours[2][act][o], ref[2][act_ref][o_ref], atol=1e-7)
 
 
+@pytest.mark.parametrize("height", [0.12, 0.0695])
+def test_plane_box_reports_true_gaps_above_the_plane(height):
+    """Non-penetrating vertices keep their real distance (CFD builds rows from it), whatever the
+    skin weight: a hovering cube reports its four lowest vertices' heights, not a fade to 0."""
+    qpos = _pose([0.92, 0.38, 0.05, 0.0], height)
+    geom = _kinematics("cube")(mjx.make_data(MODELS["cube"]), qpos)
+    centre, rot = np.asarray(geom.geom_xpos[1]), np.asarray(geom.geom_xmat[1])
+    signs = np.array(np.meshgrid([-1, 1], [-1, 1], [-1, 1])).reshape(3, -1).T
+    heights = np.sort(centre[2] + (signs * 0.05) @ rot[2])
+    dist = np.sort(np.asarray(_contacts_fn(True, 1e4)(qpos)[0]))
+    above = heights[:4] > 0
+    assert above.any()
+    np.testing.assert_allclose(dist[-above.sum() :], heights[:4][above], atol=1e-12)
+    assert (dist[: (~above).sum()] <= 0).all()
+
+
 def _total_depth(qpos, sharpness):
     dist, _, _ = _contacts_fn(True, sharpness)(qpos)
     return jnp.sum(jnp.minimum(dist, 0.0))

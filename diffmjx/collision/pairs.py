@@ -20,19 +20,21 @@ SKIN = 1e-3  # MJX's manifold skin depth for plane-convex contacts (m)
 
 
 def _plane_box(plane, box, sharpness):
-    """Plane-box: the four deepest vertices, those outside MJX's 1 mm skin faded to zero depth.
+    """Plane-box: the four deepest vertices, penetrating ones outside MJX's 1 mm skin faded to zero depth.
 
     MJX keeps vertices with ``support > max(0, support.max() - 1e-3)`` and gives the rest distance
     1 (no contact). Here the skin test is a sigmoid relative to the deepest vertex, which keeps
     full weight; the ``> 0`` part needs no smoothing because ``dist = -support`` crosses the
-    activation boundary continuously.
+    activation boundary continuously. Vertices above the plane keep their true (positive)
+    distance whatever their weight: they are inactive either way, and contacts from distance
+    (``cfd``) need the real gap of a hovering box, not a fade towards touching.
     """
     vert = box.vert
     plane_pos = box.mat.T @ (plane.pos - box.pos)
     n_local = box.mat.T @ plane.mat[:, 2]
     support = (plane_pos - vert) @ n_local
     weight = soft_max_mask(support, SKIN, sharpness)
-    depth, idx = jax.lax.top_k(weight * support, 4)
+    depth, idx = jax.lax.top_k(weight * support + (1.0 - weight) * jnp.minimum(support, 0.0), 4)
     dist = -depth
     n = plane.mat[:, 2]
     pos = box.pos + vert[idx] @ box.mat.T - 0.5 * dist[:, None] * n
