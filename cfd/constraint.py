@@ -11,22 +11,9 @@ and reference acceleration are then rebuilt for the true ``r`` with :mod:`cfd.im
 from __future__ import annotations
 
 import jax.numpy as jnp
-import numpy as np
 
 from cfd.impedance import MAXIMP, MINIMP, cfd_impedance, mujoco_impedance, position_term
 from diffmjx import _mjx
-
-
-def _contact_rows(c):
-    """(row, contact) index pairs of the pyramidal contact rows."""
-    rows, con = [], []
-    for i, (dim, adr) in enumerate(zip(np.asarray(c.dim), np.asarray(c.efc_address), strict=True)):
-        if adr < 0:
-            continue
-        n = 1 if dim == 1 else 2 * (dim - 1)
-        rows.extend(range(adr, adr + n))
-        con.extend([i] * n)
-    return np.asarray(rows, dtype=np.int32), np.asarray(con, dtype=np.int32)
 
 
 def _stiffness_damping(m, solref, solimp):
@@ -50,7 +37,7 @@ def make_constraint(m, d, cfd_cfg):
     cfd_solimp = jnp.asarray(cfd_cfg.solimp)
     w_c = cfd_cfg.solimp[2]
     shifted = _mjx.make_constraint(m, _mjx.with_contact(d, c.replace(dist=c.dist - w_c)))
-    rows, con = _contact_rows(c)
+    rows, con = _mjx.contact_rows(m, c)
     if rows.size == 0:
         return shifted
     efc_j, efc_d, aref_all, _, _, _ = _mjx.efc(shifted)

@@ -32,10 +32,14 @@ def spline(x, midpoint, power):
     return jnp.where(x < midpoint, lo, hi)
 
 
-def mujoco_impedance(r, solimp):
-    """MuJoCo's impedance of a constraint violated by ``r`` (``solimp`` = d0, dwidth, width, mid, power)."""
+def mujoco_impedance(r, solimp, floor=MINIMP):
+    """MuJoCo's impedance of a constraint violated by ``r`` (``solimp`` = d0, dwidth, width, mid, power).
+
+    ``floor`` is the least value ``d0`` and ``dwidth`` are clipped to: MuJoCo's ``mjMINIMP`` by
+    default; 0 lets ``solimp[0] = 0`` mean zero impedance at ``r = 0``.
+    """
     d0, dwidth, width, mid, power = solimp
-    d0, dwidth = jnp.clip(d0, MINIMP, MAXIMP), jnp.clip(dwidth, MINIMP, MAXIMP)
+    d0, dwidth = jnp.clip(d0, floor, MAXIMP), jnp.clip(dwidth, floor, MAXIMP)
     x = jnp.abs(r) / jnp.maximum(width, 1e-15)
     d = d0 + spline(x, jnp.clip(mid, MINIMP, MAXIMP), jnp.maximum(power, 1.0)) * (dwidth - d0)
     return jnp.where(x > 1.0, dwidth, d)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import io
 
+import numpy as np
+
 with contextlib.redirect_stdout(io.StringIO()):
     # MJX prints a notice when its optional Warp backend is absent; keep user output clean.
     import mujoco
@@ -137,6 +139,7 @@ def fwd_position_with(m: Model, d: Data, collide) -> Data:
 
 
 MINVAL = mujoco.mjMINVAL
+MINIMP = mujoco.mjMINIMP  # the impedance floor MJX's constraint rows carry
 
 
 def contact(d: Data):
@@ -146,3 +149,20 @@ def contact(d: Data):
 def with_efc(d: Data, **fields) -> Data:
     """Replace constraint-row fields (efc_D, efc_aref, ...) of MJX's private Data part."""
     return d.tree_replace({f"_impl.{k}": v for k, v in fields.items()})
+
+
+def contact_rows(m: Model, c) -> tuple[np.ndarray, np.ndarray]:
+    """(row, contact) index pairs of every contact's constraint rows in MJX's row layout.
+
+    Pyramidal cones give a contact of condim ``dim`` ``2 (dim - 1)`` rows (1 for condim 1),
+    elliptic ones ``dim`` rows; contacts without rows (``efc_address < 0``) are skipped.
+    """
+    pyramidal = m.opt.cone == ConeType.PYRAMIDAL
+    rows, con = [], []
+    for i, (dim, adr) in enumerate(zip(np.asarray(c.dim), np.asarray(c.efc_address), strict=True)):
+        if adr < 0:
+            continue
+        n = 1 if dim == 1 else (2 * (dim - 1) if pyramidal else int(dim))
+        rows.extend(range(adr, adr + n))
+        con.extend([i] * n)
+    return np.asarray(rows, dtype=np.int32), np.asarray(con, dtype=np.int32)

@@ -54,9 +54,16 @@ DEFAULT_PRESET = Path(__file__).parent / "presets" / "default.yaml"
 _SOLIMP_MEANINGS = ("d at r=w_c", "d at r=0", "w_c", "midpoint", "power")
 
 
-def _knob(default: Any, *, choices: Sequence[str] = (), gt: float | None = None, ge: float | None = None) -> Any:
+def _knob(
+    default: Any,
+    *,
+    choices: Sequence[str] = (),
+    gt: float | None = None,
+    ge: float | None = None,
+    lt: float | None = None,
+) -> Any:
     """A dataclass field whose constraints are read back by ``_Section.__post_init__``."""
-    return dataclasses.field(default=default, metadata={"choices": choices, "gt": gt, "ge": ge})
+    return dataclasses.field(default=default, metadata={"choices": choices, "gt": gt, "ge": ge, "lt": lt})
 
 
 def _unwrap_optional(hint: Any) -> tuple[Any, bool]:
@@ -120,6 +127,9 @@ class _Section:
                 raise ValueError(f"{key}={value!r} is out of range; it must be > {gt}")
             if value is not None and ge is not None and not value >= ge:
                 raise ValueError(f"{key}={value!r} is out of range; it must be >= {ge}")
+            lt = f.metadata["lt"]
+            if value is not None and lt is not None and not value < lt:
+                raise ValueError(f"{key}={value!r} is out of range; it must be < {lt}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,11 +186,15 @@ class SolverConfig(_Section):
     Attributes:
         gradient: ``unroll`` differentiates through the solver iterations,
             ``implicit`` uses the implicit function theorem at the solution.
+        impedance_floor: least contact impedance; MuJoCo's ``mjMINIMP`` (1e-4) by default. With
+            0, a geom's ``solimp[0] = 0`` means what it says: contact force starts from zero at
+            zero distance, so touchdown is continuous and gradients through it converge.
     """
 
     _section = "solver"
 
     gradient: str = _knob("unroll", choices=GRADIENTS)
+    impedance_floor: float = _knob(1e-4, ge=0, lt=0.9999)
 
 
 @dataclasses.dataclass(frozen=True)

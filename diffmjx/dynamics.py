@@ -50,6 +50,8 @@ def forward(m, d, cfg: Config | None = None):
     d = _mjx.fwd_acceleration(m, d)
     if _mjx.efc(d)[0].size == 0:
         return d.replace(qacc=d.qacc_smooth)
+    if cfg.solver.impedance_floor != _mjx.MINIMP:
+        d = solver.with_impedance_floor(m, d, cfg.solver.impedance_floor)
     if cfg.cfd.enabled:
         # contacts from distance: CFD rows on the same positions and velocities
         d_cfd = solver.solve(m, cfd_constraint.make_constraint(m, d, cfg.cfd), cfg.solver.gradient)

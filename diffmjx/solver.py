@@ -23,6 +23,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from cfd.impedance import MAXIMP, MINIMP, mujoco_impedance
 from diffmjx import _mjx
 
 GRADIENTS = ("unroll", "implicit")
@@ -114,6 +115,31 @@ def _solve_implicit(m, d):
     qfrc = efc_jl.T @ f_out
     d = d.replace(qacc=qacc_out, qfrc_constraint=sol.qfrc_constraint + (qfrc - sg(qfrc)))
     return _mjx.with_efc_force(d, efc_force)
+
+
+def with_impedance_floor(m, d, floor: float):
+    r"""Contact rows ``(m, d) -> d`` with the impedance floor ``floor`` instead of MuJoCo's 1e-4.
+
+    MuJoCo clips every impedance to at least ``mjMINIMP`` = 1e-4, so a contact whose ``solimp[0]``
+    is 0 still switches on with a small force at zero distance: a jump in the dynamics that the
+    ODE solver steps over and reverse-mode AD does not see (the missing term is the force jump
+    times the change in touchdown time). With ``floor = 0`` the force starts from zero and the
+    dynamics are continuous. Each row's ``D = d / ((1 - d) w)`` is rescaled for the new
+    impedance; the row weight ``w`` and the reference acceleration are MJX's. Within solimp's
+    ``width`` the impedance curve moves by at most the old floor (1e-4 of its range); deeper
+    rows are unchanged.
+    """
+    c = _mjx.contact(d)
+    rows, con = _mjx.contact_rows(m, c)
+    if rows.size == 0:
+        return d
+    efc_j, efc_d, *_ = _mjx.efc(d)
+    r, solimp = c.dist[con] - c.includemargin[con], c.solimp[con]
+    imp = jnp.vectorize(mujoco_impedance, signature="(),(5),()->()")
+    old = jnp.clip(imp(r, solimp, MINIMP), MINIMP, MAXIMP)
+    new = jnp.clip(imp(r, solimp, floor), floor, MAXIMP)
+    scale = new * (1.0 - old) / ((1.0 - new) * old)
+    return _mjx.with_efc(d, efc_D=efc_d.at[rows].set(efc_d[rows] * scale))
 
 
 def solve(m, d, gradient: str = "unroll"):

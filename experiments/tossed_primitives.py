@@ -14,6 +14,7 @@ only DiffMJX's error against rtol for the ball and the cube (tossed_primitives_t
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 import jax
@@ -134,29 +135,40 @@ SCAN_TOLS = (1e-9, 1e-10, 1e-11)
 SCAN_REF_TOL = 1e-12
 
 
-def tolerance_scan(cfg: diffmjx.Config, out: Path, kinds=("ball", "cube"), n: int = 20) -> list[dict]:
+def tolerance_scan(cfg: diffmjx.Config, out: Path, kinds=tuple(common.PRIMITIVES), n: int = 20, tols=SCAN_TOLS) -> list[dict]:
     """DiffMJX's median gradient error against rtol = atol, on ``n`` values of u0, per primitive.
 
     The reference is central differences of a ``SCAN_REF_TOL`` solve, tighter than every scanned
-    tolerance. Writes tossed_primitives_tolerance.{csv,png}.
+    tolerance. Rows are keyed by primitive, ``solver.impedance_floor`` and rtol; rows of an earlier
+    scan with other keys are kept. Writes tossed_primitives_tolerance.{csv,png}.
     """
+    path = out / "tossed_primitives_tolerance.csv"
+    floor = cfg.solver.impedance_floor
+    kept = []
+    if path.exists():
+        with open(path) as f:
+            for r in csv.DictReader(f):
+                r = {k: float(v) if k != "primitive" else v for k, v in r.items()}
+                r.setdefault("impedance_floor", 1e-4)  # scans before the knob ran MuJoCo's floor
+                if not (r["primitive"] in kinds and r["impedance_floor"] == floor and r["rtol"] in tols):
+                    kept.append(r)
     u0s = np.linspace(-3.0, -1.0, n)
     rows = []
     for kind in tqdm(kinds, desc="tolerance scan"):
         _, mx = common.primitive(kind)
         ref = _loss_fn(mx, cfg.override(f"integrator.rtol={SCAN_REF_TOL}", f"integrator.atol={SCAN_REF_TOL}"))
         ref_grad = (_batched(ref, u0s + FD_STEP, f"{kind}: reference +h") - _batched(ref, u0s - FD_STEP, f"{kind}: reference -h")) / (2 * FD_STEP)  # fmt: skip
-        for tol in SCAN_TOLS:
+        for tol in tols:
             c = cfg.override(f"integrator.rtol={tol}", f"integrator.atol={tol}")
             _, grad = _batched(jax.value_and_grad(_loss_fn(mx, c)), u0s, f"{kind}: rtol {tol:g}")
             e = _rel_errors(grad, ref_grad)
-            rows.append(dict(primitive=kind, rtol=tol, points=n, median_rel_error=float(np.median(e)),
-                             p90_rel_error=float(np.percentile(e, 90)),
+            rows.append(dict(primitive=kind, impedance_floor=floor, rtol=tol, points=n,
+                             median_rel_error=float(np.median(e)), p90_rel_error=float(np.percentile(e, 90)),
                              median_sweep_error=float(np.median(_sweep_errors(grad, ref_grad)))))  # fmt: skip
-            common.write_csv(out / "tossed_primitives_tolerance.csv", rows)
-    _plot_tolerance(rows, out / "tossed_primitives_tolerance.png")
+            common.write_csv(path, kept + rows)  # after every tolerance: nothing lost to an interrupt
+    _plot_tolerance(kept + rows, out / "tossed_primitives_tolerance.png")
     for r in rows:
-        print(f"{r['primitive']:<10} rtol {r['rtol']:.0e}  median {r['median_rel_error']:7.2%}  p90 {r['p90_rel_error']:7.2%}")
+        print(f"{r['primitive']:<10} floor {floor:g}  rtol {r['rtol']:.0e}  median {r['median_rel_error']:7.2%}  p90 {r['p90_rel_error']:7.2%}")
     return rows
 
 
@@ -166,14 +178,16 @@ def _plot_tolerance(rows, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(5, 3.2))
-    for kind in dict.fromkeys(r["primitive"] for r in rows):
-        sel = [r for r in rows if r["primitive"] == kind]
-        ax.loglog([r["rtol"] for r in sel], [r["median_rel_error"] for r in sel], "o-", label=kind)
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    colors = {k: f"C{i}" for i, k in enumerate(common.PRIMITIVES)}
+    for kind, floor in dict.fromkeys((r["primitive"], r["impedance_floor"]) for r in rows):
+        sel = sorted((r for r in rows if (r["primitive"], r["impedance_floor"]) == (kind, floor)), key=lambda r: r["rtol"])
+        ax.loglog([r["rtol"] for r in sel], [r["median_rel_error"] for r in sel], "o-" if floor == 0 else "s:",
+                  color=colors.get(kind), label=f"{kind}, floor {floor:g}")  # fmt: skip
     ax.axhline(0.01, color="k", lw=0.8, ls="--", label="1 % target")
     ax.set(xlabel="rtol = atol", ylabel="median rel. gradient error")
     ax.set_title(f"DiffMJX gradient error vs tolerance (reference {SCAN_REF_TOL:g})", fontsize=9)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, ncol=2)
     common.save_figure(fig, path)
 
 
@@ -239,10 +253,17 @@ def _plot_sharpness(rows, path):
 
 
 def main(argv=None):
-    scan = dict(action="store_true", help="only the error-vs-tolerance scan (ball and cube, 20 u0; about 15 min)")
-    cfg, args = common.cli(__doc__, DEFAULT_PRESET, argv, extra=[("--tolerance-scan", scan)])
+    scan = dict(action="store_true", help="only the error-vs-tolerance scan (20 u0; about 8 min per primitive)")
+    kinds = dict(default=",".join(common.PRIMITIVES), help="primitives of the tolerance scan, comma-separated")
+    tols = dict(default=",".join(f"{t:g}" for t in SCAN_TOLS), help="tolerances of the tolerance scan")
+    extra = [("--tolerance-scan", scan), ("--scan-kinds", kinds), ("--scan-tols", tols)]
+    cfg, args = common.cli(__doc__, DEFAULT_PRESET, argv, extra=extra)
     if args.tolerance_scan:
-        tolerance_scan(cfg, args.out)
+        scan_kinds = tuple(k.strip() for k in args.scan_kinds.split(","))
+        for k in scan_kinds:
+            if k not in common.PRIMITIVES:
+                raise ValueError(f"--scan-kinds: {k!r} is not a primitive; choose from {', '.join(common.PRIMITIVES)}")
+        tolerance_scan(cfg, args.out, scan_kinds, tols=tuple(float(t) for t in args.scan_tols.split(",")))
         return
     run(cfg, args.out, args.quick)
     sharpness_tradeoff(cfg, args.out, args.quick)

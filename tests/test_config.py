@@ -99,6 +99,8 @@ def test_from_dict_keeps_missing_defaults() -> None:
         (["integrator.step_control=pi"], "integrator.step_control"),
         (["integrator.on_budget_exhausted=ignore"], "integrator.on_budget_exhausted"),
         (["solver.gradient=fd"], "solver.gradient"),
+        (["solver.impedance_floor=-1e-6"], "solver.impedance_floor"),
+        (["solver.impedance_floor=1.0"], "solver.impedance_floor"),
         (["integrator.rtol=-1"], "integrator.rtol"),
         (["integrator.atol=0"], "integrator.atol"),
         (["integrator.pcoeff=-0.1"], "integrator.pcoeff"),

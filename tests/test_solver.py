@@ -75,3 +75,44 @@ def test_cg_forward_equals_mjx_solver(scene):
     np.testing.assert_allclose(ours.qacc, ref.qacc, rtol=0, atol=1e-10)
     g = jax.jit(jax.grad(lambda v: diffmjx.forward(mx, d.replace(qvel=v)).qacc[2]))(d.qvel)
     assert np.all(np.isfinite(np.asarray(g))) and float(jnp.abs(g).max()) > 0
+
+
+def _touchdown_qacc(mx, d, depth, floor):
+    """qacc of the cube falling at 1 m/s with its lowest vertex ``depth`` below the floor."""
+    cfg = diffmjx.Config().override(f"solver.impedance_floor={floor}")
+    qpos = d.qpos.at[2].set(0.05 * (np.cos(np.pi / 3) + np.sin(np.pi / 3)) - depth)
+    return np.asarray(jax.jit(lambda q: diffmjx.forward(mx, d.replace(qpos=q, qvel=d.qvel.at[2].set(-1.0)), cfg).qacc)(qpos))
+
+
+def test_impedance_floor_makes_touchdown_continuous(scene):
+    """solimp[0] = 0 in the scene: MuJoCo's 1e-4 floor still switches on a force at zero depth;
+    with solver.impedance_floor = 0 the force starts from zero."""
+    _, mx, d = scene
+    free = np.array([0.0, 0.0, -2.0, 0.0, 0.0, 0.0])
+    jump = np.abs(_touchdown_qacc(mx, d, 1e-10, 1e-4) - free).max()
+    assert jump > 1e-3  # MJX: a finite force at 1e-10 m
+    assert np.abs(_touchdown_qacc(mx, d, 1e-10, 0.0) - free).max() < 1e-9 * jump / 1e-3
+    # inside solimp's 1 mm width the impedance curve moves by at most the old floor, 1e-4
+    mid = _touchdown_qacc(mx, d, 5e-4, 1e-4)
+    np.testing.assert_allclose(_touchdown_qacc(mx, d, 5e-4, 0.0), mid, rtol=0, atol=2e-4 * np.abs(mid).max())
+    # past the width both give solimp[1]: MJX's rows exactly
+    np.testing.assert_array_equal(_touchdown_qacc(mx, d, 2e-3, 0.0), _touchdown_qacc(mx, d, 2e-3, 1e-4))
+
+
+def test_impedance_floor_zero_differentiates(scene):
+    """The rescaled rows carry reverse-mode derivatives: qacc's pose gradient matches central
+    differences at a shallow touchdown (impedance on the spline, 0.3 mm deep)."""
+    _, mx, d = scene
+    cfg = diffmjx.Config().override("solver.impedance_floor=0")
+    v = d.qvel.at[2].set(-1.0)
+
+    def f(z):
+        q = d.qpos.at[2].set(z)
+        return diffmjx.forward(mx, d.replace(qpos=q, qvel=v), cfg).qacc[2]
+
+    z = 0.05 * (np.cos(np.pi / 3) + np.sin(np.pi / 3)) - 3e-4
+    g = float(jax.jit(jax.grad(f))(z))
+    h, fj = 1e-8, jax.jit(f)
+    fd = (float(fj(z + h)) - float(fj(z - h))) / (2 * h)
+    assert abs(fd) > 1e3
+    assert abs(g - fd) < 1e-5 * abs(fd)
