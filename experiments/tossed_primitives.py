@@ -148,7 +148,7 @@ def tolerance_scan(cfg: diffmjx.Config, out: Path, kinds=tuple(common.PRIMITIVES
     if path.exists():
         with open(path) as f:
             for r in csv.DictReader(f):
-                r = {k: float(v) if k != "primitive" else v for k, v in r.items()}
+                r = {k: v if k == "primitive" else int(float(v)) if k == "points" else float(v) for k, v in r.items()}
                 r.setdefault("impedance_floor", 1e-4)  # scans before the knob ran MuJoCo's floor
                 if not (r["primitive"] in kinds and r["impedance_floor"] == floor and r["rtol"] in tols):
                     kept.append(r)
