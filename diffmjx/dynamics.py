@@ -54,7 +54,7 @@ def forward(m, d, cfg: Config | None = None):
         d = solver.with_impedance_floor(m, d, cfg.solver.impedance_floor)
     if cfg.cfd.enabled:
         # contacts from distance: CFD rows on the same positions and velocities
-        d_cfd = solver.solve(m, cfd_constraint.make_constraint(m, d, cfg.cfd), cfg.solver.gradient)
+        d_cfd = solver.solve(m, cfd_constraint.make_constraint(m, cfd_contacts(m, d, cfg), cfg.cfd), cfg.solver.gradient)
         if cfg.cfd.in_forward:
             return _mjx.sensor_acc(m, d_cfd)
         d = solver.solve(m, d, cfg.solver.gradient)
@@ -63,6 +63,17 @@ def forward(m, d, cfg: Config | None = None):
         return _mjx.sensor_acc(m, d)
     d = solver.solve(m, d, cfg.solver.gradient)
     return _mjx.sensor_acc(m, d)
+
+
+def cfd_contacts(m, d, cfg: Config):
+    """``d`` with the contacts contacts-from-distance builds its rows from.
+
+    With ``collision.smooth`` these are the forward's own. Without it, MJX's contacts serve the
+    forward, but CFD takes DiffMJX's collision functions (at ``collision.sharpness``) for the pairs
+    that have one: for a box above a plane, MJX's plane-box reports four vertices that are not the
+    lowest ones (its manifold rule assumes penetration), so CFD would pull on the wrong corners.
+    """
+    return d if cfg.collision.smooth else collision.collide(m, d, cfg.collision.sharpness)
 
 
 def act_limits(m):

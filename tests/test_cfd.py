@@ -152,3 +152,34 @@ def test_cfd_in_forward_makes_bodies_hover():
     """cfd.in_forward applies the forces from distance physically: the eight ball is pushed."""
     d, _ = jax.jit(_two_balls(CFD.override("cfd.in_forward=true")))(0.3)
     assert float(d.qpos[1]) > 1e-3
+
+
+def test_cfd_rows_of_a_hovering_box_come_from_its_lowest_corners():
+    """MJX's plane-box reports four vertices of a hovering box that are not its lowest ones (its
+    manifold rule assumes penetration). CFD takes DiffMJX's plane-box for its rows, so with
+    ``collision.smooth`` off the force from distance is the one of the four lowest corners: the
+    same as with smoothing on, and the forward with straight-through CFD stays MJX's."""
+    from diffmjx import _mjx
+    from diffmjx.dynamics import cfd_contacts
+
+    _, mx = load("cube_toss")  # a 10 cm cube above a plane, gravity -2
+    quat = np.array([0.92, 0.38, 0.05, 0.0])
+    qpos = jnp.concatenate([jnp.array([0.0, 0.0, 0.12]), quat / np.linalg.norm(quat)])
+    d = mjx.make_data(mx).replace(qpos=qpos)
+    off = BASE.override("cfd.enabled=true", "cfd.solimp=[0.0, 0.01, 0.1, 1.0, 2.0]", "collision.smooth=false")
+    on = off.override("collision.smooth=true")
+
+    geom = mjx.kinematics(mx, d)
+    centre, rot = np.asarray(geom.geom_xpos[1]), np.asarray(geom.geom_xmat[1]).reshape(3, 3)
+    signs = np.array(np.meshgrid([-1, 1], [-1, 1], [-1, 1])).reshape(3, -1).T
+    lowest = np.sort(centre[2] + (signs * 0.05) @ rot[2])[:4]
+    assert lowest[-1] < 0.1  # all four within w_c
+    dist = np.sort(np.asarray(_mjx.contact(cfd_contacts(mx, mjx.forward(mx, d), off)).dist))
+    np.testing.assert_allclose(dist, lowest, atol=1e-12)
+
+    hover = jax.jit(lambda c: diffmjx.forward(mx, d, c).qacc, static_argnums=0)
+    a_off, a_on = hover(off.override("cfd.in_forward=true")), hover(on.override("cfd.in_forward=true"))
+    np.testing.assert_allclose(a_off, a_on, rtol=1e-9, atol=1e-12)
+    assert float(a_on[2]) > -2.0 + 1e-3  # the forces from distance do push the cube up
+    # straight-through: the forward is MJX's (free fall: nothing touches)
+    np.testing.assert_array_equal(hover(off), mjx.forward(mx, d).qacc)
