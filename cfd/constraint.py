@@ -29,8 +29,12 @@ def _stiffness_damping(m, solref, solimp):
     return k, b
 
 
-def make_constraint(m, d, cfd_cfg):
-    """``mjx`` constraint rows ``(m, d) -> d`` with contacts from distance (pyramidal cones)."""
+def make_constraint(m, d, cfd_cfg, floor=MINIMP):
+    """``mjx`` constraint rows ``(m, d) -> d`` with contacts from distance (pyramidal cones).
+
+    ``floor``: the least impedance of a row (``solver.impedance_floor``; MuJoCo's is 1e-4). With 0,
+    rows fade out continuously at ``r = w_c`` when ``d_c = 0`` and in contact follow the forward's.
+    """
     if m.opt.cone != _mjx.ConeType.PYRAMIDAL:
         raise ValueError("cfd.enabled=True supports cone='pyramidal' only")
     c = _mjx.contact(d)
@@ -47,14 +51,15 @@ def make_constraint(m, d, cfd_cfg):
     # recover MJX's row weight from R = w (1 - d) / d at the shifted distance MJX saw
     imp_mjx = jnp.clip(jnp.vectorize(mujoco_impedance, signature="(),(5)->()")(r - w_c, solimp), MINIMP, MAXIMP)
     weight = (1.0 / efc_d[rows]) * imp_mjx / (1.0 - imp_mjx)
-    imp = jnp.vectorize(cfd_impedance, signature="(),(5),(5)->()")(r, solimp, cfd_solimp)
-    imp = jnp.clip(imp, MINIMP, MAXIMP)
+    imp = jnp.vectorize(lambda r, s, c: cfd_impedance(r, s, c, floor), signature="(),(5),(5)->()")(r, solimp, cfd_solimp)
+    imp = jnp.clip(imp, floor, MAXIMP)
     k, b = _stiffness_damping(m, solref, solimp)
     jv = efc_j[rows] @ d.qvel
     aref = -b * jv + k * imp * position_term(r, cfd_cfg.sharpness)
-    big_r = jnp.maximum(weight * (1.0 - imp) / imp, _mjx.MINVAL)
+    # D = 1 / R with R = w (1 - d) / d >= MINVAL, written without dividing by d (0 with floor 0)
+    efc_cfd = jnp.minimum(imp / (weight * (1.0 - imp)), 1.0 / _mjx.MINVAL)
     return _mjx.with_efc(
         shifted,
-        efc_D=efc_d.at[rows].set(jnp.where(active, 1.0 / big_r, efc_d[rows])),
+        efc_D=efc_d.at[rows].set(jnp.where(active, efc_cfd, efc_d[rows])),
         efc_aref=aref_all.at[rows].set(jnp.where(active, aref, 0.0)),
     )

@@ -51,10 +51,11 @@ def continuation(r, cfd_solimp):
     return d_c + spline((w_c - r) / w_c, m_c, p_c) * (d_0 - d_c)
 
 
-def cfd_impedance(r, solimp, cfd_solimp):
-    """Impedance for signed distance ``r``: MuJoCo's for r <= 0, the CFD continuation above."""
+def cfd_impedance(r, solimp, cfd_solimp, floor=MINIMP):
+    """Impedance for signed distance ``r``: MuJoCo's for r <= 0 (``floor`` as in
+    :func:`mujoco_impedance`), the CFD continuation above."""
     d_c, w_c = cfd_solimp[0], cfd_solimp[2]
-    inside = mujoco_impedance(r, solimp)
+    inside = mujoco_impedance(r, solimp, floor)
     return jnp.where(r <= 0, inside, jnp.where(r < w_c, continuation(r, cfd_solimp), d_c))
 
 

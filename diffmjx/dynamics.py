@@ -54,7 +54,8 @@ def forward(m, d, cfg: Config | None = None):
         d = solver.with_impedance_floor(m, d, cfg.solver.impedance_floor)
     if cfg.cfd.enabled:
         # contacts from distance: CFD rows on the same positions and velocities
-        d_cfd = solver.solve(m, cfd_constraint.make_constraint(m, cfd_contacts(m, d, cfg), cfg.cfd), cfg.solver.gradient)
+        rows = cfd_constraint.make_constraint(m, cfd_contacts(m, d, cfg), cfg.cfd, cfg.solver.impedance_floor)
+        d_cfd = solver.solve(m, rows, cfg.solver.gradient)
         if cfg.cfd.in_forward:
             return _mjx.sensor_acc(m, d_cfd)
         d = solver.solve(m, d, cfg.solver.gradient)

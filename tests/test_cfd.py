@@ -183,3 +183,31 @@ def test_cfd_rows_of_a_hovering_box_come_from_its_lowest_corners():
     assert float(a_on[2]) > -2.0 + 1e-3  # the forces from distance do push the cube up
     # straight-through: the forward is MJX's (free fall: nothing touches)
     np.testing.assert_array_equal(hover(off), mjx.forward(mx, d).qacc)
+
+
+@pytest.mark.parametrize("floor", [0.0, 1e-4])
+def test_cfd_rows_fade_out_at_w_c_with_impedance_floor_zero(floor):
+    """With solver.impedance_floor = 0 and d_c = 0 a row's impedance goes to 0 as r -> w_c (the
+    row switches off continuously); with MuJoCo's floor it stays at 1e-4 up to w_c and jumps."""
+    from cfd import constraint
+    from diffmjx import _mjx
+    from experiments.common import primitive
+
+    _, mx = primitive("ball")  # radius 0.05
+    w_c = 0.1
+    cfg = CFD.override(f"cfd.solimp=[0.0, 0.01, {w_c}, 1.0, 2.0]").cfd
+
+    def impedance(height):  # of the ball's contact rows: d = 1 / (1 + w D^-1) from D and the row weight w
+        d = mjx.forward(mx, mjx.make_data(mx).replace(qpos=jnp.array([0.0, 0.0, height, 1.0, 0.0, 0.0, 0.0])))
+        rows, _ = _mjx.contact_rows(mx, _mjx.contact(d))
+        efc_d = np.asarray(_mjx.efc(constraint.make_constraint(mx, d, cfg, floor))[1])[rows]
+        deep = mjx.forward(mx, d.replace(qpos=d.qpos.at[2].set(0.0))) # 5 cm deep: MJX's impedance 0.95
+        weight = (1 / np.asarray(_mjx.efc(deep)[1])[rows]) * 0.95 / 0.05
+        return efc_d * weight / (1 + efc_d * weight)
+
+    inside = impedance(0.05 + w_c - 1e-6)  # 1 um inside w_c
+    if floor == 0.0:
+        assert np.all(inside < 1e-10)  # d_0 (1e-6 / w_c)^2 = 1e-12
+    else:
+        np.testing.assert_allclose(inside, 1e-4, rtol=1e-6)
+    np.testing.assert_allclose(impedance(0.05 + 0.5 * w_c), 0.01 * 0.5**2, rtol=1e-6)  # the spline itself
