@@ -69,7 +69,23 @@ def _check(m, cfg: Config) -> None:
         )
 
 
-def _controller(cfg: Config, backsolve: bool = False):
+class _WarmStartPID(diffrax.PIDController):
+    """Diffrax's PID controller whose first step is ``first_step`` (an array) instead of ``dt0``.
+
+    Passing a traced ``dt0`` to ``diffeqsolve`` makes Diffrax check its sign at run time with an
+    Equinox error, which compiles to a host callback, and JAX never writes programs with host
+    callbacks to the persistent compilation cache. With ``dt0=None`` and the warm-start step held
+    here there is no such check, so every DiffMJX gradient can be cached across processes.
+    """
+
+    first_step: jax.Array | None = None
+
+    def init(self, terms, t0, t1, y0, dt0, args, func, error_order):
+        dt0 = dt0 if self.first_step is None else self.first_step
+        return super().init(terms, t0, t1, y0, dt0, args, func, error_order)
+
+
+def _controller(cfg: Config, backsolve: bool = False, first_step=None):
     ic = cfg.integrator
     if ic.step_control == "constant":
         return diffrax.ConstantStepSize()
@@ -80,10 +96,11 @@ def _controller(cfg: Config, backsolve: bool = False):
     # The adjoint solve controls the error of (y, a_y) only: a seminorm skips the parameter
     # adjoints, which only accumulate and would otherwise force tiny steps.
     norm = diffrax.adjoint_rms_seminorm if backsolve else optx.rms_norm
-    return diffrax.PIDController(
+    return _WarmStartPID(
         rtol=rtol, atol=atol, pcoeff=ic.pcoeff, icoeff=ic.icoeff, dcoeff=ic.dcoeff, dtmin=ic.dtmin,
         dtmax=ic.dtmax,
         norm=norm,
+        first_step=first_step,
     )  # fmt: skip
 
 
@@ -125,6 +142,11 @@ def _period_diffrax(m, d, cfg: Config, layout, dt_hint):
         if ic.dtmax is not None:
             dt0 = jnp.minimum(dt0, ic.dtmax)
     y0 = State(jnp.zeros(m.nv, d.qvel.dtype), d.qvel, d.act)
+    controller = _controller(cfg)
+    if ic.step_control == "pid" and ic.adjoint != "backsolve":
+        # the warm-start step goes to the controller, not to diffeqsolve (see _WarmStartPID);
+        # backsolve keeps dt0, which its adjoint solve starts from
+        controller, dt0 = _controller(cfg, first_step=dt0), None
     sol = diffrax.diffeqsolve(
         term,
         _DIFFRAX_SOLVERS[ic.solver](),
@@ -134,7 +156,7 @@ def _period_diffrax(m, d, cfg: Config, layout, dt_hint):
         y0=y0,
         args=leaves,
         saveat=diffrax.SaveAt(t1=True),
-        stepsize_controller=_controller(cfg),
+        stepsize_controller=controller,
         adjoint=_adjoint(cfg),
         max_steps=ic.max_steps,
         throw=ic.on_budget_exhausted == "raise",
