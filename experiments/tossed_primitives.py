@@ -49,9 +49,9 @@ _JITTED: dict = {}
 def _batched(fn, u0s, desc):
     """Evaluate ``fn`` at every u0 (one compilation per ``fn``), two points at a time, with a progress bar.
 
-    Not vmapped: a vmapped adaptive solve steps every lane until the slowest lane is done, which on
-    a CPU made this sweep 2-4x slower than a loop over points. Two threads keep both cores busy
-    (XLA releases the GIL while it runs).
+    Not vmapped: a vmapped adaptive solve steps every lane until the slowest lane is done (in a
+    one-off timing on the cube at rtol 1e-11: 8.1 s per point vmapped in chunks of 20, 1.7-4.2 s
+    one at a time). Two threads keep both cores busy (XLA releases the GIL while it runs).
     """
     f = _JITTED.setdefault(fn, jax.jit(fn))
     points = [jnp.asarray(u, dtype=jnp.float64) for u in np.asarray(u0s, dtype=np.float64)]
