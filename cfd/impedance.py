@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import mujoco
 
-MINIMP, MAXIMP = 1e-4, 0.9999  # MuJoCo's mjMINIMP / mjMAXIMP
+MINIMP, MAXIMP = mujoco.mjMINIMP, mujoco.mjMAXIMP  # 1e-4 and 0.9999
 
 
 def spline(x, midpoint, power):

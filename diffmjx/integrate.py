@@ -142,11 +142,11 @@ def _period_diffrax(m, d, cfg: Config, layout, dt_hint):
         if ic.dtmax is not None:
             dt0 = jnp.minimum(dt0, ic.dtmax)
     y0 = State(jnp.zeros(m.nv, d.qvel.dtype), d.qvel, d.act)
-    controller = _controller(cfg)
-    if ic.step_control == "pid" and ic.adjoint != "backsolve":
-        # the warm-start step goes to the controller, not to diffeqsolve (see _WarmStartPID);
-        # backsolve keeps dt0, which its adjoint solve starts from
-        controller, dt0 = _controller(cfg, first_step=dt0), None
+    # the warm-start step goes to the controller, not to diffeqsolve (see _WarmStartPID);
+    # backsolve keeps dt0, which its adjoint solve starts from
+    warm = ic.step_control == "pid" and ic.adjoint != "backsolve"
+    controller = _controller(cfg, first_step=dt0 if warm else None)
+    dt0 = None if warm else dt0
     sol = diffrax.diffeqsolve(
         term,
         _DIFFRAX_SOLVERS[ic.solver](),

@@ -71,6 +71,14 @@ def contacts_fn(mx: mjx.Model, smooth: bool, sharpness: float):
     return contacts
 
 
+def box_corner_heights(mx: mjx.Model, qpos, half: float = 0.05, geom: int = 1) -> np.ndarray:
+    """Heights above z = 0 of the eight corners of box ``geom`` (half-size ``half``) at ``qpos``, sorted."""
+    d = jax.jit(_mjx.kinematics)(mx, mjx.make_data(mx).replace(qpos=jnp.asarray(qpos)))
+    centre, rot = np.asarray(d.geom_xpos[geom]), np.asarray(d.geom_xmat[geom]).reshape(3, 3)
+    signs = np.array(np.meshgrid([-1, 1], [-1, 1], [-1, 1])).reshape(3, -1).T
+    return np.sort(centre[2] + (signs * half) @ rot[2])
+
+
 def cube_toss_data(mx: mjx.Model, u0=CUBE_TOSS["u0"]) -> mjx.Data:
     """Initial state of the cube toss: qpos[2] = 0.2, qvel[1] = -0.1, qvel[2] = u0."""
     d = mjx.make_data(mx)

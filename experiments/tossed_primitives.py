@@ -24,13 +24,14 @@ import numpy as np
 from tqdm import tqdm
 
 import diffmjx
+from diffmjx import _mjx
 from experiments import common
 
 DEFAULT_PRESET = Path(__file__).parent / "configs" / "tossed_primitives.yaml"
 FD_STEP = 1e-4
 REF_TOL = 1e-12  # the reference solve: an order of magnitude tighter than the preset's 1e-11
 WORKERS = 2  # points evaluated at once
-MJX_FLOOR = 1e-4  # MuJoCo's impedance floor (mjMINIMP): the MJX row runs stock MJX
+MJX_FLOOR = _mjx.MINIMP  # MuJoCo's impedance floor (1e-4): the MJX row runs stock MJX
 
 
 def _loss_fn(mx, cfg):

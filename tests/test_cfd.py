@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import diffmjx
 from cfd import cfd_impedance, mujoco_impedance, position_term, straight_through
 from cfd.impedance import continuation
-from experiments.common import load, mjx
+from experiments.common import box_corner_heights, load, mjx
 
 params = st.tuples(
     st.floats(0.01, 0.5),  # MuJoCo d0
@@ -169,10 +169,7 @@ def test_cfd_rows_of_a_hovering_box_come_from_its_lowest_corners():
     off = BASE.override("cfd.enabled=true", "cfd.solimp=[0.0, 0.01, 0.1, 1.0, 2.0]", "collision.smooth=false")
     on = off.override("collision.smooth=true")
 
-    geom = mjx.kinematics(mx, d)
-    centre, rot = np.asarray(geom.geom_xpos[1]), np.asarray(geom.geom_xmat[1]).reshape(3, 3)
-    signs = np.array(np.meshgrid([-1, 1], [-1, 1], [-1, 1])).reshape(3, -1).T
-    lowest = np.sort(centre[2] + (signs * 0.05) @ rot[2])[:4]
+    lowest = box_corner_heights(mx, qpos)[:4]
     assert lowest[-1] < 0.1  # all four within w_c
     dist = np.sort(np.asarray(_mjx.contact(cfd_contacts(mx, mjx.forward(mx, d), off)).dist))
     np.testing.assert_allclose(dist, lowest, atol=1e-12)

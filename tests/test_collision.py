@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import diffmjx
 from diffmjx import _mjx, collision
-from experiments.common import contacts_fn, cube_toss_loss, load, mjx, primitive
+from experiments.common import box_corner_heights, contacts_fn, cube_toss_loss, load, mjx, primitive
 
 
 MODELS = {kind: primitive(kind)[1] for kind in ("cube", "capsule", "cylinder")}
@@ -69,10 +69,7 @@ def test_plane_box_reports_true_gaps_above_the_plane(height):
     """Non-penetrating vertices keep their real distance (CFD builds rows from it), whatever the
     skin weight: a hovering cube reports its four lowest vertices' heights, not a fade to 0."""
     qpos = _pose([0.92, 0.38, 0.05, 0.0], height)
-    geom = _kinematics("cube")(mjx.make_data(MODELS["cube"]), qpos)
-    centre, rot = np.asarray(geom.geom_xpos[1]), np.asarray(geom.geom_xmat[1])
-    signs = np.array(np.meshgrid([-1, 1], [-1, 1], [-1, 1])).reshape(3, -1).T
-    heights = np.sort(centre[2] + (signs * 0.05) @ rot[2])
+    heights = box_corner_heights(MODELS["cube"], qpos)
     dist = np.sort(np.asarray(_contacts_fn(True, 1e4)(qpos)[0]))
     above = heights[:4] > 0
     assert above.any()
