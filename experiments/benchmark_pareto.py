@@ -11,13 +11,18 @@ Methods: MJX semi-implicit Euler, RK4 and implicitfast at dt in {1e-2, 3e-3, 1e-
 3e-5}; Diffrax Tsit5, Dopri5, Dopri8, Bosh3, Heun at rtol = atol in {1e-3, 1e-4, 1e-5, 1e-7,
 1e-8, 1e-10}; Tsit5 at 1e-5, 1e-7 and 1e-8 also with the backsolve adjoint and the implicit
 solver gradient. ``--quick`` runs a subset (about 25 min): MJX Euler at dt 1e-3, 1e-4, 3e-5 and
-Tsit5 at 1e-4, 1e-7, 1e-8, with backsolve and implicit at 1e-7 and 1e-8. Rows are appended to docs/results/benchmark_pareto.csv as they finish,
-so an interrupted run keeps what it measured; the Pareto plots (error vs backward run time, error
-vs backward JIT time) go to benchmark_pareto.png.
+Tsit5 at 1e-4, 1e-7, 1e-8, with backsolve and implicit at 1e-7 and 1e-8, into
+docs/results/benchmark_pareto.{csv,png}; the full grid (54 methods, several hours on 2 cores) goes
+to benchmark_pareto_full.{csv,png}. Each row is written as soon as its method finishes, and a
+later run skips the methods whose row is already there with the same configuration (``--fresh``
+starts over), so the full grid can be run in pieces. The Pareto plots show error vs backward run
+time and error vs backward JIT time.
 """
 
 from __future__ import annotations
 
+import csv
+import hashlib
 import time
 from pathlib import Path
 
@@ -94,22 +99,50 @@ def ground_truth(mx, cfg: diffmjx.Config, u0: float, quick: bool) -> float:
     return float(sweep[pick_plateau(sweep), 0])
 
 
-def run(cfg: diffmjx.Config, out: Path, quick: bool = False) -> list[dict]:
+def config_digest(cfg: diffmjx.Config) -> str:
+    """Short hash of a method's whole configuration: a saved row is reused only for the same one."""
+    return hashlib.sha256(cfg.to_yaml().encode()).hexdigest()[:12]
+
+
+def saved_rows(path: Path) -> list[dict]:
+    """Rows of an earlier run's CSV (numbers parsed back), or none."""
+    if not path.exists():
+        return []
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        for k, v in r.items():
+            if k not in ("family", "method", "adjoint", "solver_gradient", "config"):
+                r[k] = v == "True" if v in ("True", "False") else float(v)
+    return rows
+
+
+def run(cfg: diffmjx.Config, out: Path, quick: bool = False, fresh: bool = False) -> list[dict]:
     jax.config.update("jax_enable_compilation_cache", False)  # JIT times are cold compiles
     _, mx = common.load("cube_toss")
     u0 = common.CUBE_TOSS["u0"]
-    truth = ground_truth(mx, cfg, u0, quick)
-    print(f"ground truth (tsit5 1e-12, central differences): {truth:+.6f}")
-    rows, path = [], out / "benchmark_pareto.csv"
-    for family, label, c in (bar := tqdm(methods(cfg, quick), desc="methods")):
+    path = out / ("benchmark_pareto.csv" if quick else "benchmark_pareto_full.csv")
+    plan = methods(cfg, quick)
+    digests = {label: config_digest(c) for _, label, c in plan}
+    # rows of an earlier (interrupted) run of the same methods and configurations are kept
+    saved = {r["method"]: r for r in ([] if fresh else saved_rows(path)) if digests.get(r["method"]) == r.get("config")}
+    truths = {r["grad_truth"] for r in saved.values()}
+    truth = truths.pop() if len(truths) == 1 else ground_truth(mx, cfg, u0, quick)
+    print(f"ground truth (tsit5 1e-12, central differences): {truth:+.6f}; {len(saved)} of {len(plan)} methods already measured")
+    rows = []
+    for family, label, c in (bar := tqdm(plan, desc="methods")):
         bar.set_postfix_str(label)
+        if label in saved and saved[label]["grad_truth"] == truth:
+            rows.append(saved[label])
+            continue
         r = dict(family=family, method=label, adjoint=c.integrator.adjoint, solver_gradient=c.solver.gradient)
         r.update(measure(mx, c, u0, repeats=2 if quick else 3))
         r["grad_truth"] = truth
         r["rel_error"] = abs(r["grad"] - truth) / abs(truth)
+        r["config"] = digests[label]
         rows.append(r)
-        common.write_csv(path, rows)  # after every method: an interrupted run keeps its rows
-    _plot(rows, out / "benchmark_pareto.png")
+        common.write_csv(path, rows + [v for k, v in saved.items() if k not in {x["method"] for x in rows}])
+    _plot(rows, path.with_suffix(".png"))
     _print(rows)
     return rows
 
@@ -152,7 +185,7 @@ def _plot(rows, path):
 
 def main(argv=None):
     cfg, args = common.cli(__doc__, DEFAULT_PRESET, argv)
-    run(cfg, args.out, args.quick)
+    run(cfg, args.out, args.quick, args.fresh)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """Studies save finished stages, so an interrupted run resumes (experiments.common.stage)."""
 
+import diffmjx
 from experiments import common
 
 
@@ -22,3 +23,31 @@ def test_stage_reuses_saved_result_and_recomputes_on_fresh_or_new_key(tmp_path, 
     assert common.stage("s", ("cfg", 1), work(5)) == {"value": 4}  # ... and overwritten
     assert calls == [1, 3, 4]
     assert not list(tmp_path.glob("*.tmp"))  # writes are atomic: no partial files left
+
+
+def test_pareto_benchmark_resumes_from_its_csv(tmp_path, monkeypatch):
+    """The full Pareto grid takes hours: a rerun keeps the rows already measured for the same
+    configuration, measures the rest, and ``fresh`` starts over (no JIT here: measure is stubbed)."""
+    from experiments import benchmark_pareto as bp
+
+    cfg = diffmjx.Config.from_yaml(bp.DEFAULT_PRESET)
+    measured, truths = [], []
+
+    def measure(mx, c, u0, repeats):
+        measured.append(bp.config_digest(c))
+        return dict(loss=0.0, grad=1.0 + len(measured), forward_jit_s=1.0, backward_jit_s=2.0, forward_run_s=0.1,
+                    backward_run_s=0.2, backward_memory_mb=1.0, accepted_steps=10, rejected_steps=0, budget_exhausted=False)  # fmt: skip
+
+    monkeypatch.setattr(bp, "measure", measure)
+    monkeypatch.setattr(bp, "ground_truth", lambda *a: truths.append(1) or 2.0)
+    n = len(bp.methods(cfg, quick=True))
+    first = bp.run(cfg, tmp_path, quick=True)
+    assert len(measured) == n and len(truths) == 1 and (tmp_path / "benchmark_pareto.png").exists()
+    again = bp.run(cfg, tmp_path, quick=True)  # everything saved: nothing measured, same numbers
+    assert len(measured) == n and len(truths) == 1
+    assert [r["grad"] for r in again] == [r["grad"] for r in first] and again[3]["budget_exhausted"] is False
+    other = cfg.override("integrator.max_steps=5000")  # another configuration: every row measured again
+    bp.run(other, tmp_path, quick=True)
+    assert len(measured) == 2 * n
+    bp.run(other, tmp_path, quick=True, fresh=True)
+    assert len(measured) == 3 * n and len(truths) == 3
