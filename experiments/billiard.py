@@ -12,13 +12,17 @@ the height of natural roll (the cue ball rolls without sliding from the start) w
   through) and central differences of MuJoCo's C engine (RK4, dt 1e-5); then a descent run (Adam on u) from a
   start where the balls miss, with and without CFD.
 * Fig. 19: the gravity-free variant without table contacts, frictionless and without spin, so the
-  motion is linear before and after the ball-ball collision; the whole second is one control
+  motion is linear before and after the ball-ball collision; the eight ball starts at 0.25 m and
+  the shot is (0.5, 0.1 u) m/s, so u moves the time of closest approach; the whole second is one control
   period, so the step-size controller takes steps up to ``FREE_DTMAX`` where the balls miss. CFD
   gradients under discretize-then-optimize (checkpoint, which unrolls those long forward steps)
   and optimize-then-discretize (backsolve, whose adjoint solve picks its own steps), each against
   the CFD gradient of a resolved forward (checkpoint at dtmax ``RESOLVED_DTMAX``). Figures: the
   median relative deviation from it over the miss region, and the oscillation (total variation of
   dL/du over each side of the miss region, relative to its range; 1 for a monotone curve).
+* Hit check (``hit_check``): autodiff through one glancing hit of that variant against central
+  differences, with the scene's impedance at touch (0.9: the contact force switches on with a
+  jump) and with 0.
 
 Writes docs/results/billiard*.{csv,png}. Finished stages are saved (``--fresh`` recomputes them).
 """
@@ -48,9 +52,15 @@ EPS = 1e-6  # m: smoothing of the distance loss at the target
 C_DT = 1e-5  # s: RK4 step of the C-engine reference (1e-4 -> 3e-5 moves the eight ball 1.7 mm, 3e-5 -> 1e-5 0.3 mm)
 HORIZON, PERIOD = 100, 0.01  # control periods of the shot, and their length (the scene's timestep)
 U0, ITERATIONS, LEARNING_RATE, DECAY = 4.0, 25, 0.6, 0.85  # descent: start (the balls miss) and Adam
+# The Fig. 19 variant's eight ball starts closer and the shot is slower than Fig. 8's, so that the
+# aim u moves the time of closest approach by ~0.2 s across each miss side (0.44 s at |u| = 1.9, 0.25 s
+# at |u| = 5): the long forward steps then fall differently for each shot. At Fig. 8's 0.5 m and
+# 1.5 m/s it moves by only ~0.02 s, every miss shot sees the same steps, and DTO's error is a smooth bias.
+FREE_EIGHT_X, FREE_SPEED = 0.25, 0.5  # m, m/s
 FREE_DTMAX = 0.1  # s: the Fig. 19 variant's step cap (none: a 1 s step jumps over the collision)
 RESOLVED_DTMAX = 0.005  # s: step cap of the resolved CFD gradient the Fig. 19 methods are measured against
 MISS_LOSS_THRESHOLD = 0.01  # m: the descent run has reached the target below this
+HIT_U, HIT_RTOL, HIT_FD_STEP, HIT_C_FD_STEP = 1.25, 1e-8, 1e-4, 1e-3  # the hit check (see hit_check)
 # |dL/du| below this is zero: without CFD a miss leaves ~1e-29, because MJX's Newton solver shares
 # one line search across all contacts (the cue ball's rolling contact nudges the eight ball's).
 ZERO = 1e-20
@@ -68,6 +78,7 @@ def scene(free: bool = False) -> tuple[mujoco.MjModel, common.mjx.Model]:
         mj.opt.timestep = HORIZON * PERIOD  # one control period for the whole shot
         # keep solref's 10 ms time constant (refsafe would raise it to twice the 1 s "timestep")
         mj.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_REFSAFE
+        mj.qpos0[7] = FREE_EIGHT_X  # closer (and the shot slower): see FREE_SPEED
     return mj, common.mjx.put_model(mj)
 
 
@@ -85,33 +96,33 @@ def settled(mj: mujoco.MjModel, seconds: float = 1.0, dt: float = 1e-4) -> np.nd
     return data.qpos.copy()
 
 
-def shot(mx, u, qpos0=None, roll: bool = True):
-    """Initial state: cue ball moving at (1.5, 0.1 u) m/s from ``qpos0``, rolling without sliding
-    (``roll``) or without spin."""
+def shot(mx, u, qpos0=None, free: bool = False):
+    """Initial state: cue ball moving at (1.5, 0.1 u) m/s from ``qpos0``, rolling without sliding;
+    ``free`` (the Fig. 19 variant): at (``FREE_SPEED``, 0.1 u) m/s without spin."""
     d = common.mjx.make_data(mx)
     if qpos0 is not None:
         d = d.replace(qpos=jnp.asarray(qpos0))
-    vx, vy = SPEED, LATERAL * u
+    vx, vy = (FREE_SPEED if free else SPEED), LATERAL * u
     # rolling on the plane z = 0: v = omega x (r e_z), i.e. omega = (-vy, vx, 0) / r
     qvel = d.qvel.at[0].set(vx).at[1].set(vy)
-    if roll:
+    if not free:
         qvel = qvel.at[3].set(-vy / RADIUS).at[4].set(vx / RADIUS)
     return d.replace(qvel=qvel)
 
 
-def final_eight_ball(mx, cfg, horizon: int, qpos0=None, roll: bool = True):
+def final_eight_ball(mx, cfg, horizon: int, qpos0=None, free: bool = False):
     """u -> (x, y) of the eight ball after ``horizon`` control periods."""
     ctrls = jnp.zeros((horizon, 0))
 
     def run(u):
-        return diffmjx.rollout(mx, shot(mx, u, qpos0, roll), ctrls, cfg)[0].qpos[7:9]
+        return diffmjx.rollout(mx, shot(mx, u, qpos0, free), ctrls, cfg)[0].qpos[7:9]
 
     return run
 
 
-def loss_fn(mx, cfg, target, horizon: int, qpos0=None, roll: bool = True):
+def loss_fn(mx, cfg, target, horizon: int, qpos0=None, free: bool = False):
     """u -> distance of the eight ball from ``target`` after ``horizon`` periods."""
-    pos = final_eight_ball(mx, cfg, horizon, qpos0, roll)
+    pos = final_eight_ball(mx, cfg, horizon, qpos0, free)
     return lambda u: distance(pos(u), target)
 
 
@@ -125,7 +136,7 @@ def _map(fn, us, desc):
     return jax.tree.map(lambda *x: np.stack(x), *out)
 
 
-def c_engine_shot(mj: mujoco.MjModel, u: float, qpos0=None, dt: float = C_DT, roll: bool = True) -> tuple[np.ndarray, bool]:
+def c_engine_shot(mj: mujoco.MjModel, u: float, qpos0=None, dt: float = C_DT, free: bool = False) -> tuple[np.ndarray, bool]:
     """The shot in MuJoCo's C engine (RK4 at ``dt``): eight ball's final (x, y), and whether the balls touched.
 
     The ground truth of the study. A converged DiffMJX solve is no cheaper: after the collision the
@@ -137,9 +148,9 @@ def c_engine_shot(mj: mujoco.MjModel, u: float, qpos0=None, dt: float = C_DT, ro
     data = mujoco.MjData(mj)
     if qpos0 is not None:
         data.qpos[:] = qpos0
-    vx, vy = SPEED, LATERAL * u
+    vx, vy = (FREE_SPEED if free else SPEED), LATERAL * u
     data.qvel[[0, 1]] = vx, vy
-    if roll:
+    if not free:
         data.qvel[[3, 4]] = -vy / RADIUS, vx / RADIUS
     closest = np.inf
     for _ in range(int(round(HORIZON * PERIOD / dt))):
@@ -148,30 +159,30 @@ def c_engine_shot(mj: mujoco.MjModel, u: float, qpos0=None, dt: float = C_DT, ro
     return data.qpos[7:9].copy(), closest < 2 * RADIUS
 
 
-def sweep(mx, mj, methods: dict, target, us, horizon: int, qpos0=None, roll: bool = True) -> dict:
+def sweep(mx, mj, methods: dict, target, us, horizon: int, qpos0=None, free: bool = False) -> dict:
     """Loss and gradient of each method over ``us``; central differences of the C engine as reference."""
     target = np.asarray(target)
-    lp, lm = _c_engine_losses(mj, target, us, FD_STEP, qpos0, roll)
-    touched = np.array([c_engine_shot(mj, u, qpos0, roll=roll)[1] for u in tqdm(us, desc="C engine", leave=False)])
+    lp, lm = _c_engine_losses(mj, target, us, FD_STEP, qpos0, free)
+    touched = np.array([c_engine_shot(mj, u, qpos0, free=free)[1] for u in tqdm(us, desc="C engine", leave=False)])
     out = {"u": us, "ref_loss": 0.5 * (lp + lm), "ref_grad": (lp - lm) / (2 * FD_STEP), "miss": ~touched}
     for name, c in methods.items():
-        loss, grad = _map(jax.jit(jax.value_and_grad(loss_fn(mx, c, target, horizon, qpos0, roll))), us, name)
+        loss, grad = _map(jax.jit(jax.value_and_grad(loss_fn(mx, c, target, horizon, qpos0, free))), us, name)
         out[f"{name}_loss"], out[f"{name}_grad"] = loss, grad
     return out
 
 
-def coarse_reference(mj, target, us, qpos0=None, roll: bool = True) -> np.ndarray:
+def coarse_reference(mj, target, us, qpos0=None, free: bool = False) -> np.ndarray:
     """C-engine central differences at ``FD_STEP_COARSE``: a check on the fine-step reference."""
-    lp, lm = _c_engine_losses(mj, target, us, FD_STEP_COARSE, qpos0, roll)
+    lp, lm = _c_engine_losses(mj, target, us, FD_STEP_COARSE, qpos0, free)
     return (lp - lm) / (2 * FD_STEP_COARSE)
 
 
-def _c_engine_losses(mj, target, us, h, qpos0=None, roll: bool = True) -> tuple[np.ndarray, np.ndarray]:
+def _c_engine_losses(mj, target, us, h, qpos0=None, free: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """C-engine losses at ``us + h`` and ``us - h``: the two sides of a central difference."""
     target = np.asarray(target)
 
     def c_loss(u):
-        return float(distance(c_engine_shot(mj, u, qpos0, roll=roll)[0], target))
+        return float(distance(c_engine_shot(mj, u, qpos0, free=free)[0], target))
 
     lp = np.array([c_loss(u + h) for u in tqdm(us, desc=f"C engine +{h:g}", leave=False)])
     lm = np.array([c_loss(u - h) for u in tqdm(us, desc=f"C engine -{h:g}", leave=False)])
@@ -202,6 +213,38 @@ def descent(mx, cfg, target, u0: float, horizon: int, iterations: int, qpos0=Non
     return losses, us
 
 
+def hit_check(cfg: diffmjx.Config) -> list[dict]:
+    """d(eight ball's final x, y)/du through a glancing hit (free variant, u = ``HIT_U``) at rtol
+    ``HIT_RTOL``: DiffMJX's autodiff vs central differences of its own forward and of the C engine,
+    with the scene's solimp (impedance 0.9 at touch, so the contact force jumps on at touchdown)
+    and with the impedance at touch set to 0 (a continuous touchdown)."""
+    rows = []
+    for d_touch in (None, 0.0):
+        mj, _ = scene(free=True)
+        if d_touch is not None:
+            mj.geom_solimp[:, 0] = d_touch
+        mx = common.mjx.put_model(mj)
+        c = cfg.override(
+            "cfd.enabled=false", f"integrator.rtol={HIT_RTOL}", f"integrator.atol={HIT_RTOL}",
+            f"integrator.dtmax={FREE_DTMAX}", "integrator.max_steps=100000", "solver.impedance_floor=0",
+        )  # fmt: skip
+        pos = jax.jit(final_eight_ball(mx, c, 1, free=True))
+        ad = np.asarray(jax.jit(jax.jacrev(final_eight_ball(mx, c, 1, free=True)))(HIT_U))
+        fd = (np.asarray(pos(HIT_U + HIT_FD_STEP)) - np.asarray(pos(HIT_U - HIT_FD_STEP))) / (2 * HIT_FD_STEP)
+        cp, cm = (c_engine_shot(mj, HIT_U + s * HIT_C_FD_STEP, free=True)[0] for s in (1, -1))
+        cfd_ = (cp - cm) / (2 * HIT_C_FD_STEP)
+        rows.append(
+            dict(
+                impedance_at_touch=float(mj.geom_solimp[0, 0]),
+                ad_x=ad[0], ad_y=ad[1], fd_x=fd[0], fd_y=fd[1], c_engine_fd_x=cfd_[0], c_engine_fd_y=cfd_[1],
+                ad_rel_error_vs_fd=float(np.linalg.norm(ad - fd) / np.linalg.norm(fd)),
+                fd_rel_diff_vs_c_engine=float(np.linalg.norm(fd - cfd_) / np.linalg.norm(cfd_)),
+            )  # fmt: skip
+        )
+        print(rows[-1])
+    return rows
+
+
 def oscillation(u, grad, mask) -> float:
     """Total variation of ``grad`` over ``mask`` divided by its range (1 for a monotone curve)."""
     g = grad[mask]
@@ -212,7 +255,7 @@ def oscillation(u, grad, mask) -> float:
 def run(cfg: diffmjx.Config, out: Path, quick: bool = False, fresh: bool = False) -> dict:
     """The study; each finished stage is saved (``common.stage``), so an interrupted run resumes."""
     us = np.linspace(-5.0, 5.0, 11 if quick else 41)
-    us_free = np.linspace(-5.0, 5.0, 11 if quick else 81)  # cheap (no table contacts): denser for Fig. 19
+    us_free = np.linspace(-5.0, 5.0, 21 if quick else 81)  # cheap (no table contacts): denser for Fig. 19
     plain = cfg.override("cfd.enabled=false")
     key = (cfg.to_yaml(), tuple(us), tuple(us_free), HORIZON, C_DT, FD_STEP, EPS, U0, ITERATIONS, LEARNING_RATE, DECAY, "b1=0")
 
@@ -233,23 +276,26 @@ def run(cfg: diffmjx.Config, out: Path, quick: bool = False, fresh: bool = False
     res["ref_grad_coarse"] = stage("sweep-coarse", lambda: coarse_reference(mj, target, us, q0))
 
     # Fig. 19 variant: its own stage key (its settings changed after the Fig. 8 stages were saved)
-    def stage_free(name, fn):
-        return common.stage(f"billiard-{name}", key + ("free: frictionless, no spin, one period", FREE_DTMAX, RESOLVED_DTMAX), fn, fresh)
+    def stage_free(name, fn, *extra):
+        free_key = ("free: frictionless, no spin, one period", FREE_EIGHT_X, FREE_SPEED, FREE_DTMAX, RESOLVED_DTMAX)
+        return common.stage(f"billiard-{name}", key + free_key + extra, fn, fresh)
 
     mjf, mf = scene(free=True)
     capped = [f"integrator.dtmax={FREE_DTMAX}"]
     plain_f = plain.override(*capped)
-    target_f = stage_free("target-free", lambda: np.asarray(jax.jit(final_eight_ball(mf, plain_f, 1, roll=False))(TARGET_U)))
+    target_f = stage_free("target-free", lambda: np.asarray(jax.jit(final_eight_ball(mf, plain_f, 1, free=True))(TARGET_U)))
     methods = {
         "diffmjx": plain_f,
         "cfd_checkpoint": cfg.override("integrator.adjoint=checkpoint", *capped),
         "cfd_backsolve": cfg.override("integrator.adjoint=backsolve", *capped),
         "cfd_resolved": cfg.override("integrator.adjoint=checkpoint", f"integrator.dtmax={RESOLVED_DTMAX}"),
     }
-    free = stage_free("sweep-free", lambda: sweep(mf, mjf, methods, target_f, us_free, 1, roll=False))
+    free = stage_free("sweep-free", lambda: sweep(mf, mjf, methods, target_f, us_free, 1, free=True))
+    hits = stage_free("hit-check", lambda: hit_check(cfg), HIT_U, HIT_RTOL, HIT_FD_STEP, HIT_C_FD_STEP)
     summary = _summarise(res, free, d_cfd, d_plain)
     _write(out, res, free, summary, (d_cfd, u_cfd), (d_plain, u_plain))
-    return {"sweep": res, "free": free, "summary": summary, "descent_cfd": d_cfd, "descent_plain": d_plain}
+    common.write_csv(out / "billiard_hit_check.csv", hits)
+    return {"sweep": res, "free": free, "summary": summary, "descent_cfd": d_cfd, "descent_plain": d_plain, "hits": hits}
 
 
 def _summarise(res, free, d_cfd, d_plain) -> list[dict]:
@@ -361,8 +407,8 @@ def _plot(out, res, free, cfd_run, plain_run):
             a.plot(free["u"], free["cfd_resolved_grad"], "C2--", lw=1.5, label=f"CFD, resolved (dtmax {RESOLVED_DTMAX:g} s)")
         a.plot(free["u"], free[f"{name}_grad"], "C1.-", ms=3, label=f"{title} (dtmax {FREE_DTMAX:g} s)")
         a.set(xlabel="u", title=title)
-        a.set_yscale("symlog", linthresh=1e-3)
-        a.legend(fontsize=8)
+        a.set_yscale("symlog", linthresh=1e-5)  # miss gradients fall to ~1e-4 at |u| = 5
+        a.legend(fontsize=7, loc="upper left")
     ax[0].set_ylabel("dL/du")
     common.save_figure(fig, out / "billiard_free.png")
 
