@@ -99,21 +99,29 @@ def ground_truth(mx, cfg: diffmjx.Config, u0: float, quick: bool) -> float:
     return float(sweep[pick_plateau(sweep), 0])
 
 
+ROW_FORMAT = "2"  # part of every row's config hash: bump it when measure() changes its columns
+TEXT_COLUMNS = ("family", "method", "adjoint", "solver_gradient", "config")
+
+
 def config_digest(cfg: diffmjx.Config) -> str:
-    """Short hash of a method's whole configuration: a saved row is reused only for the same one."""
-    return hashlib.sha256(cfg.to_yaml().encode()).hexdigest()[:12]
+    """Short hash of a method's whole configuration (and the row format): a saved row is reused
+    only for the same one."""
+    return hashlib.sha256((ROW_FORMAT + cfg.to_yaml()).encode()).hexdigest()[:12]
 
 
 def saved_rows(path: Path) -> list[dict]:
-    """Rows of an earlier run's CSV (numbers parsed back), or none."""
+    """Rows of an earlier run's CSV, numbers parsed back; a row that does not parse (a run killed
+    mid-write, a hand edit) is dropped with a message, and only that method is measured again."""
     if not path.exists():
         return []
     with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    for r in rows:
-        for k, v in r.items():
-            if k not in ("family", "method", "adjoint", "solver_gradient", "config"):
-                r[k] = v == "True" if v in ("True", "False") else float(v)
+        raw = list(csv.DictReader(f))
+    rows = []
+    for r in raw:
+        try:
+            rows.append({k: v if k in TEXT_COLUMNS else (v == "True" if v in ("True", "False") else float(v)) for k, v in r.items()})
+        except (TypeError, ValueError):
+            print(f"{path.name}: ignoring an unreadable row ({r.get('method')!r})")
     return rows
 
 
@@ -124,8 +132,11 @@ def run(cfg: diffmjx.Config, out: Path, quick: bool = False, fresh: bool = False
     path = out / ("benchmark_pareto.csv" if quick else "benchmark_pareto_full.csv")
     plan = methods(cfg, quick)
     digests = {label: config_digest(c) for _, label, c in plan}
-    # rows of an earlier (interrupted) run of the same methods and configurations are kept
-    saved = {r["method"]: r for r in ([] if fresh else saved_rows(path)) if digests.get(r["method"]) == r.get("config")}
+    earlier = [] if fresh else saved_rows(path)
+    # rows of an earlier (interrupted) run of the same methods and configurations are reused; rows of
+    # other configurations (another --set, an older row format) stay in the file but are not plotted
+    saved = {r["method"]: r for r in earlier if digests.get(r["method"]) == r.get("config")}
+    others = [r for r in earlier if r.get("config") and digests.get(r["method"]) != r["config"]]
     truths = {r["grad_truth"] for r in saved.values()}
     truth = truths.pop() if len(truths) == 1 else ground_truth(mx, cfg, u0, quick)
     print(f"ground truth (tsit5 1e-12, central differences): {truth:+.6f}; {len(saved)} of {len(plan)} methods already measured")
@@ -141,7 +152,8 @@ def run(cfg: diffmjx.Config, out: Path, quick: bool = False, fresh: bool = False
         r["rel_error"] = abs(r["grad"] - truth) / abs(truth)
         r["config"] = digests[label]
         rows.append(r)
-        common.write_csv(path, rows + [v for k, v in saved.items() if k not in {x["method"] for x in rows}])
+        done = {x["method"] for x in rows}
+        common.write_csv(path, rows + [v for k, v in saved.items() if k not in done] + others)
     _plot(rows, path.with_suffix(".png"))
     _print(rows)
     return rows

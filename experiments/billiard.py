@@ -61,7 +61,12 @@ FREE_DTMAX = 0.1  # s: the Fig. 19 variant's step cap (none: a 1 s step jumps ov
 RESOLVED_DTMAX = 0.005  # s: step cap of the resolved CFD gradient the Fig. 19 methods are measured against
 MISS_LOSS_THRESHOLD = 0.01  # m: the descent run has reached the target below this
 HIT_U, HIT_RTOL, HIT_FD_STEP, HIT_C_FD_STEP = 1.25, 1e-8, 1e-4, 1e-3  # the hit check (see hit_check)
-# |dL/du| below this is zero: without CFD a miss leaves ~1e-29, because MJX's Newton solver shares
+HIT_TOUCH = (None, 0.0)  # impedance at touch: the scene's (0.9), then 0
+HIT_OVERRIDES = (
+    "cfd.enabled=false", f"integrator.rtol={HIT_RTOL}", f"integrator.atol={HIT_RTOL}",
+    f"integrator.dtmax={FREE_DTMAX}", "integrator.max_steps=100000", "solver.impedance_floor=0",
+)  # fmt: skip
+# |dL/du| below this is zero: without CFD a miss leaves 1e-31 to 4e-21, because MJX's Newton solver shares
 # one line search across all contacts (the cue ball's rolling contact nudges the eight ball's).
 ZERO = 1e-20
 
@@ -219,15 +224,12 @@ def hit_check(cfg: diffmjx.Config) -> list[dict]:
     with the scene's solimp (impedance 0.9 at touch, so the contact force jumps on at touchdown)
     and with the impedance at touch set to 0 (a continuous touchdown)."""
     rows = []
-    for d_touch in (None, 0.0):
+    for d_touch in HIT_TOUCH:
         mj, _ = scene(free=True)
         if d_touch is not None:
             mj.geom_solimp[:, 0] = d_touch
         mx = common.mjx.put_model(mj)
-        c = cfg.override(
-            "cfd.enabled=false", f"integrator.rtol={HIT_RTOL}", f"integrator.atol={HIT_RTOL}",
-            f"integrator.dtmax={FREE_DTMAX}", "integrator.max_steps=100000", "solver.impedance_floor=0",
-        )  # fmt: skip
+        c = cfg.override(*HIT_OVERRIDES)
         pos = jax.jit(final_eight_ball(mx, c, 1, free=True))
         ad = np.asarray(jax.jit(jax.jacrev(final_eight_ball(mx, c, 1, free=True)))(HIT_U))
         fd = (np.asarray(pos(HIT_U + HIT_FD_STEP)) - np.asarray(pos(HIT_U - HIT_FD_STEP))) / (2 * HIT_FD_STEP)
@@ -291,7 +293,7 @@ def run(cfg: diffmjx.Config, out: Path, quick: bool = False, fresh: bool = False
         "cfd_resolved": cfg.override("integrator.adjoint=checkpoint", f"integrator.dtmax={RESOLVED_DTMAX}"),
     }
     free = stage_free("sweep-free", lambda: sweep(mf, mjf, methods, target_f, us_free, 1, free=True))
-    hits = stage_free("hit-check", lambda: hit_check(cfg), HIT_U, HIT_RTOL, HIT_FD_STEP, HIT_C_FD_STEP)
+    hits = stage_free("hit-check", lambda: hit_check(cfg), HIT_U, HIT_FD_STEP, HIT_C_FD_STEP, HIT_TOUCH, HIT_OVERRIDES)
     summary = _summarise(res, free, d_cfd, d_plain)
     _write(out, res, free, summary, (d_cfd, u_cfd), (d_plain, u_plain))
     common.write_csv(out / "billiard_hit_check.csv", hits)

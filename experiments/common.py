@@ -157,11 +157,16 @@ def program_memory_mb(compiled) -> float:
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:
+    """Write ``rows`` (columns: the union of their keys, first seen first) atomically: a run killed
+    mid-write leaves the previous file, not a truncated one."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
         w.writerows(rows)
+    tmp.replace(path)
 
 
 def parser(description: str) -> argparse.ArgumentParser:

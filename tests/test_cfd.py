@@ -137,18 +137,31 @@ def test_cube_toss_forward_is_unchanged_with_cfd():
     assert a == b
 
 
-@pytest.mark.parametrize("scene", ["sphere_drop", "box_drop", "box_pair", "tumbling_box", "actuated_hinge", "billiard"])
-def test_every_scene_keeps_its_forward_with_cfd(scene):
+@pytest.mark.parametrize(
+    "scene, reaches, push",  # reaches: a pair moves within w_c = 0.2 m, so CFD has rows to act with
+    [("sphere_drop", True, None), ("box_drop", True, None), ("billiard", True, None),
+     ("box_pair", True, (8, -1.0)),  # the upper box sinks towards the lower one, 0.125 m below
+     ("tumbling_box", False, None), ("actuated_hinge", False, None)],  # these two have no contact pairs
+)  # fmt: skip
+def test_every_scene_keeps_its_forward_with_cfd(scene, reaches, push):
     """The other scenes of the test suite and studies, 30 periods from their model pose: with CFD in
-    straight-through mode every leaf of the trajectory is bitwise the trajectory without it."""
+    straight-through mode every leaf of the trajectory is bitwise the trajectory without it; applied
+    in the forward (``cfd.in_forward``) the same CFD changes it wherever it has rows."""
     _, mx = load(scene)
     d = mjx.make_data(mx)
+    if push is not None:
+        d = d.replace(qvel=d.qvel.at[push[0]].set(push[1]))
     ctrls = 0.5 * jnp.ones((30, mx.nu))
-    plain = jax.jit(lambda d: diffmjx.rollout(mx, d, ctrls, BASE))(d)
-    cfd = jax.jit(lambda d: diffmjx.rollout(mx, d, ctrls, CFD))(d)
-    assert int(np.max(np.asarray(plain[1].stats.accepted))) > 0
+    wide = BASE.override("cfd.enabled=true", "cfd.solimp=[0.0, 0.9, 0.2, 0.5, 2.0]")
+
+    def run(cfg):
+        return jax.jit(lambda d: diffmjx.rollout(mx, d, ctrls, cfg))(d)
+
+    plain, cfd, hover = run(BASE), run(wide), run(wide.override("cfd.in_forward=true"))
+    assert not np.any(np.asarray(plain[1].stats.budget_exhausted))
     for a, b in zip(jax.tree.leaves(plain), jax.tree.leaves(cfd), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert bool(np.any(np.asarray(hover[0].qpos) != np.asarray(plain[0].qpos))) == reaches
 
 
 @pytest.mark.parametrize("adjoint", ["checkpoint", "backsolve"])

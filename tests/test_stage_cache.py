@@ -1,5 +1,7 @@
 """Studies save finished stages, so an interrupted run resumes (experiments.common.stage)."""
 
+import pytest
+
 import diffmjx
 from experiments import common
 
@@ -27,27 +29,41 @@ def test_stage_reuses_saved_result_and_recomputes_on_fresh_or_new_key(tmp_path, 
 
 def test_pareto_benchmark_resumes_from_its_csv(tmp_path, monkeypatch):
     """The full Pareto grid takes hours: a rerun keeps the rows already measured for the same
-    configuration, measures the rest, and ``fresh`` starts over (no JIT here: measure is stubbed)."""
+    configuration, including those of an interrupted run, measures the rest, keeps other
+    configurations' rows in the file, and ``fresh`` starts over (no JIT here: measure is stubbed)."""
     from experiments import benchmark_pareto as bp
 
+    # run() turns the persistent cache off for cold JIT timings; keep it on for the later tests
+    monkeypatch.setattr(bp.jax.config, "update", lambda *a, **k: None)
     cfg = diffmjx.Config.from_yaml(bp.DEFAULT_PRESET)
-    measured, truths = [], []
+    measured, truths, fail_after = [], [], [None]
 
     def measure(mx, c, u0, repeats):
+        if fail_after[0] is not None and len(measured) == fail_after[0]:
+            raise KeyboardInterrupt  # the run is stopped in the middle of a method
         measured.append(bp.config_digest(c))
         return dict(loss=0.0, grad=1.0 + len(measured), forward_jit_s=1.0, backward_jit_s=2.0, forward_run_s=0.1,
                     backward_run_s=0.2, backward_memory_mb=1.0, accepted_steps=10, rejected_steps=0, budget_exhausted=False)  # fmt: skip
 
+    def rows_on_disk():
+        return bp.saved_rows(tmp_path / "benchmark_pareto.csv")
+
     monkeypatch.setattr(bp, "measure", measure)
     monkeypatch.setattr(bp, "ground_truth", lambda *a: truths.append(1) or 2.0)
     n = len(bp.methods(cfg, quick=True))
-    first = bp.run(cfg, tmp_path, quick=True)
-    assert len(measured) == n and len(truths) == 1 and (tmp_path / "benchmark_pareto.png").exists()
+    fail_after[0] = 3
+    with pytest.raises(KeyboardInterrupt):
+        bp.run(cfg, tmp_path, quick=True)
+    assert len(rows_on_disk()) == 3  # what finished before the stop is on disk
+    fail_after[0] = None
+    first = bp.run(cfg, tmp_path, quick=True)  # resumes: only the other n - 3 are measured
+    assert len(measured) == n and len(truths) == 1 and len(rows_on_disk()) == n
+    assert (tmp_path / "benchmark_pareto.png").exists()
     again = bp.run(cfg, tmp_path, quick=True)  # everything saved: nothing measured, same numbers
     assert len(measured) == n and len(truths) == 1
     assert [r["grad"] for r in again] == [r["grad"] for r in first] and again[3]["budget_exhausted"] is False
-    other = cfg.override("integrator.max_steps=5000")  # another configuration: every row measured again
-    bp.run(other, tmp_path, quick=True)
-    assert len(measured) == 2 * n
+    other = cfg.override("integrator.max_steps=5000")  # another configuration: measured, and the
+    assert len(bp.run(other, tmp_path, quick=True)) == n  # first one's rows stay in the file
+    assert len(measured) == 2 * n and len(rows_on_disk()) == 2 * n
     bp.run(other, tmp_path, quick=True, fresh=True)
     assert len(measured) == 3 * n and len(truths) == 3

@@ -48,7 +48,7 @@ def test_billiard_quick(tmp_path):
     # differently for each u, so its CFD gradient wiggles around the resolved one; backsolve's adjoint
     # solve picks its own steps: monotone on each side, and closer (quick: 1.41 vs 1.00, 6.0 vs 2.7 %)
     dto, bs = by["fig19", "cfd_checkpoint"], by["fig19", "cfd_backsolve"]
-    assert dto["oscillation"] > 1.2 and bs["oscillation"] < 1.01
+    assert dto["oscillation"] > 1.2 and bs["oscillation"] < 1.05
     assert bs["miss_median_rel_dev_resolved"] < 0.04
     assert dto["miss_median_rel_dev_resolved"] > 1.5 * bs["miss_median_rel_dev_resolved"]
     # through a hit, autodiff is right only if the contact force switches on continuously
