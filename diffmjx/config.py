@@ -236,6 +236,8 @@ class CFDConfig(_Section):
         checks = (
             (0, 0 <= self.solimp[0] < 1, "in [0, 1)"),
             (1, 0 <= self.solimp[1] < 1, "in [0, 1)"),
+            # forces from distance taper off: a d at r=w_c above d at r=0 would pull harder from afar
+            (0, self.solimp[0] <= self.solimp[1], f"<= cfd.solimp[1] (d at r=0, {self.solimp[1]!r})"),
             (2, self.solimp[2] > 0, "> 0"),
             (3, 0 < self.solimp[3] <= 1, "in (0, 1]"),
             (4, self.solimp[4] >= 1, ">= 1"),

@@ -93,6 +93,7 @@ def test_straight_through_values_and_gradients():
         ((0.0, 1.2, 0.1, 0.5, 2.0), r"cfd\.solimp\[1\]"),
         ((0.0, 0.01, 0.1, 0.5, 0.5), r"cfd\.solimp\[4\]"),
         ((0.0, 0.01, 0.1, 0.0, 2.0), r"cfd\.solimp\[3\]"),
+        ((0.01, 0.0, 1.0, 1.0, 4.0), r"cfd\.solimp\[0\].*<= cfd\.solimp\[1\]"),  # the sysid prose's reading
     ],
 )
 def test_invalid_cfd_parameters_name_the_field(solimp, field):
@@ -235,3 +236,20 @@ def test_cfd_rows_fade_out_at_w_c_with_impedance_floor_zero(floor):
     else:
         np.testing.assert_allclose(inside, 1e-4, rtol=1e-6)
     np.testing.assert_allclose(impedance(0.05 + 0.5 * w_c), 0.01 * 0.5**2, rtol=1e-6)  # the spline itself
+
+
+@pytest.mark.parametrize("name", ["cfd_billiard", "cfd_mpc", "cfd_sysid"])
+def test_cfd_presets_taper_off_from_contact(name):
+    """The paper's CFD presets load, and each impedance falls from d_0 just outside contact to d_c
+    at w_c (the sysid tuple read as printed: d_c = 0, d_0 = 0.01, w_c = 1 cm)."""
+    from pathlib import Path
+
+    cfg = diffmjx.Config.from_yaml(Path(diffmjx.__file__).parent / "presets" / f"{name}.yaml")
+    d_c, d_0, w_c, _, _ = cfg.cfd.solimp
+    assert cfg.cfd.enabled
+    mj = (0.1, 0.95, 0.001, 0.5, 2.0) if name == "cfd_mpc" else (d_0, 0.95, 0.001, 0.5, 2.0)
+    r = np.linspace(1e-9, w_c, 200)
+    d = np.asarray(jax.vmap(lambda x: cfd_impedance(x, jnp.asarray(mj), jnp.asarray(cfg.cfd.solimp), 0.0))(jnp.asarray(r)))
+    assert d[0] == pytest.approx(d_0, abs=1e-6) and d[-1] == pytest.approx(d_c, abs=1e-9)
+    assert np.all(np.diff(d) <= 1e-15)
+
