@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import mujoco
 
-MINIMP, MAXIMP = mujoco.mjMINIMP, mujoco.mjMAXIMP  # 1e-4 and 0.9999
+from diffmjx._mjx import MAXIMP, MINIMP  # MuJoCo's 1e-4 and 0.9999
 
 
 def spline(x, midpoint, power):

@@ -140,6 +140,7 @@ def fwd_position_with(m: Model, d: Data, collide) -> Data:
 
 MINVAL = mujoco.mjMINVAL
 MINIMP = mujoco.mjMINIMP  # the impedance floor MJX's constraint rows carry
+MAXIMP = mujoco.mjMAXIMP  # ... and the ceiling
 
 
 def contact(d: Data):

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -53,14 +52,9 @@ def breakdown(f, arg, compiler_options=None) -> dict:
     t2 = time.perf_counter()
     compiled = lowered.compile(compiler_options) if compiler_options else lowered.compile()
     t3 = time.perf_counter()
-    value = float(jax.block_until_ready(compiled(arg)))
-    runs = []
-    for _ in range(3):
-        t = time.perf_counter()
-        jax.block_until_ready(compiled(arg))
-        runs.append(time.perf_counter() - t)
+    value = float(jax.block_until_ready(compiled(arg)))  # also the warm-up call
     return dict(trace_s=t1 - t0, lower_s=t2 - t1, compile_s=t3 - t2, jit_s=t3 - t0,
-                hlo_lines=lowered.as_text().count("\n"), run_s=statistics.median(runs), value=value)  # fmt: skip
+                hlo_lines=lowered.as_text().count("\n"), run_s=common.median_time(compiled, arg), value=value)  # fmt: skip
 
 
 _PROBE = """

@@ -101,18 +101,23 @@ def settled(mj: mujoco.MjModel, seconds: float = 1.0, dt: float = 1e-4) -> np.nd
     return data.qpos.copy()
 
 
+def cue_velocity(u, free: bool = False):
+    """The cue ball's (vx, vy, wx, wy): (1.5, 0.1 u) m/s rolling without sliding; ``free`` (the
+    Fig. 19 variant): (``FREE_SPEED``, 0.1 u) m/s without spin."""
+    vx, vy = (FREE_SPEED if free else SPEED), LATERAL * u
+    if free:
+        return vx, vy, 0.0, 0.0
+    # rolling on the plane z = 0: v = omega x (r e_z), i.e. omega = (-vy, vx, 0) / r
+    return vx, vy, -vy / RADIUS, vx / RADIUS
+
+
 def shot(mx, u, qpos0=None, free: bool = False):
-    """Initial state: cue ball moving at (1.5, 0.1 u) m/s from ``qpos0``, rolling without sliding;
-    ``free`` (the Fig. 19 variant): at (``FREE_SPEED``, 0.1 u) m/s without spin."""
+    """Initial state: the cue ball at ``cue_velocity(u, free)`` from ``qpos0``."""
     d = common.mjx.make_data(mx)
     if qpos0 is not None:
         d = d.replace(qpos=jnp.asarray(qpos0))
-    vx, vy = (FREE_SPEED if free else SPEED), LATERAL * u
-    # rolling on the plane z = 0: v = omega x (r e_z), i.e. omega = (-vy, vx, 0) / r
-    qvel = d.qvel.at[0].set(vx).at[1].set(vy)
-    if not free:
-        qvel = qvel.at[3].set(-vy / RADIUS).at[4].set(vx / RADIUS)
-    return d.replace(qvel=qvel)
+    vx, vy, wx, wy = cue_velocity(u, free)
+    return d.replace(qvel=d.qvel.at[0].set(vx).at[1].set(vy).at[3].set(wx).at[4].set(wy))
 
 
 def final_eight_ball(mx, cfg, horizon: int, qpos0=None, free: bool = False):
@@ -153,10 +158,7 @@ def c_engine_shot(mj: mujoco.MjModel, u: float, qpos0=None, dt: float = C_DT, fr
     data = mujoco.MjData(mj)
     if qpos0 is not None:
         data.qpos[:] = qpos0
-    vx, vy = (FREE_SPEED if free else SPEED), LATERAL * u
-    data.qvel[[0, 1]] = vx, vy
-    if not free:
-        data.qvel[[3, 4]] = -vy / RADIUS, vx / RADIUS
+    data.qvel[[0, 1, 3, 4]] = cue_velocity(u, free)
     closest = np.inf
     for _ in range(int(round(HORIZON * PERIOD / dt))):
         mujoco.mj_step(mj, data)
@@ -230,8 +232,9 @@ def hit_check(cfg: diffmjx.Config) -> list[dict]:
             mj.geom_solimp[:, 0] = d_touch
         mx = common.mjx.put_model(mj)
         c = cfg.override(*HIT_OVERRIDES)
-        pos = jax.jit(final_eight_ball(mx, c, 1, free=True))
-        ad = np.asarray(jax.jit(jax.jacrev(final_eight_ball(mx, c, 1, free=True)))(HIT_U))
+        run = final_eight_ball(mx, c, 1, free=True)
+        pos = jax.jit(run)
+        ad = np.asarray(jax.jit(jax.jacrev(run))(HIT_U))
         fd = (np.asarray(pos(HIT_U + HIT_FD_STEP)) - np.asarray(pos(HIT_U - HIT_FD_STEP))) / (2 * HIT_FD_STEP)
         cp, cm = (c_engine_shot(mj, HIT_U + s * HIT_C_FD_STEP, free=True)[0] for s in (1, -1))
         cfd_ = (cp - cm) / (2 * HIT_C_FD_STEP)
