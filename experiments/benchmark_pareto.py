@@ -101,6 +101,15 @@ def ground_truth(mx, cfg: diffmjx.Config, u0: float, quick: bool) -> float:
 
 ROW_FORMAT = "2"  # part of every row's config hash: bump it when measure() changes its columns
 TEXT_COLUMNS = ("family", "method", "adjoint", "solver_gradient", "config")
+INT_COLUMNS = ("accepted_steps", "rejected_steps")
+
+
+def _parse(key: str, value: str):
+    if key in TEXT_COLUMNS:
+        return value
+    if value in ("True", "False"):
+        return value == "True"
+    return int(float(value)) if key in INT_COLUMNS else float(value)
 
 
 def config_digest(cfg: diffmjx.Config) -> str:
@@ -119,7 +128,7 @@ def saved_rows(path: Path) -> list[dict]:
     rows = []
     for r in raw:
         try:
-            rows.append({k: v if k in TEXT_COLUMNS else (v == "True" if v in ("True", "False") else float(v)) for k, v in r.items()})
+            rows.append({k: _parse(k, v) for k, v in r.items()})
         except (TypeError, ValueError):
             print(f"{path.name}: ignoring an unreadable row ({r.get('method')!r})")
     return rows
@@ -156,7 +165,44 @@ def run(cfg: diffmjx.Config, out: Path, quick: bool = False, fresh: bool = False
         common.write_csv(path, rows + [v for k, v in saved.items() if k not in done] + others)
     _plot(rows, path.with_suffix(".png"))
     _print(rows)
+    best = summary(rows)
+    common.write_csv(path.with_name(path.stem + "_summary.csv"), best)
+    _print_summary(best)
     return rows
+
+
+MAX_ERROR = 0.02  # the speed issue's accuracy bar for comparing backward cost
+
+
+def summary(rows: list[dict], max_error: float = MAX_ERROR) -> list[dict]:
+    """Per family, the method with the shortest backward run among those within ``max_error``
+    relative gradient error, and the shortest backward JIT among them; ``speedup_vs_best_mjx`` is
+    the best fixed-step MJX method's backward run over this one's (empty if no MJX method qualifies)."""
+    out = []
+    for fam in dict.fromkeys(r["family"] for r in rows):
+        ok = [r for r in rows if r["family"] == fam and r["rel_error"] <= max_error]
+        if not ok:
+            out.append(dict(family=fam, method="", rel_error="", backward_run_s="", forward_run_s="", backward_jit_s="",
+                            min_backward_jit_s=""))  # fmt: skip
+            continue
+        r = min(ok, key=lambda x: x["backward_run_s"])
+        out.append(dict(family=fam, method=r["method"], rel_error=r["rel_error"], backward_run_s=r["backward_run_s"],
+                        forward_run_s=r["forward_run_s"], backward_jit_s=r["backward_jit_s"],
+                        min_backward_jit_s=min(x["backward_jit_s"] for x in ok)))  # fmt: skip
+    mjx = [b["backward_run_s"] for b in out if b["family"].startswith("mjx") and b["method"]]
+    for b in out:
+        b["speedup_vs_best_mjx"] = min(mjx) / b["backward_run_s"] if mjx and b["method"] else ""
+    return out
+
+
+def _print_summary(best):
+    print(f"\nfastest backward per family at <= {MAX_ERROR:.0%} gradient error:")
+    for b in best:
+        if not b["method"]:
+            print(f"  {b['family']:<18} none within {MAX_ERROR:.0%}")
+            continue
+        speed = f"{b['speedup_vs_best_mjx']:6.1f}x vs best MJX" if b["speedup_vs_best_mjx"] != "" else ""
+        print(f"  {b['family']:<18} {b['method']:<32} err {b['rel_error']:8.2e} bwd {b['backward_run_s']:7.3f} s {speed}")
 
 
 def _print(rows):

@@ -62,8 +62,24 @@ def test_pareto_benchmark_resumes_from_its_csv(tmp_path, monkeypatch):
     again = bp.run(cfg, tmp_path, quick=True)  # everything saved: nothing measured, same numbers
     assert len(measured) == n and len(truths) == 1
     assert [r["grad"] for r in again] == [r["grad"] for r in first] and again[3]["budget_exhausted"] is False
+    assert [type(again[3][k]) for k in ("accepted_steps", "backward_run_s")] == [int, float]  # types survive the CSV
     other = cfg.override("integrator.max_steps=5000")  # another configuration: measured, and the
     assert len(bp.run(other, tmp_path, quick=True)) == n  # first one's rows stay in the file
     assert len(measured) == 2 * n and len(rows_on_disk()) == 2 * n
     bp.run(other, tmp_path, quick=True, fresh=True)
     assert len(measured) == 3 * n and len(truths) == 3
+
+
+def test_pareto_summary_picks_the_fastest_backward_within_the_error_bar():
+    from experiments import benchmark_pareto as bp
+
+    def row(fam, name, err, bwd, jit):
+        return dict(family=fam, method=name, rel_error=err, backward_run_s=bwd, forward_run_s=0.1, backward_jit_s=jit)
+
+    rows = [row("mjx_euler", "e1", 0.5, 0.1, 20.0), row("mjx_euler", "e2", 0.01, 8.0, 25.0),
+            row("mjx_rk4", "r1", 0.015, 4.0, 50.0), row("tsit5", "t1", 0.3, 0.2, 30.0),
+            row("tsit5", "t2", 0.002, 0.8, 35.0), row("tsit5", "t3", 0.001, 1.6, 33.0), row("heun", "h1", 0.9, 0.1, 30.0)]  # fmt: skip
+    best = {b["family"]: b for b in bp.summary(rows)}
+    assert [best[f]["method"] for f in ("mjx_euler", "mjx_rk4", "tsit5", "heun")] == ["e2", "r1", "t2", ""]
+    assert best["tsit5"]["speedup_vs_best_mjx"] == 5.0 and best["tsit5"]["min_backward_jit_s"] == 33.0
+    assert best["heun"]["speedup_vs_best_mjx"] == ""
