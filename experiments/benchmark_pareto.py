@@ -239,16 +239,22 @@ def _plot(rows, path):
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
     for ax, key, label in ((axes[0], "backward_run_s", "backward run time (s)"), (axes[1], "backward_jit_s", "backward JIT time (s)")):
         for i, fam in enumerate(families):
-            sel = [r for r in rows if r["family"] == fam]
+            sel = [r for r in rows if r["family"] == fam and not r["budget_exhausted"]]
+            out = [r for r in rows if r["family"] == fam and r["budget_exhausted"]]
             marker = "s" if fam.startswith("mjx") else "o"
             ax.scatter([r[key] for r in sel], [r["rel_error"] for r in sel], marker=marker, color=f"C{i}", label=fam)
-        front = pareto([(r[key], r["rel_error"]) for r in rows])
-        pts = sorted((rows[i][key], rows[i]["rel_error"]) for i in front)
+            # runs that hit integrator.max_steps: hollow, and never on the front
+            ax.scatter([r[key] for r in out], [r["rel_error"] for r in out], marker=marker, facecolors="none",
+                       edgecolors=f"C{i}")  # fmt: skip
+        valid = [r for r in rows if not r["budget_exhausted"]]
+        front = pareto([(r[key], r["rel_error"]) for r in valid])
+        pts = sorted((valid[i][key], valid[i]["rel_error"]) for i in front)
         ax.step([p[0] for p in pts], [p[1] for p in pts], "k--", where="post", lw=0.8, label="Pareto front")
         ax.set(xscale="log", yscale="log", xlabel=label)
     axes[0].set_ylabel("relative gradient error")
     axes[0].legend(fontsize=7, ncol=2)
-    fig.suptitle("Cube toss: gradient error vs cost (squares: fixed-step MJX, circles: DiffMJX)")
+    fig.suptitle("Cube toss: gradient error vs cost "
+                 "(squares: fixed-step MJX, circles: DiffMJX; hollow: step budget exhausted)")  # fmt: skip
     common.save_figure(fig, path)
 
 
