@@ -12,7 +12,7 @@ Methods: MJX semi-implicit Euler, RK4 and implicitfast at dt in {1e-2, 3e-3, 1e-
 1e-8, 1e-10}; Tsit5 at 1e-5, 1e-7 and 1e-8 also with the backsolve adjoint and the implicit
 solver gradient. ``--quick`` runs a subset (about 25 min): MJX Euler at dt 1e-3, 1e-4, 3e-5 and
 Tsit5 at 1e-4, 1e-7, 1e-8, with backsolve and implicit at 1e-7 and 1e-8, into
-docs/results/benchmark_pareto.{csv,png}; the full grid (54 methods, several hours on 2 cores) goes
+docs/results/benchmark_pareto.{csv,png}; the full grid (54 methods, 78 min on 2 cores) goes
 to benchmark_pareto_full.{csv,png}. Each row is written as soon as its method finishes, and a
 later run skips the methods whose row is already there with the same configuration (``--fresh``
 starts over), so the full grid can be run in pieces. The Pareto plots show error vs backward run
