@@ -28,7 +28,7 @@ def test_stage_reuses_saved_result_and_recomputes_on_fresh_or_new_key(tmp_path, 
 
 
 def test_pareto_benchmark_resumes_from_its_csv(tmp_path, monkeypatch):
-    """The full Pareto grid takes hours: a rerun keeps the rows already measured for the same
+    """The full Pareto grid takes over an hour: a rerun keeps the rows already measured for the same
     configuration, including those of an interrupted run, measures the rest, keeps other
     configurations' rows in the file, and ``fresh`` starts over (no JIT here: measure is stubbed)."""
     from experiments import benchmark_pareto as bp
