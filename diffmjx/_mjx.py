@@ -124,18 +124,31 @@ def with_contact(d: Data, contact) -> Data:
     return d.tree_replace({"_impl.contact": contact})
 
 
+def position_stages(collide=None) -> list[tuple[str, object]]:
+    """The stages of ``mjx fwd_position`` in order, as ``(name, fn(m, d) -> d)``.
+
+    ``collide(m, d)`` replaces MJX's collision stage when given. Used by :func:`fwd_position_with`
+    and by the per-stage cost benchmark (``experiments/benchmark_vjp``).
+    """
+    return [
+        ("kinematics", smooth.kinematics),
+        ("com_pos", smooth.com_pos),
+        ("camlight", smooth.camlight),
+        ("tendon", smooth.tendon),
+        ("crb", smooth.crb),
+        ("tendon_armature", smooth.tendon_armature),
+        ("factor_m", smooth.factor_m),
+        ("collision", collision_driver.collision if collide is None else collide),
+        ("make_constraint", constraint.make_constraint),
+        ("transmission", smooth.transmission),
+    ]
+
+
 def fwd_position_with(m: Model, d: Data, collide) -> Data:
     """``mjx fwd_position`` with the collision stage replaced by ``collide(m, d)``."""
-    d = smooth.kinematics(m, d)
-    d = smooth.com_pos(m, d)
-    d = smooth.camlight(m, d)
-    d = smooth.tendon(m, d)
-    d = smooth.crb(m, d)
-    d = smooth.tendon_armature(m, d)
-    d = smooth.factor_m(m, d)
-    d = collide(m, d)
-    d = constraint.make_constraint(m, d)
-    return smooth.transmission(m, d)
+    for _, stage in position_stages(collide):
+        d = stage(m, d)
+    return d
 
 
 MINVAL = mujoco.mjMINVAL

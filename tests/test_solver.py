@@ -116,3 +116,15 @@ def test_impedance_floor_zero_differentiates(scene):
     fd = (float(fj(z + h)) - float(fj(z - h))) / (2 * h)
     assert abs(fd) > 1e3
     assert abs(g - fd) < 1e-5 * abs(fd)
+
+
+def test_position_stages_compose_to_mjx_fwd_position(scene):
+    # benchmark_vjp times MJX's pipeline stage by stage from this list: it must be the whole stage.
+    from diffmjx import _mjx
+
+    _, mx, d = scene
+    ref = jax.jit(_mjx.fwd_position)(mx, d)
+    ours = jax.jit(lambda d: _mjx.fwd_position_with(mx, d, _mjx.collision))(d)
+    assert [n for n, _ in _mjx.position_stages()][7] == "collision"
+    for a, b in zip(jax.tree_util.tree_leaves(ours), jax.tree_util.tree_leaves(ref), strict=True):
+        np.testing.assert_array_equal(a, b)
