@@ -87,3 +87,17 @@ def test_pareto_summary_picks_the_fastest_backward_within_the_error_bar():
     assert [best[f]["reliable_method"] for f in ("mjx_euler", "mjx_rk4", "tsit5", "heun")] == ["e2", "r1", "t3", ""]
     assert best["tsit5"]["fastest_speedup"] == 20.0 and best["tsit5"]["reliable_speedup"] == 5.0
     assert best["heun"]["reliable_speedup"] == ""
+
+
+def test_vjp_benchmark_counts_thunks_and_finds_the_contact_state():
+    import jax.numpy as jnp
+
+    from experiments import benchmark_vjp
+
+    mj, _ = common.load("cube_toss")
+    states = benchmark_vjp.states(mj)
+    assert set(states) == {"free flight", "contact"}
+    assert states["contact"][0][2] < states["free flight"][0][2]  # the cube came down
+    counts = benchmark_vjp.thunks(lambda q, v: jnp.sum(jnp.sin(q) * v), jnp.ones(7), jnp.ones(7), calls=5)
+    assert 0 < sum(counts.values()) < 50  # a handful of kernels per call, none of the containers
+    assert all(not k.startswith(("while", "cond")) for k in counts)

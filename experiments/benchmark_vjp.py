@@ -1,0 +1,248 @@
+"""Where backward run time goes: forward and VJP cost of each stage of one vector-field evaluation.
+
+    python -m experiments.benchmark_vjp [--set KEY=VALUE ...]
+
+The cube toss's backward pass is 6-15x its forward pass (benchmark_pareto), against a target of 4x.
+Almost all of it is reverse-mode AD through MJX forward dynamics, once per Runge-Kutta stage. This
+module splits one evaluation of ``diffmjx.dynamics.forward`` into groups of MJX's pipeline stages
+and times, for the first k groups (k = 1..8), the forward and the gradient with respect to (qpos,
+qvel) of a scalar of everything they output. A group's cost is the difference to the k-1 prefix.
+Each figure is the fastest of 20 repeats of one compiled program that runs 200 evaluations in
+a ``fori_loop`` (so the dispatch of a call is not counted), in microseconds per evaluation: on a
+shared machine the minimum is the most repeatable statistic (medians moved by up to 1.7x between
+runs here).
+
+Two states of the toss (MuJoCo C rollout): "free flight" (the initial state, no contact) and
+"contact" (the first state where at least 4 constraint rows carry force), each with the unrolled
+and the implicit solver gradient. With JAX's profiler, the module also counts the XLA thunks
+(kernels) one gradient evaluation executes, by kind: on this CPU a thunk of a 6-dof model costs
+about a microsecond whatever it computes, so their number is what the backward pays for.
+Writes docs/results/benchmark_vjp.csv, benchmark_vjp_thunks.csv and benchmark_vjp.png (about
+4 min). Run nothing else beside it.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+from tqdm import tqdm
+
+import diffmjx
+from diffmjx import _mjx, dynamics, solver
+from experiments import common
+
+DEFAULT_PRESET = Path(__file__).parent / "configs" / "cube_toss.yaml"
+EVALS = 200  # evaluations per compiled call
+REPEATS = 20
+GROUPS = (  # (group, MJX pipeline stages in it)
+    ("kinematics, com", ("kinematics", "com_pos", "camlight", "tendon")),
+    ("mass matrix", ("crb", "tendon_armature", "factor_m")),
+    ("collision", ("collision",)),
+    ("make_constraint", ("make_constraint",)),
+    ("velocity, actuation", ("transmission", "sensor_pos", "fwd_velocity", "sensor_vel", "fwd_actuation")),
+    ("fwd_acceleration", ("fwd_acceleration",)),
+    ("impedance floor", ("impedance_floor",)),
+    ("constraint solve", ("solve", "sensor_acc")),
+)
+THUNK_KINDS = {  # thunk name prefix -> kind reported in the thunk table
+    "bitcast_dynamic-update-slice_fusion": "stack a loop residual",
+    "dynamic-slice_bitcast_fusion": "read a loop residual",
+    "copy": "copy",
+    "bitcast_pad_fusion": "pad (transpose of a slice)",
+    "wrapped_scatter": "scatter (transpose of a gather)",
+}
+
+
+def stages(cfg: diffmjx.Config, gradient: str) -> dict:
+    """name -> fn(m, d) -> d for every stage of ``dynamics.forward`` (no smoothing, no CFD)."""
+    out = dict(_mjx.position_stages())
+    out.update(
+        sensor_pos=_mjx.sensor_pos, fwd_velocity=_mjx.fwd_velocity, sensor_vel=_mjx.sensor_vel,
+        fwd_actuation=_mjx.fwd_actuation, fwd_acceleration=_mjx.fwd_acceleration,
+        impedance_floor=lambda m, d: solver.with_impedance_floor(m, d, cfg.solver.impedance_floor),
+        solve=lambda m, d: solver.solve(m, d, gradient), sensor_acc=_mjx.sensor_acc,
+    )  # fmt: skip
+    return out
+
+
+def states(mj) -> dict:
+    """(qpos, qvel) of the toss's initial state and of its first state with >= 4 loaded rows."""
+    md = mujoco.MjData(mj)
+    md.qpos[2], md.qvel[1], md.qvel[2] = common.CUBE_TOSS["qz0"], common.CUBE_TOSS["vy0"], common.CUBE_TOSS["u0"]
+    out = {"free flight": (md.qpos.copy(), md.qvel.copy())}
+    while (md.efc_force != 0).sum() < 4:
+        mujoco.mj_step(mj, md)
+        mujoco.mj_forward(mj, md)
+        if md.time > 1.0:
+            raise RuntimeError("the cube toss never came into contact")
+    out["contact"] = (md.qpos.copy(), md.qvel.copy())
+    return out
+
+
+def _scalar(d) -> jax.Array:
+    return sum(jnp.sum(jnp.sin(x)) for x in jax.tree_util.tree_leaves(d) if jnp.issubdtype(x.dtype, jnp.floating))
+
+
+def _repeated(g):
+    """``g(q, v)`` evaluated EVALS times in one program, at inputs that differ by rounding noise."""
+
+    def run(q, v):
+        zero = jax.tree_util.tree_map(jnp.zeros_like, jax.eval_shape(g, q, v))
+        body = lambda i, acc: jax.tree_util.tree_map(jnp.add, acc, g(q + 1e-12 * i, v))  # noqa: E731
+        return jax.lax.fori_loop(0, EVALS, body, zero)
+
+    return jax.jit(run)
+
+
+def microseconds(g, q, v) -> float:
+    """Cost of one evaluation of ``g(q, v)`` in microseconds (fastest of REPEATS calls)."""
+    f = _repeated(g)
+    jax.block_until_ready(f(q, v))
+    times = []
+    for _ in range(REPEATS):
+        t = time.perf_counter()
+        jax.block_until_ready(f(q, v))
+        times.append(time.perf_counter() - t)
+    return min(times) / EVALS * 1e6
+
+
+def thunks(g, q, v, calls: int = 50) -> collections.Counter:
+    """XLA thunks (kernels) one call of jitted ``g(q, v)`` executes, by HLO instruction name
+    without its numeric suffix, from JAX's profiler. Only events named after an instruction of the
+    compiled program count (XLA runs thunks on its worker threads and on the caller's); loops and
+    conditionals are containers, not kernels, and are left out."""
+    compiled = jax.jit(g).lower(q, v).compile()
+    names = set(re.findall(r"^\s*(?:ROOT\s+)?%?([\w.\-]+) = ", compiled.as_text(), flags=re.M))
+    names = {n for n in names if not n.startswith(("while", "cond", "conditional", "call"))}
+    jax.block_until_ready(compiled(q, v))
+    with tempfile.TemporaryDirectory() as tmp:
+        jax.profiler.start_trace(tmp)
+        for _ in range(calls):
+            jax.block_until_ready(compiled(q, v))
+        jax.profiler.stop_trace()
+        (path,) = Path(tmp).rglob("*.xplane.pb")
+        data = jax.profiler.ProfileData.from_file(str(path))
+    counts = collections.Counter()
+    for plane in data.planes:
+        for line in plane.lines:
+            for ev in line.events:
+                if ev.name in names:
+                    counts[re.sub(r"\.\d+$", "", ev.name)] += 1
+    return collections.Counter({k: n / calls for k, n in counts.items()})
+
+
+def run(cfg: diffmjx.Config, out: Path) -> tuple[list[dict], list[dict]]:
+    mj, mx = common.load("cube_toss")
+    rows, thunk_rows = [], []
+    jobs = [(s, g) for s in ("free flight", "contact") for g in ("unroll", "implicit")]
+    bar = tqdm(total=len(jobs) * (len(GROUPS) + 1), desc="benchmark_vjp", unit="prefix")
+    for state_name, (qpos, qvel) in states(mj).items():
+        d0 = _mjx.mjx.make_data(mx)
+        q0, v0 = jnp.asarray(qpos), jnp.asarray(qvel)
+        for gradient in ("unroll", "implicit"):
+            c = cfg.override(f"solver.gradient={gradient}")
+            table = stages(c, gradient)
+            prev_f = prev_b = 0.0
+            for k, (group, names) in enumerate(GROUPS):
+                fns = [table[n] for group_names in (g[1] for g in GROUPS[: k + 1]) for n in group_names]
+
+                def prefix(q, v, fns=fns):
+                    d = d0.replace(qpos=q, qvel=v)
+                    for fn in fns:
+                        d = fn(mx, d)
+                    return d
+
+                if k == len(GROUPS) - 1:  # the whole prefix must be DiffMJX's forward dynamics
+                    ref = jax.jit(lambda q, v, c=c: dynamics.forward(mx, d0.replace(qpos=q, qvel=v), c).qacc)
+                    mine = jax.jit(lambda q, v, prefix=prefix: prefix(q, v).qacc)
+                    np.testing.assert_allclose(mine(q0, v0), ref(q0, v0), rtol=1e-12, atol=1e-12)
+                fwd = lambda q, v, prefix=prefix: _scalar(prefix(q, v))  # noqa: E731
+                grad = jax.grad(fwd, argnums=(0, 1))
+                f_us, b_us = microseconds(fwd, q0, v0), microseconds(grad, q0, v0)
+                rows.append(dict(state=state_name, gradient=gradient, group=group, stages=" ".join(names),
+                                 forward_us=f_us, gradient_us=b_us, forward_added_us=f_us - prev_f,
+                                 gradient_added_us=b_us - prev_b))  # fmt: skip
+                prev_f, prev_b = f_us, b_us
+                bar.update()
+            # The full evaluation as the integrator uses it: the gradient of the accelerations only.
+            acc = lambda q, v, c=c: jnp.sum(jnp.sin(dynamics.forward(mx, d0.replace(qpos=q, qvel=v), c).qacc))  # noqa: E731
+            grad = jax.grad(acc, argnums=(0, 1))
+            f_us, b_us = microseconds(acc, q0, v0), microseconds(grad, q0, v0)
+            rows.append(dict(state=state_name, gradient=gradient, group="whole (qacc only)", stages="dynamics.forward",
+                             forward_us=f_us, gradient_us=b_us, forward_added_us=float("nan"),
+                             gradient_added_us=float("nan")))  # fmt: skip
+            fc, bc = thunks(acc, q0, v0), thunks(grad, q0, v0)
+            kinds = collections.Counter()
+            for name, n in bc.items():
+                kinds[next((k for p, k in THUNK_KINDS.items() if name.startswith(p)), "other")] += n
+            thunk_rows.append(dict(state=state_name, gradient=gradient, forward_thunks=sum(fc.values()),
+                                   gradient_thunks=sum(bc.values()),
+                                   **{f"gradient_{k}": kinds[k] for k in [*THUNK_KINDS.values(), "other"]}))  # fmt: skip
+            bar.update()
+    bar.close()
+    rounded = lambda rs: [{k: round(v, 2) if isinstance(v, float) else v for k, v in r.items()} for r in rs]  # noqa: E731
+    common.write_csv(out / "benchmark_vjp.csv", rounded(rows))
+    common.write_csv(out / "benchmark_vjp_thunks.csv", rounded(thunk_rows))
+    _plot(rows, thunk_rows, out / "benchmark_vjp.png")
+    return rows, thunk_rows
+
+
+def _plot(rows: list[dict], thunk_rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cases = [(s, g) for s in ("free flight", "contact") for g in ("unroll", "implicit")]
+    groups = [g for g, _ in GROUPS]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6), gridspec_kw=dict(width_ratios=[1.3, 1]))
+    for (s, g), color in zip(cases, ("C0", "C1", "C3", "C2"), strict=True):
+        sel = {r["group"]: r for r in rows if r["state"] == s and r["gradient"] == g}
+        x = np.arange(len(groups))
+        left.plot(x, [sel[k]["gradient_us"] for k in groups], "o-", color=color, label=f"{s}, {g}: gradient")
+        left.plot(x, [sel[k]["forward_us"] for k in groups], ".:", color=color, label=f"{s}, {g}: forward")
+    left.set_xticks(range(len(groups)), groups, rotation=35, ha="right", fontsize=8)
+    left.set_ylabel("us per evaluation, stages up to here")
+    left.set_title("cost of the pipeline up to each stage (fastest of 20)", fontsize=9)
+    left.legend(fontsize=6.5, ncol=2)
+    kinds = [*THUNK_KINDS.values(), "other"]
+    colors = plt.get_cmap("tab10")(np.arange(len(kinds)))
+    labels = []
+    for i, (s, g) in enumerate(cases):
+        r = next(r for r in thunk_rows if r["state"] == s and r["gradient"] == g)
+        bottom = 0.0
+        for kind, color in zip(kinds, colors, strict=True):
+            n = r[f"gradient_{kind}"]
+            right.bar(i, n, bottom=bottom, color=color, label=kind if i == 0 else None)
+            bottom += n
+        right.plot([i - 0.4, i + 0.4], [r["forward_thunks"]] * 2, "k-", lw=2, label="forward, all kinds" if i == 0 else None)
+        right.text(i, bottom + 60, f"{bottom / r['forward_thunks']:.1f}x", ha="center", fontsize=8)
+        labels.append(f"{s}\n{g}")
+    right.set_xticks(range(len(cases)), labels, fontsize=8)
+    right.set_ylabel("XLA thunks per evaluation")
+    right.set_title("kernels one gradient evaluation runs, by kind", fontsize=9)
+    right.legend(fontsize=6.5)
+    fig.suptitle("Cube toss: forward vs reverse mode of one MJX forward-dynamics evaluation (2-core CPU)", fontsize=10)
+    common.save_figure(fig, path, dpi=130)
+
+
+def main(argv=None):
+    cfg, args = common.cli(__doc__, DEFAULT_PRESET, argv)
+    rows, thunk_rows = run(cfg, args.out)
+    for r in rows:
+        print(f"{r['state']:12s} {r['gradient']:9s} {r['group']:20s} fwd {r['forward_us']:7.1f} us  "
+              f"grad {r['gradient_us']:7.1f} us  (+{r['gradient_added_us']:6.1f})")  # fmt: skip
+    for r in thunk_rows:
+        print(r)
+
+
+if __name__ == "__main__":
+    main()
