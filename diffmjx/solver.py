@@ -63,8 +63,8 @@ def _solve_unrolled(m, d):
     ctx = _mjx.SolverContext.create(m, d)
     # Rematerialise each iteration in the backward pass: the outer scan then stores one Context per
     # iteration instead of every line-search trip's residuals, stacked twice (inner and outer scan).
-    # Same gradient; cube toss, one evaluation: 6213 -> 4669 XLA thunks, 299 -> 234 us at a contact
-    # state (experiments/benchmark_vjp, docs/speed.md).
+    # Same gradient to rounding; cube toss, one gradient evaluation at a contact state: 2983 -> 2308
+    # XLA thunks, 287 -> 231 us (experiments/benchmark_vjp's functions, docs/speed.md).
     step = jax.checkpoint(lambda c: _iterate(m, d, c))
     if m.opt.iterations == 1:
         ctx = step(ctx)

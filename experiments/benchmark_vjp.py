@@ -2,7 +2,8 @@
 
     python -m experiments.benchmark_vjp [--set KEY=VALUE ...]
 
-The cube toss's backward pass is 6-15x its forward pass (benchmark_pareto), against a target of 4x.
+The cube toss's backward pass is 5-10x its forward pass with the checkpoint adjoint (benchmark_pareto),
+against a target of 4x.
 Almost all of it is reverse-mode AD through MJX forward dynamics, once per Runge-Kutta stage. This
 module splits one evaluation of ``diffmjx.dynamics.forward`` into groups of MJX's pipeline stages
 and times, for the first k groups (k = 1..8), the forward and the gradient with respect to (qpos,
@@ -15,8 +16,10 @@ runs here).
 Two states of the toss (MuJoCo C rollout): "free flight" (the initial state, no contact) and
 "contact" (the first state where at least 4 constraint rows carry force), each with the unrolled
 and the implicit solver gradient. With JAX's profiler, the module also counts the XLA thunks
-(kernels) one gradient evaluation executes, by kind: on this CPU a thunk of a 6-dof model costs
-about a microsecond whatever it computes, so their number is what the backward pays for.
+(kernels) one gradient evaluation executes, by kind: on a 6-dof model most thunks are tiny, so
+their number is a large part of what the backward pass pays for. Row "whole (qacc only)" is the
+evaluation as the integrator differentiates it (a scalar of the accelerations only); its gradient
+is the one whose thunks are counted.
 Writes docs/results/benchmark_vjp.csv, benchmark_vjp_thunks.csv and benchmark_vjp.png (about
 4 min). Run nothing else beside it.
 """
