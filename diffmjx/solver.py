@@ -58,14 +58,16 @@ def _not_converged(m, d, ctx):
     return (improvement >= m.opt.tolerance) & (gradient >= m.opt.tolerance)
 
 
-def _solve_unrolled(m, d):
+def _solve_unrolled(m, d, remat_iterations: bool = True):
     d = _warmstart(m, d)
     ctx = _mjx.SolverContext.create(m, d)
-    # Rematerialise each iteration in the backward pass: the outer scan then stores one Context per
-    # iteration instead of every line-search trip's residuals, stacked twice (inner and outer scan).
-    # Same gradient to rounding; cube toss, one gradient evaluation at a contact state: 2983 -> 2308
-    # XLA thunks, 287 -> 231 us (experiments/benchmark_vjp's functions, docs/speed.md).
-    step = jax.checkpoint(lambda c: _iterate(m, d, c))
+    step = lambda c: _iterate(m, d, c)  # noqa: E731
+    if remat_iterations:
+        # Rematerialise each iteration in the backward pass: the outer scan then stores one Context
+        # per iteration instead of every line-search trip's residuals, stacked twice (inner and
+        # outer scan). Same gradient to rounding, far fewer XLA kernels in the backward pass
+        # (docs/results/benchmark_vjp_thunks.csv).
+        step = jax.checkpoint(step)
     if m.opt.iterations == 1:
         ctx = step(ctx)
     else:
@@ -146,10 +148,15 @@ def with_impedance_floor(m, d, floor: float):
     return _mjx.with_efc(d, efc_D=efc_d.at[rows].set(efc_d[rows] * scale))
 
 
-def solve(m, d, gradient: str = "unroll"):
-    """Constraint solve ``(m, d) -> d`` with reverse-mode derivatives (see module docstring)."""
+def solve(m, d, gradient: str = "unroll", remat_iterations: bool = True):
+    """Constraint solve ``(m, d) -> d`` with reverse-mode derivatives (see module docstring).
+
+    ``remat_iterations=False`` makes ``unroll`` store every iteration's line-search values for the
+    backward pass instead of recomputing the iteration (more memory and, on a CPU, a slower
+    backward pass; ``experiments/benchmark_vjp`` compares the two).
+    """
     if gradient == "unroll":
-        return _solve_unrolled(m, d)
+        return _solve_unrolled(m, d, remat_iterations)
     if gradient == "implicit":
         return _solve_implicit(m, d)
     raise ValueError(f"solver.gradient={gradient!r} is not allowed; choose one of: {', '.join(GRADIENTS)}")

@@ -2,24 +2,25 @@
 
     python -m experiments.benchmark_vjp [--set KEY=VALUE ...]
 
-The cube toss's backward pass is 5-10x its forward pass with the checkpoint adjoint (benchmark_pareto),
-against a target of 4x.
-Almost all of it is reverse-mode AD through MJX forward dynamics, once per Runge-Kutta stage. This
-module splits one evaluation of ``diffmjx.dynamics.forward`` into groups of MJX's pipeline stages
-and times, for the first k groups (k = 1..8), the forward and the gradient with respect to (qpos,
-qvel) of a scalar of everything they output. A group's cost is the difference to the k-1 prefix.
-Each figure is the fastest of 20 repeats of one compiled program that runs 200 evaluations in
-a ``fori_loop`` (so the dispatch of a call is not counted), in microseconds per evaluation: on a
-shared machine the minimum is the most repeatable statistic (medians moved by up to 1.7x between
-runs here).
+The cube toss's backward pass is 5-10x its forward pass with the checkpoint adjoint
+(benchmark_pareto), against a target of 4x. Almost all of it is reverse-mode AD through MJX forward
+dynamics, once per Runge-Kutta stage. This module splits one evaluation of
+``diffmjx.dynamics.forward`` into groups of MJX's pipeline stages and times, for the first k groups
+(k = 1..8), the forward and the gradient with respect to (qpos, qvel) of a scalar of everything they
+output. A group's cost is the difference to the k-1 prefix. Each figure is the fastest of 20 repeats
+of one compiled program that runs 200 evaluations in a ``fori_loop`` (so the dispatch of a call is
+not counted), in microseconds per evaluation: on a shared machine the minimum is the most repeatable
+statistic (medians moved by up to 1.7x between runs here).
 
 Two states of the toss (MuJoCo C rollout): "free flight" (the initial state, no contact) and
-"contact" (the first state where at least 4 constraint rows carry force), each with the unrolled
-and the implicit solver gradient. With JAX's profiler, the module also counts the XLA thunks
-(kernels) one gradient evaluation executes, by kind: on a 6-dof model most thunks are tiny, so
-their number is a large part of what the backward pass pays for. Row "whole (qacc only)" is the
-evaluation as the integrator differentiates it (a scalar of the accelerations only); its gradient
-is the one whose thunks are counted.
+"contact" (the first state where at least 4 constraint rows carry force), each with the unrolled and
+the implicit solver gradient, and, measured whole only, the unrolled solve with its iterations
+stored instead of rematerialised (``solver.solve(..., remat_iterations=False)``, the code before
+that change): the same run then shows what the change bought. With JAX's profiler, the module also
+counts the XLA thunks (kernels) one gradient evaluation executes, by kind: on a 6-dof model most
+thunks are tiny, so their number is a large part of what the backward pass pays for. Row "whole
+(qacc only)" is the evaluation as the integrator differentiates it (a scalar of the accelerations
+only); its gradient is the one whose thunks are counted.
 Writes docs/results/benchmark_vjp.csv, benchmark_vjp_thunks.csv and benchmark_vjp.png (about
 4 min). Run nothing else beside it.
 """
@@ -55,6 +56,7 @@ GROUPS = (  # (group, MJX pipeline stages in it)
     ("impedance floor", ("impedance_floor",)),
     ("constraint solve", ("solve", "sensor_acc")),
 )
+ALL_STAGES = [n for _, names in GROUPS for n in names]
 THUNK_KINDS = {  # thunk name prefix -> kind reported in the thunk table
     "bitcast_dynamic-update-slice_fusion": "stack a loop residual",
     "dynamic-slice_bitcast_fusion": "read a loop residual",
@@ -64,14 +66,20 @@ THUNK_KINDS = {  # thunk name prefix -> kind reported in the thunk table
 }
 
 
-def stages(cfg: diffmjx.Config, gradient: str) -> dict:
+# (row label, solver.gradient, rematerialised unrolled iterations); the last one is the unrolled
+# solve as it was before its iterations were rematerialised, measured whole only.
+CASES = (("unroll", "unroll", True), ("implicit", "implicit", True), ("unroll, iterations stored", "unroll", False))
+
+
+def stages(cfg: diffmjx.Config, remat_iterations: bool = True) -> dict:
     """name -> fn(m, d) -> d for every stage of ``dynamics.forward`` (no smoothing, no CFD)."""
+    gradient = cfg.solver.gradient
     out = dict(_mjx.position_stages())
     out.update(
         sensor_pos=_mjx.sensor_pos, fwd_velocity=_mjx.fwd_velocity, sensor_vel=_mjx.sensor_vel,
         fwd_actuation=_mjx.fwd_actuation, fwd_acceleration=_mjx.fwd_acceleration,
         impedance_floor=lambda m, d: solver.with_impedance_floor(m, d, cfg.solver.impedance_floor),
-        solve=lambda m, d: solver.solve(m, d, gradient), sensor_acc=_mjx.sensor_acc,
+        solve=lambda m, d: solver.solve(m, d, gradient, remat_iterations), sensor_acc=_mjx.sensor_acc,
     )  # fmt: skip
     return out
 
@@ -144,49 +152,48 @@ def thunks(g, q, v, calls: int = 50) -> collections.Counter:
 
 def run(cfg: diffmjx.Config, out: Path) -> tuple[list[dict], list[dict]]:
     mj, mx = common.load("cube_toss")
+    d0 = _mjx.mjx.make_data(mx)
     rows, thunk_rows = [], []
-    jobs = [(s, g) for s in ("free flight", "contact") for g in ("unroll", "implicit")]
-    bar = tqdm(total=len(jobs) * (len(GROUPS) + 1), desc="benchmark_vjp", unit="prefix")
+    bar = tqdm(total=2 * (2 * len(GROUPS) + len(CASES)), desc="benchmark_vjp", unit="program")
     for state_name, (qpos, qvel) in states(mj).items():
-        d0 = _mjx.mjx.make_data(mx)
         q0, v0 = jnp.asarray(qpos), jnp.asarray(qvel)
-        for gradient in ("unroll", "implicit"):
+        for label, gradient, remat in CASES:
             c = cfg.override(f"solver.gradient={gradient}")
-            table = stages(c, gradient)
-            prev_f = prev_b = 0.0
-            for k, (group, names) in enumerate(GROUPS):
-                fns = [table[n] for group_names in (g[1] for g in GROUPS[: k + 1]) for n in group_names]
+            table = stages(c, remat)
 
-                def prefix(q, v, fns=fns):
-                    d = d0.replace(qpos=q, qvel=v)
-                    for fn in fns:
-                        d = fn(mx, d)
-                    return d
+            def prefix(q, v, names):
+                d = d0.replace(qpos=q, qvel=v)
+                for name in names:
+                    d = table[name](mx, d)
+                return d
 
-                if k == len(GROUPS) - 1:  # the whole prefix must be DiffMJX's forward dynamics
-                    ref = jax.jit(lambda q, v, c=c: dynamics.forward(mx, d0.replace(qpos=q, qvel=v), c).qacc)
-                    mine = jax.jit(lambda q, v, prefix=prefix: prefix(q, v).qacc)
-                    np.testing.assert_allclose(mine(q0, v0), ref(q0, v0), rtol=1e-12, atol=1e-12)
-                fwd = lambda q, v, prefix=prefix: _scalar(prefix(q, v))  # noqa: E731
-                grad = jax.grad(fwd, argnums=(0, 1))
-                f_us, b_us = microseconds(fwd, q0, v0), microseconds(grad, q0, v0)
-                rows.append(dict(state=state_name, gradient=gradient, group=group, stages=" ".join(names),
-                                 forward_us=f_us, gradient_us=b_us, forward_added_us=f_us - prev_f,
-                                 gradient_added_us=b_us - prev_b))  # fmt: skip
-                prev_f, prev_b = f_us, b_us
-                bar.update()
-            # The full evaluation as the integrator uses it: the gradient of the accelerations only.
-            acc = lambda q, v, c=c: jnp.sum(jnp.sin(dynamics.forward(mx, d0.replace(qpos=q, qvel=v), c).qacc))  # noqa: E731
+            # The composed stages must be DiffMJX's forward dynamics.
+            ref = jax.jit(lambda q, v, c=c: dynamics.forward(mx, d0.replace(qpos=q, qvel=v), c).qacc)
+            mine = jax.jit(lambda q, v, prefix=prefix: prefix(q, v, ALL_STAGES).qacc)
+            np.testing.assert_allclose(mine(q0, v0), ref(q0, v0), rtol=1e-12, atol=1e-12)
+            if remat:  # stage by stage (the stored-iterations case is measured whole only)
+                names, prev_f, prev_b = [], 0.0, 0.0
+                for group, group_names in GROUPS:
+                    names = [*names, *group_names]
+                    fwd = lambda q, v, names=names, prefix=prefix: _scalar(prefix(q, v, names))  # noqa: E731
+                    f_us, b_us = microseconds(fwd, q0, v0), microseconds(jax.grad(fwd, argnums=(0, 1)), q0, v0)
+                    rows.append(dict(state=state_name, gradient=label, group=group, stages=" ".join(group_names),
+                                     forward_us=f_us, gradient_us=b_us, forward_added_us=f_us - prev_f,
+                                     gradient_added_us=b_us - prev_b))  # fmt: skip
+                    prev_f, prev_b = f_us, b_us
+                    bar.update()
+            # The whole evaluation as the integrator uses it: the gradient of the accelerations only.
+            acc = lambda q, v, prefix=prefix: jnp.sum(jnp.sin(prefix(q, v, ALL_STAGES).qacc))  # noqa: E731
             grad = jax.grad(acc, argnums=(0, 1))
             f_us, b_us = microseconds(acc, q0, v0), microseconds(grad, q0, v0)
-            rows.append(dict(state=state_name, gradient=gradient, group="whole (qacc only)", stages="dynamics.forward",
+            rows.append(dict(state=state_name, gradient=label, group="whole (qacc only)", stages="dynamics.forward",
                              forward_us=f_us, gradient_us=b_us, forward_added_us=float("nan"),
                              gradient_added_us=float("nan")))  # fmt: skip
             fc, bc = thunks(acc, q0, v0), thunks(grad, q0, v0)
             kinds = collections.Counter()
             for name, n in bc.items():
                 kinds[next((k for p, k in THUNK_KINDS.items() if name.startswith(p)), "other")] += n
-            thunk_rows.append(dict(state=state_name, gradient=gradient, forward_thunks=sum(fc.values()),
+            thunk_rows.append(dict(state=state_name, gradient=label, forward_thunks=sum(fc.values()),
                                    gradient_thunks=sum(bc.values()),
                                    **{f"gradient_{k}": kinds[k] for k in [*THUNK_KINDS.values(), "other"]}))  # fmt: skip
             bar.update()
@@ -219,8 +226,7 @@ def _plot(rows: list[dict], thunk_rows: list[dict], path: Path) -> None:
     kinds = [*THUNK_KINDS.values(), "other"]
     colors = plt.get_cmap("tab10")(np.arange(len(kinds)))
     labels = []
-    for i, (s, g) in enumerate(cases):
-        r = next(r for r in thunk_rows if r["state"] == s and r["gradient"] == g)
+    for i, r in enumerate(thunk_rows):
         bottom = 0.0
         for kind, color in zip(kinds, colors, strict=True):
             n = r[f"gradient_{kind}"]
@@ -228,8 +234,9 @@ def _plot(rows: list[dict], thunk_rows: list[dict], path: Path) -> None:
             bottom += n
         right.plot([i - 0.4, i + 0.4], [r["forward_thunks"]] * 2, "k-", lw=2, label="forward, all kinds" if i == 0 else None)
         right.text(i, bottom + 60, f"{bottom / r['forward_thunks']:.1f}x", ha="center", fontsize=8)
-        labels.append(f"{s}\n{g}")
-    right.set_xticks(range(len(cases)), labels, fontsize=8)
+        case = r["gradient"].replace(", ", "\n")
+        labels.append(f"{r['state']}\n{case}")
+    right.set_xticks(range(len(thunk_rows)), labels, fontsize=7)
     right.set_ylabel("XLA thunks per evaluation")
     right.set_title("kernels one gradient evaluation runs, by kind", fontsize=9)
     right.legend(fontsize=6.5)

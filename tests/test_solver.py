@@ -128,3 +128,20 @@ def test_position_stages_compose_to_mjx_fwd_position(scene):
     assert [n for n, _ in _mjx.position_stages()][7] == "collision"
     for a, b in zip(jax.tree_util.tree_leaves(ours), jax.tree_util.tree_leaves(ref), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_rematerialised_iterations_give_the_stored_iterations_gradient(scene):
+    # solve(..., remat_iterations=True) (the default) recomputes each unrolled iteration in the
+    # backward pass instead of storing it: a memory/speed change only, the Jacobian must not move.
+    from diffmjx import _mjx, solver
+
+    _, mx, d = scene
+    pre = jax.jit(lambda d: _mjx.fwd_acceleration(mx, _mjx.fwd_actuation(mx, _mjx.fwd_velocity(mx, _mjx.fwd_position(mx, d)))))
+
+    def qacc(qvel, remat):
+        return solver.solve(mx, pre(d.replace(qvel=qvel)), "unroll", remat_iterations=remat).qacc
+
+    jac = {r: np.asarray(jax.jit(jax.jacrev(lambda v, r=r: qacc(v, r)))(d.qvel)) for r in (True, False)}
+    scale = np.abs(jac[False]).max()
+    assert scale > 1.0
+    np.testing.assert_allclose(jac[True], jac[False], rtol=0, atol=1e-12 * scale)
