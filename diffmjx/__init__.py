@@ -5,8 +5,14 @@ Public API (MJX style: pure functions over stock ``mjx.Model`` / ``mjx.Data``)::
     cfg = diffmjx.Config().override("integrator.rtol=1e-6")
     d = diffmjx.step(m, d, cfg)                      # one control period
     d, traj = diffmjx.rollout(m, d, ctrls, cfg)      # N periods; jit/grad/jacfwd/vmap
+    d, traj = diffmjx.rollout(m, d, ctrls, cfg, stepsize_controller=diffrax.PIDController(...))
+
+Layers import one way: ``_mjx`` (MJX internals) and ``config`` at the bottom; ``impedance``,
+``constraint``, ``solver``, ``collision``, ``manifold`` above them; ``dynamics`` (the vector field)
+and ``integrate`` (``step`` / ``rollout``) on top. The :mod:`cfd` package sits above ``diffmjx``.
 """
 
+from diffmjx.checks import validate
 from diffmjx.config import (
     CFDConfig,
     CollisionConfig,
@@ -18,7 +24,7 @@ from diffmjx.config import (
 )
 from diffmjx.dynamics import State, forward
 from diffmjx.gradcheck import GradCheck, central_differences, gradcheck
-from diffmjx.integrate import Stats, Trajectory, rollout, step
+from diffmjx.integrate import Method, Stats, Trajectory, diffrax_method, rollout, step
 from diffmjx.runtime import enable_compilation_cache
 
 __all__ = [
@@ -27,6 +33,7 @@ __all__ = [
     "Config",
     "GradCheck",
     "IntegratorConfig",
+    "Method",
     "SolverConfig",
     "State",
     "Stats",
@@ -34,9 +41,11 @@ __all__ = [
     "add_cli_arguments",
     "central_differences",
     "config_from_args",
+    "diffrax_method",
     "enable_compilation_cache",
     "forward",
     "gradcheck",
     "rollout",
     "step",
+    "validate",
 ]

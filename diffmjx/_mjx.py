@@ -4,20 +4,81 @@ DiffMJX reuses MJX's pipeline stages and solver internals instead of forking the
 name we depend on is imported here, so an MJX upgrade (pinned in ``pyproject.toml``) touches one file.
 """
 
-from __future__ import annotations
-
 import contextlib
 import io
+from typing import NamedTuple
 
-import numpy as np
+import jax
 
 with contextlib.redirect_stdout(io.StringIO()):
     # MJX prints a notice when its optional Warp backend is absent; keep user output clean.
-    import mujoco
     from mujoco import mjx
-    from mujoco.mjx._src import collision_driver, constraint, forward, sensor, smooth, support
+    from mujoco.mjx._src import (
+        collision_convex,
+        collision_driver,
+        collision_primitive,
+        constraint,
+        forward,
+        sensor,
+        smooth,
+        support,
+    )
+    from mujoco.mjx._src import math as mjx_math
     from mujoco.mjx._src import solver as mjx_solver
-    from mujoco.mjx._src.types import ConeType, DisableBit, JointType, SolverType
+    from mujoco.mjx._src.types import ConeType, DisableBit, GeomType, JointType, SolverType
+
+__all__ = [
+    "MJX_COLLISION_TABLE",
+    "ConeType",
+    "Data",
+    "DisableBit",
+    "GeomType",
+    "JointType",
+    "Model",
+    "Rows",
+    "SolverContext",
+    "SolverType",
+    "clip_polygon",
+    "collision",
+    "contact",
+    "contact_groups",
+    "convex_collider",
+    "efc",
+    "efc_force",
+    "full_m",
+    "fwd_acceleration",
+    "fwd_actuation",
+    "fwd_position",
+    "fwd_position_with",
+    "fwd_velocity",
+    "has_frictionloss",
+    "kinematics",
+    "make_constraint",
+    "make_frame",
+    "mjx",
+    "mjx_advance",
+    "mjx_euler",
+    "mjx_implicit",
+    "mjx_solve",
+    "mul_m",
+    "ncon",
+    "numeric",
+    "position_stages",
+    "primitive_collider",
+    "project_polygon",
+    "scan_while_loop",
+    "sensor_acc",
+    "sensor_pos",
+    "sensor_vel",
+    "solver_linesearch",
+    "solver_rescale",
+    "solver_update_constraint",
+    "solver_update_gradient",
+    "with_contact",
+    "with_efc",
+    "with_efc_force",
+    "with_timestep",
+]
 
 Model = mjx.Model
 Data = mjx.Data
@@ -50,21 +111,30 @@ mjx_solve = mjx_solver.solve
 full_m = support.full_m
 mul_m = support.mul_m
 
-__all__ = [
-    "ConeType",
-    "Data",
-    "DisableBit",
-    "JointType",
-    "Model",
-    "SolverType",
-    "mjx",
-]
+# Collision driver internals (for the smoothed-collision table).
+MJX_COLLISION_TABLE = collision_driver._COLLISION_FUNC
+convex_collider = collision_convex.collider
+primitive_collider = collision_primitive.collider
+make_frame = mjx_math.make_frame
+clip_polygon = collision_convex._clip  # box-box: clip the incident face against the reference face
+project_polygon = collision_convex._project_poly_onto_plane  # box-box: incident points onto the reference face
 
 
-def efc(d: Data):
-    """Constraint rows of ``d``: (J, D, aref, frictionloss, ne, nf) from MJX's private Data part."""
+class Rows(NamedTuple):
+    """Constraint rows of a ``Data`` (MJX's private ``efc_*`` fields)."""
+
+    J: jax.Array  # (nefc, nv) Jacobian
+    D: jax.Array  # (nefc,) inverse regulariser 1 / R
+    aref: jax.Array  # (nefc,) reference acceleration
+    frictionloss: jax.Array  # (nefc,)
+    ne: int  # equality rows (first)
+    nf: int  # friction-loss rows (next)
+
+
+def efc(d: Data) -> Rows:
+    """Constraint rows of ``d``."""
     i = d._impl
-    return i.efc_J, i.efc_D, i.efc_aref, i.efc_frictionloss, i.ne, i.nf
+    return Rows(i.efc_J, i.efc_D, i.efc_aref, i.efc_frictionloss, i.ne, i.nf)
 
 
 def efc_force(d: Data):
@@ -74,6 +144,10 @@ def efc_force(d: Data):
 def with_efc_force(d: Data, force) -> Data:
     return d.tree_replace({"_impl.efc_force": force})
 
+
+def with_efc(d: Data, **fields) -> Data:
+    """Replace constraint-row fields (efc_D, efc_aref, ...) of MJX's private Data part."""
+    return d.tree_replace({f"_impl.{k}": v for k, v in fields.items()})
 
 
 def has_frictionloss(m: Model) -> bool:
@@ -91,37 +165,25 @@ def with_timestep(m: Model, dt) -> Model:
     return m.tree_replace({"opt.timestep": dt})
 
 
-# Collision driver internals (for the smoothed-collision table).
-from mujoco.mjx._src import collision_convex as _cc  # noqa: E402
-from mujoco.mjx._src import collision_driver as _cd  # noqa: E402
-from mujoco.mjx._src import collision_primitive  # noqa: E402
-from mujoco.mjx._src import math as mjx_math  # noqa: E402
-
-GeomType = _cd.GeomType
-MJX_COLLISION_TABLE = _cd._COLLISION_FUNC
-convex_collider = _cc.collider
-primitive_collider = collision_primitive.collider
-make_frame = mjx_math.make_frame
-clip_polygon = _cc._clip  # box-box: clip the incident face against the reference face
-project_polygon = _cc._project_poly_onto_plane  # box-box: incident points onto the reference face
-manifold_points = _cc._manifold_points  # box-box: MJX's choice of four points of a polygon
-
-
 def contact_groups(m: Model, d: Data):
     """MJX's grouping of candidate geom pairs by (geom types, condim)."""
-    return _cd._contact_groups(m, d)
+    return collision_driver._contact_groups(m, d)
 
 
 def numeric(m, name: str) -> int:
-    return _cd._numeric(m, name)
+    return collision_driver._numeric(m, name)
 
 
 def ncon(d: Data) -> int:
     return d._impl.ncon
 
 
-def with_contact(d: Data, contact) -> Data:
-    return d.tree_replace({"_impl.contact": contact})
+def contact(d: Data):
+    return d._impl.contact
+
+
+def with_contact(d: Data, c) -> Data:
+    return d.tree_replace({"_impl.contact": c})
 
 
 def position_stages(collide=None) -> list[tuple[str, object]]:
@@ -149,34 +211,3 @@ def fwd_position_with(m: Model, d: Data, collide) -> Data:
     for _, stage in position_stages(collide):
         d = stage(m, d)
     return d
-
-
-MINVAL = mujoco.mjMINVAL
-MINIMP = mujoco.mjMINIMP  # the impedance floor MJX's constraint rows carry
-MAXIMP = mujoco.mjMAXIMP  # ... and the ceiling
-
-
-def contact(d: Data):
-    return d._impl.contact
-
-
-def with_efc(d: Data, **fields) -> Data:
-    """Replace constraint-row fields (efc_D, efc_aref, ...) of MJX's private Data part."""
-    return d.tree_replace({f"_impl.{k}": v for k, v in fields.items()})
-
-
-def contact_rows(m: Model, c) -> tuple[np.ndarray, np.ndarray]:
-    """(row, contact) index pairs of every contact's constraint rows in MJX's row layout.
-
-    Pyramidal cones give a contact of condim ``dim`` ``2 (dim - 1)`` rows (1 for condim 1),
-    elliptic ones ``dim`` rows; contacts without rows (``efc_address < 0``) are skipped.
-    """
-    pyramidal = m.opt.cone == ConeType.PYRAMIDAL
-    rows, con = [], []
-    for i, (dim, adr) in enumerate(zip(np.asarray(c.dim), np.asarray(c.efc_address), strict=True)):
-        if adr < 0:
-            continue
-        n = 1 if dim == 1 else (2 * (dim - 1) if pyramidal else int(dim))
-        rows.extend(range(adr, adr + n))
-        con.extend([i] * n)
-    return np.asarray(rows, dtype=np.int32), np.asarray(con, dtype=np.int32)

@@ -302,7 +302,15 @@ class Config:
 
     @classmethod
     def load(cls, preset: str | Path | None = None, overrides: Sequence[str] = ()) -> Config:
-        """Defaults, or the YAML ``preset``, with the dotted ``overrides`` applied in order."""
+        """Defaults, or the YAML ``preset``, with the dotted ``overrides`` applied in order.
+
+        Arguments:
+            preset: path of a YAML preset, or None for the defaults.
+            overrides: ``"section.field=value"`` strings (see :meth:`override`).
+
+        Returns:
+            The validated :class:`Config`.
+        """
         cfg = cls() if preset is None else cls.from_yaml(preset)
         return cfg.override(*overrides)
 
@@ -325,6 +333,16 @@ class Config:
 
         Values are parsed as YAML (``true``, ``null``, ``[0, 0.01, 0.1, 1, 2]``), with
         number-like strings such as ``1e-6`` converted for numeric fields.
+
+        Arguments:
+            *assignments: ``"section.field=value"`` strings, e.g. ``"integrator.rtol=1e-8"``.
+
+        Returns:
+            A new, validated :class:`Config`.
+
+        Raises:
+            ValueError: for an unknown key (listing the allowed ones) or a bad value (naming the
+                field and what is allowed).
         """
         allowed = [
             f"{name}.{f.name}"

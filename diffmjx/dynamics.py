@@ -9,18 +9,28 @@ Activations follow MuJoCo's clamping: the vector field sees ``act`` clipped to `
 activation sitting on a limit does not move further out of it.
 """
 
-from __future__ import annotations
-
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from cfd import constraint as cfd_constraint
-from cfd.straight_through import straight_through
-from diffmjx import _mjx, collision, manifold, solver
+from diffmjx import _mjx, collision, constraint, manifold, solver
+from diffmjx.checks import validate
 from diffmjx.config import Config
+from diffmjx.impedance import MINIMP
+
+__all__ = [
+    "State",
+    "act_limits",
+    "cfd_contacts",
+    "clamp_act",
+    "forward",
+    "forward_unchecked",
+    "stages",
+    "straight_through",
+    "vector_field",
+]
 
 
 class State(NamedTuple):
@@ -31,13 +41,85 @@ class State(NamedTuple):
     act: jax.Array  # (na,)
 
 
+def straight_through(forward_value, backward_value):
+    """One function's values, another's derivatives: leaf by leaf ``sg(f) + b - sg(b)``.
+
+    With MJX's accelerations as ``forward_value`` and the contacts-from-distance accelerations as
+    ``backward_value``, the trajectory stays physical while gradients see forces between bodies
+    that do not touch (paper Sec. 4, eq. 4).
+
+    Arguments:
+        forward_value: pytree whose values the result takes.
+        backward_value: pytree of the same structure whose derivatives the result takes.
+
+    Returns:
+        A pytree equal to ``forward_value`` with the derivatives of ``backward_value``.
+    """
+    sg = jax.lax.stop_gradient
+    return jax.tree.map(lambda f, b: sg(f) + (b - sg(b)), forward_value, backward_value)
+
+
+def stages(cfg: Config, remat_iterations: bool = True) -> list[tuple[str, object]]:
+    """The stages of :func:`forward` without contacts from distance, in order, as ``(name, fn(m, d) -> d)``.
+
+    Composing them gives :func:`forward`'s accelerations for a config with ``cfd.enabled`` off
+    (``experiments/benchmark_vjp`` times them one by one).
+
+    Arguments:
+        cfg: :class:`diffmjx.Config` (collision, impedance floor and solver gradient are read).
+        remat_iterations: passed to :func:`diffmjx.solver.solve`.
+
+    Returns:
+        A list of ``(name, stage)`` pairs: MJX's position stages (with the smoothed collision stage
+        under ``collision.smooth``), sensors, velocity, actuation and acceleration stages, the
+        impedance floor where it differs from MuJoCo's, the constraint solve and the acceleration
+        sensors.
+    """
+    collide = None
+    if cfg.collision.smooth:
+        sharp = cfg.collision.sharpness
+        collide = lambda m, d: collision.collide(m, d, sharp)  # noqa: E731
+    out = [
+        *_mjx.position_stages(collide),
+        ("sensor_pos", _mjx.sensor_pos),
+        ("fwd_velocity", _mjx.fwd_velocity),
+        ("sensor_vel", _mjx.sensor_vel),
+        ("fwd_actuation", _mjx.fwd_actuation),
+        ("fwd_acceleration", _mjx.fwd_acceleration),
+    ]
+    floor = cfg.solver.impedance_floor
+    if floor != MINIMP:
+        out.append(("impedance_floor", lambda m, d: constraint.with_impedance_floor(m, d, floor)))
+    gradient = cfg.solver.gradient
+    out.append(("solve", lambda m, d: solver.solve(m, d, gradient, remat_iterations)))
+    out.append(("sensor_acc", _mjx.sensor_acc))
+    return out
+
+
 def forward(m, d, cfg: Config | None = None):
     """MJX forward dynamics ``(m, d) -> d`` with a reverse-mode-differentiable constraint solve.
 
     Same stages as ``mjx.forward``; the constraint solve is :mod:`diffmjx.solver`'s, and with
     ``collision.smooth`` the collision stage uses :mod:`diffmjx.collision`'s smoothed functions.
+    With ``cfd.enabled`` the contacts-from-distance rows of :func:`diffmjx.constraint.from_distance`
+    give the derivatives (straight-through) or, with ``cfd.in_forward``, the accelerations.
+
+    Arguments:
+        m: ``mjx.Model``.
+        d: ``mjx.Data`` (positions, velocities, activations, controls, ...).
+        cfg: the configuration; ``Config()`` if None. Checked against ``m`` by
+            :func:`diffmjx.validate`.
+
+    Returns:
+        ``d`` with every derived field, ``qacc`` and ``act_dot`` computed.
     """
     cfg = Config() if cfg is None else cfg
+    validate(m, cfg)
+    return forward_unchecked(m, d, cfg)
+
+
+def forward_unchecked(m, d, cfg: Config):
+    """:func:`forward` without the up-front checks (they ran once, before tracing)."""
     if cfg.collision.smooth:
         sharp = cfg.collision.sharpness
         d = _mjx.fwd_position_with(m, d, lambda m, d: collision.collide(m, d, sharp))
@@ -48,13 +130,13 @@ def forward(m, d, cfg: Config | None = None):
     d = _mjx.sensor_vel(m, d)
     d = _mjx.fwd_actuation(m, d)
     d = _mjx.fwd_acceleration(m, d)
-    if _mjx.efc(d)[0].size == 0:
+    if _mjx.efc(d).J.size == 0:
         return d.replace(qacc=d.qacc_smooth)
-    if cfg.solver.impedance_floor != _mjx.MINIMP:
-        d = solver.with_impedance_floor(m, d, cfg.solver.impedance_floor)
+    if cfg.solver.impedance_floor != MINIMP:
+        d = constraint.with_impedance_floor(m, d, cfg.solver.impedance_floor)
     if cfg.cfd.enabled:
         # contacts from distance: CFD rows on the same positions and velocities
-        rows = cfd_constraint.make_constraint(m, cfd_contacts(m, d, cfg), cfg.cfd, cfg.solver.impedance_floor)
+        rows = constraint.from_distance(m, cfd_contacts(m, d, cfg), cfg.cfd, cfg.solver.impedance_floor)
         d_cfd = solver.solve(m, rows, cfg.solver.gradient)
         if cfg.cfd.in_forward:
             return _mjx.sensor_acc(m, d_cfd)
@@ -97,7 +179,7 @@ def vector_field(m, d0, y: State, t, layout: manifold.JointLayout, cfg: Config):
     qpos = manifold.retract(layout, d0.qpos, y.xi)
     act = clamp_act(m, y.act)
     d = d0.replace(qpos=qpos, qvel=y.qvel, act=act, time=t)
-    d = forward(m, d, cfg)
+    d = forward_unchecked(m, d, cfg)
     act_dot = d.act_dot
     if m.na:
         lim = act_limits(m)

@@ -5,8 +5,6 @@ the same loss solved to tight tolerances (``reference_loss``), sweeping the diff
 plateau between truncation and round-off error is found rather than guessed.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -40,7 +38,17 @@ class GradCheck(NamedTuple):
 def central_differences(
     loss: Callable, params, steps: Sequence[float] = DEFAULT_STEPS
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Central differences of a scalar ``loss(params)`` for each step: returns (sweep, steps)."""
+    """Central differences of a scalar ``loss(params)``, one estimate per step.
+
+    Arguments:
+        loss: scalar function of a parameter pytree (jitted here).
+        params: parameter pytree, raveled to a vector for differencing.
+        steps: absolute difference steps, in parameter units.
+
+    Returns:
+        ``(sweep, steps)``: the (len(steps), n) estimates over the raveled parameters, and the
+        steps as an array.
+    """
     flat, unravel = ravel_pytree(params)
     f = jax.jit(lambda x: loss(unravel(x)))
     sweep = np.zeros((len(steps), flat.size))
@@ -71,11 +79,15 @@ def gradcheck(
 ) -> GradCheck:
     """AD gradient of ``loss`` at ``params`` vs central differences of ``reference_loss``.
 
-    Args:
-      loss: scalar function of a parameter pytree, differentiated with ``jax.grad``.
-      params: parameter pytree (raveled to a vector for differencing).
-      reference_loss: the same loss solved tightly; defaults to ``loss``.
-      steps: difference steps to sweep (absolute, in parameter units).
+    Arguments:
+        loss: scalar function of a parameter pytree, differentiated with ``jax.grad``.
+        params: parameter pytree (raveled to a vector for differencing).
+        reference_loss: the same loss solved tightly; defaults to ``loss``.
+        steps: difference steps to sweep (absolute, in parameter units).
+
+    Returns:
+        :class:`GradCheck` with the AD and central-difference gradients, the whole step sweep,
+        the chosen step and the relative error.
     """
     value, grad = jax.jit(jax.value_and_grad(loss))(params)
     ad = np.asarray(ravel_pytree(grad)[0])

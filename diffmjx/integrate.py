@@ -7,8 +7,7 @@ the ``mjx_*`` solvers are MJX's own fixed-step integrators (``integrator.substep
 period), run on DiffMJX's differentiable forward dynamics.
 """
 
-from __future__ import annotations
-
+import dataclasses
 from typing import NamedTuple
 
 import diffrax
@@ -17,9 +16,12 @@ import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
 
-from diffmjx import _mjx, collision, manifold
+from diffmjx import _mjx, manifold
+from diffmjx.checks import validate
 from diffmjx.config import Config
-from diffmjx.dynamics import State, clamp_act, forward, vector_field
+from diffmjx.dynamics import State, clamp_act, forward_unchecked, vector_field
+
+__all__ = ["Method", "Stats", "Trajectory", "diffrax_method", "rollout", "step"]
 
 _DIFFRAX_SOLVERS = {
     "tsit5": diffrax.Tsit5,
@@ -58,18 +60,7 @@ class Trajectory(NamedTuple):
     stats: Stats
 
 
-def _check(m, cfg: Config) -> None:
-    if cfg.collision.smooth:
-        collision.check_model(m)
-    ic = cfg.integrator
-    if ic.solver == "euler" and ic.step_control == "pid":
-        raise ValueError(
-            "integrator.step_control='pid' needs an embedded error estimate, which "
-            "integrator.solver='euler' lacks; choose integrator.step_control='constant' or another solver"
-        )
-
-
-class _WarmStartPID(diffrax.PIDController):
+class _PeriodPID(diffrax.PIDController):
     """Diffrax's PID controller whose first step is ``first_step`` (an array) instead of ``dt0``.
 
     Passing a traced ``dt0`` to ``diffeqsolve`` makes Diffrax check its sign at run time with an
@@ -85,7 +76,15 @@ class _WarmStartPID(diffrax.PIDController):
         return super().init(terms, t0, t1, y0, dt0, args, func, error_order)
 
 
-def _controller(cfg: Config, backsolve: bool = False, first_step=None):
+class Method(NamedTuple):
+    """The Diffrax objects that integrate one control period."""
+
+    solver: diffrax.AbstractSolver
+    stepsize_controller: diffrax.AbstractStepSizeController
+    adjoint: diffrax.AbstractAdjoint
+
+
+def _controller(cfg: Config, backsolve: bool = False):
     ic = cfg.integrator
     if ic.step_control == "constant":
         return diffrax.ConstantStepSize()
@@ -96,26 +95,51 @@ def _controller(cfg: Config, backsolve: bool = False, first_step=None):
     # The adjoint solve controls the error of (y, a_y) only: a seminorm skips the parameter
     # adjoints, which only accumulate and would otherwise force tiny steps.
     norm = diffrax.adjoint_rms_seminorm if backsolve else optx.rms_norm
-    return _WarmStartPID(
+    return diffrax.PIDController(
         rtol=rtol, atol=atol, pcoeff=ic.pcoeff, icoeff=ic.icoeff, dcoeff=ic.dcoeff, dtmin=ic.dtmin,
-        dtmax=ic.dtmax,
-        norm=norm,
-        first_step=first_step,
+        dtmax=ic.dtmax, norm=norm,
     )  # fmt: skip
 
 
-def _adjoint(cfg: Config):
+def diffrax_method(cfg: Config, solver=None, stepsize_controller=None, adjoint=None) -> Method:
+    """The Diffrax solver, step-size controller and adjoint a Diffrax ``integrator.solver`` uses.
+
+    Each object passed replaces the one the config names (Diffrax's own style: a custom controller
+    needs no new config string); the others come from ``cfg.integrator``.
+
+    Arguments:
+        cfg: :class:`diffmjx.Config` with a Diffrax ``integrator.solver``.
+        solver: a ``diffrax.AbstractSolver``, or None for ``integrator.solver``.
+        stepsize_controller: a ``diffrax.AbstractStepSizeController``, or None for
+            ``integrator.step_control`` with ``rtol``, ``atol``, the PID coefficients, ``dtmin`` and
+            ``dtmax``.
+        adjoint: a ``diffrax.AbstractAdjoint``, or None for ``integrator.adjoint``
+            (``backsolve`` integrates its adjoint with the method's solver and
+            ``integrator.backsolve_rtol`` / ``backsolve_atol``).
+
+    Returns:
+        :class:`Method`.
+    """
     ic = cfg.integrator
-    if ic.adjoint == "checkpoint":
-        return diffrax.RecursiveCheckpointAdjoint(checkpoints=ic.checkpoints)
-    if ic.adjoint == "backsolve":
-        return diffrax.BacksolveAdjoint(
-            solver=_DIFFRAX_SOLVERS[ic.solver](), stepsize_controller=_controller(cfg, backsolve=True)
-        )
-    return diffrax.ForwardMode()
+    solver = _DIFFRAX_SOLVERS[ic.solver]() if solver is None else solver
+    controller = _controller(cfg) if stepsize_controller is None else stepsize_controller
+    if adjoint is None:
+        if ic.adjoint == "checkpoint":
+            adjoint = diffrax.RecursiveCheckpointAdjoint(checkpoints=ic.checkpoints)
+        elif ic.adjoint == "backsolve":
+            back = _controller(cfg, backsolve=True) if stepsize_controller is None else stepsize_controller
+            adjoint = diffrax.BacksolveAdjoint(solver=solver, stepsize_controller=back)
+        else:
+            adjoint = diffrax.ForwardMode()
+    return Method(solver, controller, adjoint)
 
 
-def _period_diffrax(m, d, cfg: Config, layout, dt_hint):
+def _period_controller(controller: diffrax.PIDController, first_step) -> _PeriodPID:
+    fields = {f.name: getattr(controller, f.name) for f in dataclasses.fields(controller) if f.init}
+    return _PeriodPID(**fields, first_step=first_step)
+
+
+def _period_diffrax(m, d, cfg: Config, layout, dt_hint, method: Method):
     ic = cfg.integrator
     period = jax.lax.stop_gradient(m.opt.timestep)
     t0 = jax.lax.stop_gradient(d.time)
@@ -125,6 +149,11 @@ def _period_diffrax(m, d, cfg: Config, layout, dt_hint):
     inputs = {k: getattr(d, k) for k in _DATA_INPUTS}
     leaves, treedef = jax.tree_util.tree_flatten((m, inputs))
 
+    controller = method.stepsize_controller
+    # the warm-start step goes to the controller, not to diffeqsolve (see _PeriodPID); backsolve
+    # keeps dt0, which its adjoint solve starts from
+    warm = isinstance(controller, diffrax.PIDController) and not isinstance(method.adjoint, diffrax.BacksolveAdjoint)
+
     def vf(t, y, args):
         m, inputs = jax.tree_util.tree_unflatten(treedef, args)
         d0 = _mjx.mjx.make_data(m).replace(**inputs)
@@ -132,24 +161,22 @@ def _period_diffrax(m, d, cfg: Config, layout, dt_hint):
 
     # One jitted call per vector-field evaluation: JAX's autodiff passes (linearize, transpose, the
     # checkpointed loops' symbolic-zero resolution) then work on a cached inner jaxpr instead of
-    # re-walking MJX's whole forward dynamics each time. Cube toss backward trace 19.8 s -> 10.8 s
-    # (docs/results/benchmark_jit*.csv); XLA inlines the call, so the program's speed is unchanged.
+    # re-walking MJX's whole forward dynamics each time, which roughly halves the backward trace
+    # time (docs/results/benchmark_jit*.csv); XLA inlines the call, so the program's speed is unchanged.
     term = diffrax.ODETerm(jax.jit(vf))
-    if ic.step_control == "constant":
+    if isinstance(controller, diffrax.ConstantStepSize):
         dt0 = period / ic.substeps
     else:
         dt0 = jnp.minimum(jax.lax.stop_gradient(dt_hint), period)
-        if ic.dtmax is not None:
-            dt0 = jnp.minimum(dt0, ic.dtmax)
+        dtmax = getattr(controller, "dtmax", None)
+        if dtmax is not None:
+            dt0 = jnp.minimum(dt0, dtmax)
     y0 = State(jnp.zeros(m.nv, d.qvel.dtype), d.qvel, d.act)
-    # the warm-start step goes to the controller, not to diffeqsolve (see _WarmStartPID);
-    # backsolve keeps dt0, which its adjoint solve starts from
-    warm = ic.step_control == "pid" and ic.adjoint != "backsolve"
-    controller = _controller(cfg, first_step=dt0 if warm else None)
-    dt0 = None if warm else dt0
+    if warm:
+        controller, dt0 = _period_controller(controller, dt0), None
     sol = diffrax.diffeqsolve(
         term,
-        _DIFFRAX_SOLVERS[ic.solver](),
+        method.solver,
         t0=t0,
         t1=t0 + period,
         dt0=dt0,
@@ -157,7 +184,7 @@ def _period_diffrax(m, d, cfg: Config, layout, dt_hint):
         args=leaves,
         saveat=diffrax.SaveAt(t1=True),
         stepsize_controller=controller,
-        adjoint=_adjoint(cfg),
+        adjoint=method.adjoint,
         max_steps=ic.max_steps,
         throw=ic.on_budget_exhausted == "raise",
     )
@@ -178,7 +205,7 @@ def _period_diffrax(m, d, cfg: Config, layout, dt_hint):
 def _mjx_rk4(m, d, layout, cfg):
     """MJX's classical RK4 (stages from the period's start configuration), on our forward."""
     h = m.opt.timestep
-    d0 = forward(m, d, cfg)
+    d0 = forward_unchecked(m, d, cfg)
     k = (d0.qvel, d0.qacc, d0.act_dot)
     acc = jax.tree.map(lambda x: _RK4_B[0] * x, k)
     di = d0
@@ -186,7 +213,7 @@ def _mjx_rk4(m, d, layout, cfg):
         kq = manifold.retract(layout, d.qpos, a * h * k[0])
         kv = d.qvel + a * h * k[1]
         ka = d.act + a * h * k[2]
-        di = forward(m, d0.replace(qpos=kq, qvel=kv, act=ka, time=d.time + a * h), cfg)
+        di = forward_unchecked(m, d0.replace(qpos=kq, qvel=kv, act=ka, time=d.time + a * h), cfg)
         k = (kv, di.qacc, di.act_dot)
         acc = jax.tree.map(lambda s, x, b=b: s + b * x, acc, k)
     base = di.replace(qpos=d.qpos, qvel=d.qvel, act=d.act, time=d.time)
@@ -200,7 +227,7 @@ def _period_mjx(m, d, cfg: Config, layout):
     def one(d, _):
         if ic.solver == "mjx_rk4":
             return _mjx_rk4(ms, d, layout, cfg), None
-        d = forward(ms, d, cfg)
+        d = forward_unchecked(ms, d, cfg)
         if ic.solver == "mjx_euler":
             return _mjx.mjx_euler(ms, d), None
         return _mjx.mjx_implicit(ms, d), None
@@ -214,45 +241,76 @@ def _period_mjx(m, d, cfg: Config, layout):
     return d, Stats(accepted=n, rejected=jnp.zeros_like(n), budget_exhausted=jnp.asarray(False))
 
 
-def _period(m, d, cfg: Config, layout, dt_hint):
-    if cfg.integrator.solver.startswith("mjx_"):
+def _period(m, d, cfg: Config, layout, dt_hint, method: Method | None):
+    if method is None:
         d, stats = _period_mjx(m, d, cfg, layout)
         return d, stats, dt_hint
-    return _period_diffrax(m, d, cfg, layout, dt_hint)
+    return _period_diffrax(m, d, cfg, layout, dt_hint, method)
 
 
 def _first_dt(m, cfg: Config):
     return jnp.asarray(cfg.integrator.dt0 if cfg.integrator.dt0 is not None else m.opt.timestep)
 
 
-def step(m, d, cfg: Config | None = None, *, return_stats: bool = False):
+def _prepare(m, cfg: Config | None, solver, stepsize_controller, adjoint):
+    """Validate once, up front; the Diffrax method (None for MJX's fixed-step integrators)."""
+    cfg = Config() if cfg is None else cfg
+    validate(m, cfg, solver=solver, stepsize_controller=stepsize_controller, adjoint=adjoint)
+    if cfg.integrator.solver.startswith("mjx_"):
+        return cfg, None
+    return cfg, diffrax_method(cfg, solver, stepsize_controller, adjoint)
+
+
+def step(m, d, cfg: Config | None = None, *, solver=None, stepsize_controller=None, adjoint=None,
+         return_stats: bool = False):  # fmt: skip
     """Advance ``d`` by one control period ``m.opt.timestep`` with ``d.ctrl`` held constant.
 
-    Returns the new ``mjx.Data`` with positions, velocities, activations and time advanced, or
-    ``(data, Stats)``. Derived fields (``xpos``, ``contact``, ``qacc``, ...) are not recomputed
-    for the Diffrax solvers; call ``diffmjx.forward`` on the result when you need them.
+    Derived fields (``xpos``, ``contact``, ``qacc``, ...) are not recomputed for the Diffrax
+    solvers; call :func:`diffmjx.forward` on the result when you need them.
+
+    Arguments:
+        m: ``mjx.Model``; its ``opt.timestep`` is the control period.
+        d: ``mjx.Data`` at the start of the period.
+        cfg: :class:`diffmjx.Config`; ``Config()`` if None.
+        solver, stepsize_controller, adjoint: Diffrax objects replacing the config's choice (see
+            :func:`diffrax_method`); not allowed with the ``mjx_*`` solvers.
+        return_stats: also return the period's :class:`Stats`.
+
+    Returns:
+        The new ``mjx.Data`` with positions, velocities, activations and time advanced, or
+        ``(data, Stats)``.
     """
-    cfg = Config() if cfg is None else cfg
-    _check(m, cfg)
+    cfg, method = _prepare(m, cfg, solver, stepsize_controller, adjoint)
     layout = manifold.JointLayout.from_model(m)
-    d, stats, _ = _period(m, d, cfg, layout, _first_dt(m, cfg))
+    d, stats, _ = _period(m, d, cfg, layout, _first_dt(m, cfg), method)
     return (d, stats) if return_stats else d
 
 
-def rollout(m, d, ctrls, cfg: Config | None = None):
-    """Run ``N = len(ctrls)`` control periods; ``ctrls`` has shape (N, nu) (nu may be 0).
+def rollout(m, d, ctrls, cfg: Config | None = None, *, solver=None, stepsize_controller=None, adjoint=None):
+    """Run ``N = len(ctrls)`` control periods, each with its control held constant.
 
-    Returns ``(final_data, Trajectory)``; works under ``jit``, ``grad``, ``jacfwd`` and ``vmap``.
+    Works under ``jit``, ``grad``, ``jacfwd`` and ``vmap``.
+
+    Arguments:
+        m: ``mjx.Model``; its ``opt.timestep`` is the control period.
+        d: ``mjx.Data`` at the start.
+        ctrls: (N, nu) controls, one row per period (nu may be 0).
+        cfg: :class:`diffmjx.Config`; ``Config()`` if None.
+        solver, stepsize_controller, adjoint: Diffrax objects replacing the config's choice (see
+            :func:`diffrax_method`); not allowed with the ``mjx_*`` solvers.
+
+    Returns:
+        ``(final_data, Trajectory)``: the ``mjx.Data`` after the last period and the state after
+        each period with its integrator statistics.
     """
-    cfg = Config() if cfg is None else cfg
-    _check(m, cfg)
+    cfg, method = _prepare(m, cfg, solver, stepsize_controller, adjoint)
     shape = tuple(np.shape(ctrls))
     if len(shape) != 2 or shape[1] != m.nu:
         raise ValueError(f"ctrls must have shape (N, nu) = (N, {m.nu}); got {shape}")
     layout = manifold.JointLayout.from_model(m)
 
     ctrls = jnp.asarray(ctrls)
-    if cfg.integrator.solver.startswith("mjx_"):
+    if method is None:
         # MJX's fixed-step solvers advance more of d (warmstart, derived fields): carry all of it
         def split(d):
             return d
@@ -271,7 +329,7 @@ def rollout(m, d, ctrls, cfg: Config | None = None):
 
     def body(carry, u):
         state, dt = carry
-        d, stats, dt = _period(m, join(state, u), cfg, layout, dt)
+        d, stats, dt = _period(m, join(state, u), cfg, layout, dt, method)
         return (split(d), dt), Trajectory(d.qpos, d.qvel, d.act, d.time, stats)
 
     if cfg.integrator.remat:

@@ -13,7 +13,13 @@ DEFAULT_CACHE = Path(os.environ.get("DIFFMJX_CACHE_DIR", Path.home() / ".cache" 
 def enable_compilation_cache(path: str | Path | None = None) -> Path:
     """Turn on JAX's persistent compilation cache (gradient JITs through MJX take a minute).
 
-    Also enables float64, which every DiffMJX study and test uses. Returns the cache directory.
+    Also enables float64, which every DiffMJX study and test uses.
+
+    Arguments:
+        path: cache directory; default ``$DIFFMJX_CACHE_DIR`` or ``~/.cache/diffmjx/jax``.
+
+    Returns:
+        The cache directory (created if missing).
     """
     path = Path(path) if path is not None else DEFAULT_CACHE
     path.mkdir(parents=True, exist_ok=True)

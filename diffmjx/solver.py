@@ -1,4 +1,4 @@
-r"""Differentiable constraint solve.
+r"""Differentiable constraint solve: it solves the rows :mod:`diffmjx.constraint` built, never builds them.
 
 MuJoCo's constraint forces minimise the convex Gauss cost
 
@@ -18,15 +18,15 @@ CG steps in a ``lax.while_loop``, which reverse-mode AD cannot pass. Two gradien
     factors. Written as a zero-valued correction, so ``jvp``, ``vjp`` and ``vmap`` all apply.
 """
 
-from __future__ import annotations
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from cfd.impedance import MAXIMP, MINIMP, mujoco_impedance
 from diffmjx import _mjx
+from diffmjx.config import GRADIENTS
 
-GRADIENTS = ("unroll", "implicit")
+__all__ = ["ConstraintState", "constraint_state", "solve"]
 
 
 def _warmstart(m, d):
@@ -83,18 +83,29 @@ def _row_forces(m, d, qacc, active, linear_sign):
     return -efc_d * jaref * active - linear_sign * floss
 
 
-def _solve_implicit(m, d):
-    if m.opt.cone != _mjx.ConeType.PYRAMIDAL:
-        raise ValueError(
-            "solver.gradient='implicit' supports cone='pyramidal' only; use solver.gradient='unroll' for elliptic cones"
-        )
-    sg = jax.lax.stop_gradient
-    d0 = sg(d)
-    sol = _mjx.mjx_solve(m, d0)  # forward: MJX's own early-terminating solve
-    qacc = sg(sol.qacc)
+class ConstraintState(NamedTuple):
+    """Which regime each constraint row is in at an acceleration (MJX's CGupdateConstraint)."""
 
-    # Constraint state at the solution, as MJX's CGupdateConstraint classifies it.
-    efc_j, efc_d, aref, floss, ne, nf = _mjx.efc(d0)
+    active: jax.Array  # (nefc,) 1.0 where the row's force is -D (J a - aref), else 0.0
+    linear_sign: jax.Array  # (nefc,) +-1.0 where a friction-loss row is saturated, else 0.0
+
+
+def constraint_state(m, d, qacc) -> ConstraintState:
+    """The constraint state at ``qacc``, as MJX's solver classifies it (pyramidal cones).
+
+    Equality and friction-loss rows are active unless a friction-loss row is saturated; other
+    rows are active where ``J qacc - aref < 0``. A change of this state along a trajectory is a
+    kink of the constraint force (lift-off, stick-slip, a friction-pyramid edge).
+
+    Arguments:
+        m: ``mjx.Model``.
+        d: ``mjx.Data`` with its constraint rows.
+        qacc: (nv,) acceleration, usually the solution ``d.qacc``.
+
+    Returns:
+        :class:`ConstraintState`.
+    """
+    efc_j, efc_d, aref, floss, ne, nf = _mjx.efc(d)
     jaref = efc_j @ qacc - aref
     active = (jaref < 0).at[: ne + nf].set(True)
     linear_sign = jnp.zeros_like(jaref)
@@ -104,7 +115,18 @@ def _solve_implicit(m, d):
         pos = (jaref >= r * floss) & (floss > 0)
         active = active & ~neg & ~pos
         linear_sign = pos.astype(jaref.dtype) - neg.astype(jaref.dtype)
-    active = active.astype(jaref.dtype)
+    return ConstraintState(active.astype(jaref.dtype), linear_sign)
+
+
+def _solve_implicit(m, d):
+    sg = jax.lax.stop_gradient
+    d0 = sg(d)
+    sol = _mjx.mjx_solve(m, d0)  # forward: MJX's own early-terminating solve
+    qacc = sg(sol.qacc)
+
+    # Constraint state at the solution, as MJX's CGupdateConstraint classifies it.
+    efc_j, efc_d, *_ = _mjx.efc(d0)
+    active, linear_sign = constraint_state(m, d0, qacc)
 
     # Residual of the optimality condition, live in the problem data, at the frozen solution.
     f = _row_forces(m, d, qacc, active, linear_sign)
@@ -123,37 +145,20 @@ def _solve_implicit(m, d):
     return _mjx.with_efc_force(d, efc_force)
 
 
-def with_impedance_floor(m, d, floor: float):
-    r"""Contact rows ``(m, d) -> d`` with the impedance floor ``floor`` instead of MuJoCo's 1e-4.
-
-    MuJoCo clips every impedance to at least ``mjMINIMP`` = 1e-4, so a contact whose ``solimp[0]``
-    is 0 still switches on with a small force at zero distance: a jump in the dynamics that the
-    ODE solver steps over and reverse-mode AD does not see (the missing term is the force jump
-    times the change in touchdown time). With ``floor = 0`` the force starts from zero and the
-    dynamics are continuous. Each row's ``D = d / ((1 - d) w)`` is rescaled for the new
-    impedance; the row weight ``w`` and the reference acceleration are MJX's. Within solimp's
-    ``width`` the impedance curve moves by at most the old floor (1e-4 of its range); deeper
-    rows are unchanged.
-    """
-    c = _mjx.contact(d)
-    rows, con = _mjx.contact_rows(m, c)
-    if rows.size == 0:
-        return d
-    efc_j, efc_d, *_ = _mjx.efc(d)
-    r, solimp = c.dist[con] - c.includemargin[con], c.solimp[con]
-    imp = jnp.vectorize(mujoco_impedance, signature="(),(5),()->()")
-    old = jnp.clip(imp(r, solimp, MINIMP), MINIMP, MAXIMP)
-    new = jnp.clip(imp(r, solimp, floor), floor, MAXIMP)
-    scale = new * (1.0 - old) / ((1.0 - new) * old)
-    return _mjx.with_efc(d, efc_D=efc_d.at[rows].set(efc_d[rows] * scale))
-
-
 def solve(m, d, gradient: str = "unroll", remat_iterations: bool = True):
     """Constraint solve ``(m, d) -> d`` with reverse-mode derivatives (see module docstring).
 
-    ``remat_iterations=False`` makes ``unroll`` store every iteration's line-search values for the
-    backward pass instead of recomputing the iteration (more memory and, on a CPU, a slower
-    backward pass; ``experiments/benchmark_vjp`` compares the two).
+    Arguments:
+        m: ``mjx.Model``; ``implicit`` needs ``opt.cone`` pyramidal (checked up front by
+            :func:`diffmjx.validate`).
+        d: ``mjx.Data`` with its constraint rows built and ``qacc_smooth`` computed.
+        gradient: ``unroll`` or ``implicit`` (``solver.gradient``).
+        remat_iterations: with ``unroll``, recompute each iteration in the backward pass; ``False``
+            stores every iteration's line-search values instead (more memory and, on a CPU, a
+            slower backward pass; ``experiments/benchmark_vjp`` compares the two).
+
+    Returns:
+        ``d`` with ``qacc``, ``qfrc_constraint`` and the row forces of the solution.
     """
     if gradient == "unroll":
         return _solve_unrolled(m, d, remat_iterations)

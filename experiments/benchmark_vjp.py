@@ -2,15 +2,15 @@
 
     python -m experiments.benchmark_vjp [--set KEY=VALUE ...]
 
-The cube toss's backward pass is 5-10x its forward pass with the checkpoint adjoint
-(benchmark_pareto), against a target of 4x. Almost all of it is reverse-mode AD through MJX forward
+The cube toss's backward pass is several times its forward pass with the checkpoint adjoint
+(docs/results/benchmark_pareto.csv), against a target of 4x. Almost all of it is reverse-mode AD through MJX forward
 dynamics, once per Runge-Kutta stage. This module splits one evaluation of
 ``diffmjx.dynamics.forward`` into groups of MJX's pipeline stages and times, for the first k groups
 (k = 1..8), the forward and the gradient with respect to (qpos, qvel) of a scalar of everything they
 output. A group's cost is the difference to the k-1 prefix. Each figure is the fastest of 20 repeats
 of one compiled program that runs 200 evaluations in a ``fori_loop`` (so the dispatch of a call is
 not counted), in microseconds per evaluation: on a shared machine the minimum is the most repeatable
-statistic (medians moved by up to 1.7x between runs here).
+statistic (docs/speed.md quotes how far medians moved between runs).
 
 Two states of the toss (MuJoCo C rollout): "free flight" (the initial state, no contact) and
 "contact" (the first state where at least 4 constraint rows carry force), each with the unrolled and
@@ -40,7 +40,7 @@ import numpy as np
 from tqdm import tqdm
 
 import diffmjx
-from diffmjx import _mjx, dynamics, solver
+from diffmjx import dynamics
 from experiments import common
 
 DEFAULT_PRESET = Path(__file__).parent / "configs" / "cube_toss.yaml"
@@ -73,14 +73,8 @@ CASES = (("unroll", "unroll", True), ("implicit", "implicit", True), ("unroll, i
 
 def stages(cfg: diffmjx.Config, remat_iterations: bool = True) -> dict:
     """name -> fn(m, d) -> d for every stage of ``dynamics.forward`` (no smoothing, no CFD)."""
-    gradient = cfg.solver.gradient
-    out = dict(_mjx.position_stages())
-    out.update(
-        sensor_pos=_mjx.sensor_pos, fwd_velocity=_mjx.fwd_velocity, sensor_vel=_mjx.sensor_vel,
-        fwd_actuation=_mjx.fwd_actuation, fwd_acceleration=_mjx.fwd_acceleration,
-        impedance_floor=lambda m, d: solver.with_impedance_floor(m, d, cfg.solver.impedance_floor),
-        solve=lambda m, d: solver.solve(m, d, gradient, remat_iterations), sensor_acc=_mjx.sensor_acc,
-    )  # fmt: skip
+    out = dict(dynamics.stages(cfg, remat_iterations))
+    out.setdefault("impedance_floor", lambda m, d: d)  # forward skips the floor at MuJoCo's own 1e-4
     return out
 
 
@@ -152,7 +146,7 @@ def thunks(g, q, v, calls: int = 50) -> collections.Counter:
 
 def run(cfg: diffmjx.Config, out: Path) -> tuple[list[dict], list[dict]]:
     mj, mx = common.load("cube_toss")
-    d0 = _mjx.mjx.make_data(mx)
+    d0 = common.mjx.make_data(mx)
     rows, thunk_rows = [], []
     bar = tqdm(total=2 * (2 * len(GROUPS) + len(CASES)), desc="benchmark_vjp", unit="program")
     for state_name, (qpos, qvel) in states(mj).items():

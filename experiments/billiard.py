@@ -29,7 +29,6 @@ Writes docs/results/billiard*.{csv,png}. Finished stages are saved (``--fresh`` 
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
 import jax
@@ -93,12 +92,8 @@ def settled(mj: mujoco.MjModel, seconds: float = 1.0, dt: float = 1e-4) -> np.nd
     Starting at zero penetration instead, a ball settles through an underdamped bounce, and a
     sliding ball keeps chattering in and out of contact: ~2000 steps per period instead of ~15.
     """
-    mj = copy.copy(mj)  # the scene's 10 ms step is too coarse for solref 0.01 in C's integrators
-    mj.opt.timestep, mj.opt.integrator = dt, mujoco.mjtIntegrator.mjINT_RK4
-    data = mujoco.MjData(mj)
-    for _ in range(int(round(seconds / dt))):
-        mujoco.mj_step(mj, data)
-    return data.qpos.copy()
+    # the scene's 10 ms step is too coarse for solref 0.01 in C's integrators
+    return common.c_engine_rk4(mj, seconds, dt).qpos.copy()
 
 
 def cue_velocity(u, free: bool = False):
@@ -153,17 +148,15 @@ def c_engine_shot(mj: mujoco.MjModel, u: float, qpos0=None, dt: float = C_DT, fr
     eight ball bounces on the underdamped felt contact (dampratio 0.2), and at rtol 1e-7 every
     period then needs more than 4096 steps.
     """
-    mj = copy.copy(mj)
-    mj.opt.timestep, mj.opt.integrator = dt, mujoco.mjtIntegrator.mjINT_RK4
-    data = mujoco.MjData(mj)
-    if qpos0 is not None:
-        data.qpos[:] = qpos0
-    data.qvel[[0, 1, 3, 4]] = cue_velocity(u, free)
-    closest = np.inf
-    for _ in range(int(round(HORIZON * PERIOD / dt))):
-        mujoco.mj_step(mj, data)
-        closest = min(closest, float(np.linalg.norm(data.qpos[0:3] - data.qpos[7:10])))
-    return data.qpos[7:9].copy(), closest < 2 * RADIUS
+    qvel = np.zeros(mj.nv)
+    qvel[[0, 1, 3, 4]] = cue_velocity(u, free)
+    closest = [np.inf]
+
+    def track(data):
+        closest[0] = min(closest[0], float(np.linalg.norm(data.qpos[0:3] - data.qpos[7:10])))
+
+    data = common.c_engine_rk4(mj, HORIZON * PERIOD, dt, qpos0, qvel, each_step=track)
+    return data.qpos[7:9].copy(), closest[0] < 2 * RADIUS
 
 
 def sweep(mx, mj, methods: dict, target, us, horizon: int, qpos0=None, free: bool = False) -> dict:

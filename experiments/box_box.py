@@ -19,7 +19,6 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-import mujoco
 import numpy as np
 from tqdm import tqdm
 
@@ -81,10 +80,7 @@ def _drop_loss(mx, cfg: diffmjx.Config):
 
 def drop_vs_c_engine(cfg: diffmjx.Config) -> list[dict]:
     mj, mx = common.load("box_drop")
-    data = mujoco.MjData(mj)
-    mj.opt.timestep, mj.opt.integrator = 1e-4, mujoco.mjtIntegrator.mjINT_RK4
-    for _ in range(int(round(DROP_PERIODS * 0.01 / 1e-4))):
-        mujoco.mj_step(mj, data)
+    data = common.c_engine_rk4(mj, DROP_PERIODS * 0.01, 1e-4)
     rows = []
     for name, smooth in (("MJX box-box", "false"), ("smoothed box-box", "true")):
         q = np.asarray(jax.jit(_drop_fn(mx, cfg.override(f"collision.smooth={smooth}")))(0.0))

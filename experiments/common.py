@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import csv
 import hashlib
 import io
@@ -17,7 +18,7 @@ import mujoco
 import numpy as np
 
 import diffmjx
-from diffmjx import _mjx, collision
+from diffmjx import collision
 
 with contextlib.redirect_stdout(io.StringIO()):
     from mujoco import mjx
@@ -63,9 +64,7 @@ def contacts_fn(mx: mjx.Model, smooth: bool, sharpness: float):
     d0 = mjx.make_data(mx)
 
     def contacts(qpos):
-        d = _mjx.kinematics(mx, d0.replace(qpos=qpos))
-        d = collision.collide(mx, d, sharpness) if smooth else _mjx.collision(mx, d)
-        c = _mjx.contact(d)
+        c = collision.detect(mx, d0.replace(qpos=qpos), sharpness if smooth else None)
         return c.dist, c.pos, c.frame
 
     return contacts
@@ -73,7 +72,7 @@ def contacts_fn(mx: mjx.Model, smooth: bool, sharpness: float):
 
 def box_corner_heights(mx: mjx.Model, qpos, half: float = 0.05, geom: int = 1) -> np.ndarray:
     """Heights above z = 0 of the eight corners of box ``geom`` (half-size ``half``) at ``qpos``, sorted."""
-    d = jax.jit(_mjx.kinematics)(mx, mjx.make_data(mx).replace(qpos=jnp.asarray(qpos)))
+    d = jax.jit(mjx.kinematics)(mx, mjx.make_data(mx).replace(qpos=jnp.asarray(qpos)))
     centre, rot = np.asarray(d.geom_xpos[geom]), np.asarray(d.geom_xmat[geom]).reshape(3, 3)
     signs = np.array(np.meshgrid([-1, 1], [-1, 1], [-1, 1])).reshape(3, -1).T
     return np.sort(centre[2] + (signs * half) @ rot[2])
@@ -97,16 +96,37 @@ def cube_toss_loss(mx: mjx.Model, cfg: diffmjx.Config, horizon: int = CUBE_TOSS[
     return loss
 
 
+def c_engine_rk4(
+    mj: mujoco.MjModel, seconds: float, dt: float, qpos=None, qvel=None, ctrl=None, each_step=None
+) -> mujoco.MjData:
+    """MuJoCo's C engine with RK4 at ``dt`` for ``seconds``: the studies' independent reference.
+
+    Starts from ``qpos`` / ``qvel`` (the model's initial state where None) with controls ``ctrl``
+    (held) on a copy of ``mj``; ``each_step(data)`` runs after every step. Returns the final
+    ``MjData``.
+    """
+    mj = copy.copy(mj)
+    mj.opt.timestep, mj.opt.integrator = dt, mujoco.mjtIntegrator.mjINT_RK4
+    data = mujoco.MjData(mj)
+    if qpos is not None:
+        data.qpos[:] = qpos
+    if qvel is not None:
+        data.qvel[:] = qvel
+    if ctrl is not None:
+        data.ctrl[:] = ctrl
+    for _ in range(int(round(seconds / dt))):
+        mujoco.mj_step(mj, data)
+        if each_step is not None:
+            each_step(data)
+    return data
+
+
 def c_engine_cube_toss(u0: float, dt: float = 1e-5, seconds: float = 1.0) -> float:
     """Final qpos[1] of the cube toss in MuJoCo's C engine with RK4 at ``dt``."""
     mj, _ = load("cube_toss")
-    mj.opt.integrator = mujoco.mjtIntegrator.mjINT_RK4
-    mj.opt.timestep = dt
-    data = mujoco.MjData(mj)
-    data.qpos[2], data.qvel[1], data.qvel[2] = CUBE_TOSS["qz0"], CUBE_TOSS["vy0"], u0
-    for _ in range(int(round(seconds / dt))):
-        mujoco.mj_step(mj, data)
-    return float(data.qpos[1])
+    qpos, qvel = mj.qpos0.copy(), np.zeros(mj.nv)
+    qpos[2], qvel[1], qvel[2] = CUBE_TOSS["qz0"], CUBE_TOSS["vy0"], u0
+    return float(c_engine_rk4(mj, seconds, dt, qpos, qvel).qpos[1])
 
 
 STAGES = Path(os.environ.get("DIFFMJX_STAGE_CACHE", Path.home() / ".cache" / "diffmjx" / "stages"))

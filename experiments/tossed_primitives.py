@@ -24,14 +24,14 @@ import numpy as np
 from tqdm import tqdm
 
 import diffmjx
-from diffmjx import _mjx
+from diffmjx.impedance import MINIMP
 from experiments import common
 
 DEFAULT_PRESET = Path(__file__).parent / "configs" / "tossed_primitives.yaml"
 FD_STEP = 1e-4
 REF_TOL = 1e-12  # the reference solve: an order of magnitude tighter than the preset's 1e-11
 WORKERS = 2  # points evaluated at once
-MJX_FLOOR = _mjx.MINIMP  # MuJoCo's impedance floor (1e-4): the MJX row runs stock MJX
+MJX_FLOOR = MINIMP  # MuJoCo's impedance floor (1e-4): the MJX row runs stock MJX
 
 
 def _loss_fn(mx, cfg):
@@ -50,9 +50,9 @@ _JITTED: dict = {}
 def _batched(fn, u0s, desc):
     """Evaluate ``fn`` at every u0 (one compilation per ``fn``), two points at a time, with a progress bar.
 
-    Not vmapped: a vmapped adaptive solve steps every lane until the slowest lane is done (in a
-    one-off timing on the cube at rtol 1e-11: 8.1 s per point vmapped in chunks of 20, 1.7-4.2 s
-    one at a time). Two threads keep both cores busy (XLA releases the GIL while it runs).
+    Not vmapped: a vmapped adaptive solve steps every lane until the slowest lane is done
+    (docs/results/benchmark_scaling_vmap.csv). Two threads keep both cores busy (XLA releases the
+    GIL while it runs).
     """
     f = _JITTED.setdefault(fn, jax.jit(fn))
     points = [jnp.asarray(u, dtype=jnp.float64) for u in np.asarray(u0s, dtype=np.float64)]

@@ -9,8 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import diffmjx
-from cfd import cfd_impedance, mujoco_impedance, position_term, straight_through
-from cfd.impedance import continuation
+from cfd import cfd_impedance, continuation, mujoco_impedance, position_term, straight_through
 from experiments.common import box_corner_heights, load, mjx
 
 params = st.tuples(
@@ -187,8 +186,8 @@ def test_cfd_rows_of_a_hovering_box_come_from_its_lowest_corners():
     manifold rule assumes penetration). CFD takes DiffMJX's plane-box for its rows, so with
     ``collision.smooth`` off the force from distance is the one of the four lowest corners: the
     same as with smoothing on, and the forward with straight-through CFD stays MJX's."""
+    from cfd import cfd_contacts
     from diffmjx import _mjx
-    from diffmjx.dynamics import cfd_contacts
 
     _, mx = load("cube_toss")  # a 10 cm cube above a plane, gravity -2
     quat = np.array([0.92, 0.38, 0.05, 0.0])
@@ -214,8 +213,8 @@ def test_cfd_rows_of_a_hovering_box_come_from_its_lowest_corners():
 def test_cfd_rows_fade_out_at_w_c_with_impedance_floor_zero(floor):
     """With solver.impedance_floor = 0 and d_c = 0 a row's impedance goes to 0 as r -> w_c (the
     row switches off continuously); with MuJoCo's floor it stays at 1e-4 up to w_c and jumps."""
-    from cfd import constraint
-    from diffmjx import _mjx
+    from cfd import make_constraint
+    from diffmjx import _mjx, constraint
     from experiments.common import primitive
 
     _, mx = primitive("ball")  # radius 0.05
@@ -224,8 +223,8 @@ def test_cfd_rows_fade_out_at_w_c_with_impedance_floor_zero(floor):
 
     def impedance(height):  # of the ball's contact rows: d = 1 / (1 + w D^-1) from D and the row weight w
         d = mjx.forward(mx, mjx.make_data(mx).replace(qpos=jnp.array([0.0, 0.0, height, 1.0, 0.0, 0.0, 0.0])))
-        rows, _ = _mjx.contact_rows(mx, _mjx.contact(d))
-        efc_d = np.asarray(_mjx.efc(constraint.make_constraint(mx, d, cfg, floor))[1])[rows]
+        rows, _ = constraint.contact_rows(mx, _mjx.contact(d))
+        efc_d = np.asarray(_mjx.efc(make_constraint(mx, d, cfg, floor))[1])[rows]
         deep = mjx.forward(mx, d.replace(qpos=d.qpos.at[2].set(0.0))) # 5 cm deep: MJX's impedance 0.95
         weight = (1 / np.asarray(_mjx.efc(deep)[1])[rows]) * 0.95 / 0.05
         return efc_d * weight / (1 + efc_d * weight)

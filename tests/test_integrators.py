@@ -7,28 +7,15 @@ import numpy as np
 import pytest
 
 import diffmjx
-from experiments.common import SCENES, load, mjx
+from experiments.common import c_engine_rk4, load, mjx
 
 QVEL0 = np.array([0.1, -0.05, 0.02, 0.2, 10.0, 0.2])
 PERIODS = 20
 
 
-def _c_engine(name, seconds, setup, dt=1e-5):
-    mj = mujoco.MjModel.from_xml_path(str(SCENES / f"{name}.xml"))
-    mj.opt.integrator, mj.opt.timestep = mujoco.mjtIntegrator.mjINT_RK4, dt
-    data = mujoco.MjData(mj)
-    setup(data)
-    for _ in range(int(round(seconds / dt))):
-        mujoco.mj_step(mj, data)
-    return data
-
-
 @pytest.fixture(scope="module")
 def tumbling_reference():
-    def setup(data):
-        data.qvel[:] = QVEL0
-
-    return _c_engine("tumbling_box", PERIODS * 0.01, setup).qpos.copy()
+    return c_engine_rk4(load("tumbling_box")[0], PERIODS * 0.01, 1e-5, qvel=QVEL0).qpos.copy()
 
 
 @pytest.mark.parametrize(
@@ -84,13 +71,11 @@ def test_activation_is_state_with_clamping():
     expected = np.minimum(1.0 - np.exp(-t / 0.05), 0.5)
     np.testing.assert_allclose(np.asarray(traj.act[:, 0]), expected, atol=1e-8)
 
-    def setup(data):
-        data.ctrl[:] = 1.0
-
     # MuJoCo's RK4 clamps act once per step, which makes it first order in dt once the limit
     # is hit: extrapolate dt -> 0 from two step sizes and compare with that limit.
-    coarse = _c_engine("actuated_hinge", 0.5, setup, dt=1e-4).qpos[0]
-    fine = _c_engine("actuated_hinge", 0.5, setup, dt=1e-5).qpos[0]
+    mj = load("actuated_hinge")[0]
+    coarse = c_engine_rk4(mj, 0.5, 1e-4, ctrl=1.0).qpos[0]
+    fine = c_engine_rk4(mj, 0.5, 1e-5, ctrl=1.0).qpos[0]
     limit = fine + (fine - coarse) / 9.0
     assert abs(fine - coarse) > 1e-3  # the C engine's clamping error is real
     assert abs(float(d.qpos[0]) - limit) < 1e-5
@@ -118,3 +103,57 @@ def test_dtmax_caps_the_step():
         steps[dtmax] = np.asarray(traj.stats.accepted)
     assert np.all(steps[0.0025] >= 4)
     assert np.all(steps[None] < 4)
+
+
+@pytest.fixture(scope="module")
+def toss():
+    from experiments.common import cube_toss_data
+
+    _, mx = load("cube_toss")
+    return mx, cube_toss_data(mx)
+
+
+def _final(mx, d, cfg, **objects):
+    return jax.jit(lambda d: diffmjx.rollout(mx, d, jnp.zeros((30, 0)), cfg, **objects)[0].qpos)(d)
+
+
+def test_diffrax_objects_equal_config_strings(toss):
+    """A solver, step-size controller and adjoint passed as Diffrax objects give what the
+    equivalent config strings give, bit for bit (the PID controller keeps its warm start)."""
+    import diffrax
+
+    mx, d = toss
+    cfg = diffmjx.Config().override("integrator.rtol=1e-6", "integrator.atol=1e-6", "integrator.solver=bosh3")
+    pid = diffrax.PIDController(rtol=1e-6, atol=1e-6, pcoeff=0.2, icoeff=0.4)
+    ref = _final(mx, d, cfg)
+    objects = _final(mx, d, diffmjx.Config(), solver=diffrax.Bosh3(), stepsize_controller=pid,
+                     adjoint=diffrax.RecursiveCheckpointAdjoint())  # fmt: skip
+    np.testing.assert_array_equal(np.asarray(objects), np.asarray(ref))
+    # a controller the config cannot name: a looser PID with a step cap moves the result, and runs
+    loose = diffrax.PIDController(rtol=1e-3, atol=1e-3, pcoeff=0.2, icoeff=0.4, dtmax=2e-3)
+    other = _final(mx, d, cfg, stepsize_controller=loose)
+    assert 0 < np.max(np.abs(np.asarray(other) - np.asarray(ref))) < 1e-2
+
+
+def test_diffrax_objects_are_checked_up_front(toss):
+    import diffrax
+
+    mx, d = toss
+    u = jnp.zeros((2, 0))
+    with pytest.raises(ValueError, match=r"integrator\.step_control"):
+        diffmjx.rollout(mx, d, u, solver=diffrax.Euler())  # the default PID needs an error estimate
+    with pytest.raises(ValueError, match=r"integrator\.solver='mjx_euler'"):
+        diffmjx.rollout(mx, d, u, diffmjx.Config().override("integrator.solver=mjx_euler"), solver=diffrax.Tsit5())
+    with pytest.raises(ValueError, match="stepsize_controller=.*diffrax.AbstractStepSizeController"):
+        diffmjx.step(mx, d, stepsize_controller="pid")
+
+
+@pytest.mark.parametrize("override", ["solver.gradient=implicit", "cfd.enabled=true"])
+def test_elliptic_cones_are_refused_before_tracing(override):
+    """Both need pyramidal cones; the error comes from diffmjx.validate, not from inside a trace."""
+    _, mx = load("cube_toss", cone=mujoco.mjtCone.mjCONE_ELLIPTIC)
+    cfg = diffmjx.Config().override(override)
+    with pytest.raises(ValueError, match=r"pyramidal"):
+        diffmjx.validate(mx, cfg)
+    with pytest.raises(ValueError, match=r"pyramidal"):
+        diffmjx.rollout(mx, mjx.make_data(mx), jnp.zeros((1, 0)), cfg)

@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from diffmjx import _mjx
-from diffmjx.collision.pairs import _smooth_frame, _unit
+from diffmjx.collision.frames import smooth_frame, unit
 from diffmjx.collision.soft import soft_argmin_weights, soft_step
 
 _PERMS = np.array(list(itertools.permutations(range(4))))  # (24, 4) slot matchings
@@ -162,7 +162,7 @@ def _box_box_local(faces_a, faces_b, verts_a, verts_b, normals_a, normals_b, edg
     perm = jnp.asarray(_PERMS)[jnp.argmin(cost, axis=1)]  # (21, 4)
     dist = jnp.take_along_axis(dist, perm, axis=1)
     pos = jnp.take_along_axis(pos, perm[:, :, None], axis=1)
-    normal = _unit(weights @ (sign[:, None] * axes))
+    normal = unit(weights @ (sign[:, None] * axes))
     return weights @ dist, jnp.einsum("k,kij->ij", weights, pos), normal
 
 
@@ -184,5 +184,5 @@ def box_box(b1, b2, sharpness):
     )
     pos = b2.pos + pos @ b2.mat.T
     n = b2.mat @ n
-    frame = _smooth_frame(n, 4.0 / (sharpness * size))
+    frame = smooth_frame(n, 4.0 / (sharpness * size))
     return dist, pos, jnp.stack([frame] * 4)

@@ -8,18 +8,17 @@ zero penetration instead of switching on at depth.
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 
 from diffmjx import _mjx
+from diffmjx.collision.frames import blend_tangent, smooth_frame, unit
 from diffmjx.collision.soft import soft_max_mask, soft_step
 
 SKIN = 1e-3  # MJX's manifold skin depth for plane-convex contacts (m)
 
 
-def _plane_box(plane, box, sharpness):
+def plane_box(plane, box, sharpness):
     """Plane-box: the four deepest vertices, penetrating ones outside MJX's 1 mm skin faded to zero depth.
 
     MJX keeps vertices with ``support > max(0, support.max() - 1e-3)`` and gives the rest distance
@@ -42,46 +41,23 @@ def _plane_box(plane, box, sharpness):
     return dist, pos, frame
 
 
-def _unit(v, eps=1e-12):
-    """Normalise ``v``; finite value and derivative at zero (double-where)."""
-    sq = jnp.dot(v, v)
-    ok = sq > eps * eps
-    return jnp.where(ok, v / jnp.sqrt(jnp.where(ok, sq, 1.0)), v)
 
 
-def _blend_tangent(n, u, v, w):
-    """Friction-frame tangent between unit tangents ``u`` (w = 0) and ``v`` (w = 1), both normal to n.
-
-    A friction pyramid with isotropic friction is unchanged by turning its tangents by 90 degrees,
-    so tangents are blended as 4*angle on the circle: no cancellation of opposite or
-    perpendicular choices (only of choices 45 degrees apart, at w = 1/2 exactly). The angle is
-    measured from the choice with the larger weight; at w = 0 or 1 the result is u or v exactly.
-    """
-    take_v = w > 0.5
-    e1 = jnp.where(take_v, v, u)
-    other, wo = jnp.where(take_v, u, v), jnp.where(take_v, 1.0 - w, w)
-    e2 = jnp.cross(n, e1)
-    c, s = jnp.dot(other, e1), jnp.dot(other, e2)
-    r2 = c * c + s * s + 1e-30
-    c2, s2 = (c * c - s * s) / r2, 2.0 * c * s / r2
-    c4, s4 = c2 * c2 - s2 * s2, 2.0 * c2 * s2
-    theta = 0.25 * jnp.arctan2(wo * s4, (1.0 - wo) + wo * c4)
-    return jnp.cos(theta) * e1 + jnp.sin(theta) * e2
 
 
-def _plane_capsule(plane, cap, sharpness):
+def plane_capsule(plane, cap, sharpness):
     """Plane-capsule: two end-sphere contacts; the friction frame's tangent is blended.
 
     MJX aligns the tangent with the capsule axis' projection onto the plane, and switches to a
     fixed axis when that projection is shorter than 0.5 -- a jump of the friction pyramid. Here
-    the two directions are blended (``_blend_tangent``) over a band of the projection length.
+    the two directions are blended (``blend_tangent``) over a band of the projection length.
     """
     n, axis, radius = plane.mat[:, 2], cap.mat[:, 2], cap.size[0]
     proj = axis - n * jnp.dot(n, axis)
     proj_len = jnp.sqrt(jnp.dot(proj, proj) + 1e-30)
     fixed = jnp.where((-0.5 < n[1]) & (n[1] < 0.5), jnp.array([0.0, 1.0, 0.0]), jnp.array([0.0, 0.0, 1.0]))
     w = soft_step(proj_len, 0.5, 4.0 / (sharpness * radius))
-    b = _blend_tangent(n, _unit(fixed - n * jnp.dot(n, fixed)), proj / proj_len, w)
+    b = blend_tangent(n, unit(fixed - n * jnp.dot(n, fixed)), proj / proj_len, w)
     frame = jnp.stack([n, b, jnp.cross(n, b)])
     ends = cap.pos + jnp.outer(jnp.array([1.0, -1.0]), axis * cap.size[1])
     dist = (ends - plane.pos) @ n - radius
@@ -89,7 +65,7 @@ def _plane_capsule(plane, cap, sharpness):
     return dist, pos, jnp.stack([frame, frame])
 
 
-def _plane_cylinder(plane, cyl, sharpness):
+def plane_cylinder(plane, cyl, sharpness):
     """Plane-cylinder: three rim contacts with MJX's two case splits blended.
 
     (1) Lying almost parallel (``|n . axis| * half_length < 1 mm``) MJX swaps its second contact
@@ -106,10 +82,10 @@ def _plane_cylinder(plane, cyl, sharpness):
     vec = axis * prj - n
     vec_len = jnp.sqrt(jnp.dot(vec, vec) + 1e-30)
     upright = 1.0 - soft_step(radius * vec_len, 3.0 / sharpness, 4.0 / sharpness)
-    vec = _unit((1.0 - upright) * vec / vec_len + upright * cyl.mat[:, 0]) * radius
+    vec = unit((1.0 - upright) * vec / vec_len + upright * cyl.mat[:, 0]) * radius
     prjvec = jnp.dot(vec, n)
     axis, prj = axis * half, prj * half
-    side = _unit(jnp.cross(vec, axis)) * radius * (jnp.sqrt(3.0) * 0.5)
+    side = unit(jnp.cross(vec, axis)) * radius * (jnp.sqrt(3.0) * 0.5)
     d1 = dist0 + prj + prjvec
     d2 = dist0 + prj - 0.5 * prjvec
     d3 = dist0 - prj + prjvec
@@ -124,18 +100,6 @@ def _plane_cylinder(plane, cyl, sharpness):
     return dist, pos, frame
 
 
-def _smooth_frame(a, width):
-    """Contact frame ``[a, b, a x b]`` like MJX's ``make_frame``, with its axis choice blended.
-
-    MJX takes ``b`` from the world y axis unless ``|a_y| >= 0.5``, then from z: a jump of the
-    friction pyramid. Here the two are blended over ``|a_y|`` in a band of ``width``;
-    see ``_blend_tangent``.
-    """
-    a = _unit(a)
-    yp = _unit(jnp.array([0.0, 1.0, 0.0]) - a * a[1])
-    zp = _unit(jnp.array([0.0, 0.0, 1.0]) - a * a[2])
-    b = _blend_tangent(a, yp, zp, soft_step(jnp.abs(a[1]), 0.5, width))
-    return jnp.stack([a, b, jnp.cross(a, b)])
 
 
 def _segment_point(a, b, p):
@@ -153,15 +117,15 @@ def _sphere_sphere(p1, r1, p2, r2):
     return dist, p1 + n * (r1 + 0.5 * dist), n
 
 
-def _sphere_capsule(sphere, cap, sharpness):
+def sphere_capsule(sphere, cap, sharpness):
     """Sphere-capsule: closest axis point, with MJX's friction-frame axis switch blended."""
     seg = cap.mat[:, 2] * cap.size[1]
     pt = _segment_point(cap.pos - seg, cap.pos + seg, sphere.pos)
     dist, pos, n = _sphere_sphere(sphere.pos, sphere.size[0], pt, cap.size[0])
-    return dist, pos, _smooth_frame(n, 4.0 / (sharpness * cap.size[0]))
+    return dist, pos, smooth_frame(n, 4.0 / (sharpness * cap.size[0]))
 
 
-def _capsule_capsule(cap1, cap2, sharpness):
+def capsule_capsule(cap1, cap2, sharpness):
     """Capsule-capsule: closest points between the axes, MJX's end-point case split blended.
 
     MJX clips the closest points of the two lines to the segments, recomputes each against the
@@ -188,24 +152,4 @@ def _capsule_capsule(cap1, cap2, sharpness):
     pa = w * new_a + (1.0 - w) * best_a
     pb = w * best_b + (1.0 - w) * new_b
     dist, pos, n = _sphere_sphere(pa, cap1.size[0], pb, cap2.size[0])
-    return dist, pos, _smooth_frame(n, 4.0 / (sharpness * jnp.minimum(cap1.size[0], cap2.size[0])))
-
-
-def table(sharpness: float) -> dict:
-    """Smoothed functions keyed by MJX geom-type pairs."""
-    from diffmjx.collision.box_box import box_box  # box_box builds on this module's frames
-
-    g = _mjx.GeomType
-    return {
-        (g.PLANE, g.BOX): _mjx.convex_collider(ncon=4)(functools.partial(_plane_box, sharpness=sharpness)),
-        (g.BOX, g.BOX): _mjx.convex_collider(ncon=4)(functools.partial(box_box, sharpness=sharpness)),
-        (g.PLANE, g.CAPSULE): _mjx.primitive_collider(ncon=2)(functools.partial(_plane_capsule, sharpness=sharpness)),
-        (g.PLANE, g.CYLINDER): _mjx.primitive_collider(ncon=3)(functools.partial(_plane_cylinder, sharpness=sharpness)),
-        (g.SPHERE, g.CAPSULE): _mjx.primitive_collider(ncon=1)(functools.partial(_sphere_capsule, sharpness=sharpness)),
-        (g.CAPSULE, g.CAPSULE): _mjx.primitive_collider(ncon=1)(
-            functools.partial(_capsule_capsule, sharpness=sharpness)
-        ),
-    }
-
-
-SMOOTHED_PAIRS = tuple(table(1.0))
+    return dist, pos, smooth_frame(n, 4.0 / (sharpness * jnp.minimum(cap1.size[0], cap2.size[0])))

@@ -6,11 +6,6 @@ import jax
 import jax.numpy as jnp
 
 
-def soft_where(weight, x, y):
-    """``weight * x + (1 - weight) * y``: ``jnp.where`` with a weight in [0, 1] for the condition."""
-    return weight * x + (1.0 - weight) * y
-
-
 def soft_greater(x, threshold, sharpness):
     """Smooth indicator of ``x > threshold``: ``sigmoid(sharpness * (x - threshold))``."""
     return jax.nn.sigmoid(sharpness * (x - threshold))

@@ -1,0 +1,122 @@
+"""Collision stage with MJX's hard case splits replaced by sigmoid blends (``collision.smooth``).
+
+As MJX's ``collision_driver``: the table of which geom pairs use which function lives here.
+:func:`collide` is MJX's collision stage with the smoothed functions of
+:mod:`diffmjx.collision.pairs` and :mod:`diffmjx.collision.box_box` in place of MJX's for those
+pairs; every other pair keeps MJX's function. :func:`check_model` rejects, up front, what this
+stage cannot collide.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from diffmjx import _mjx
+from diffmjx.collision.box_box import box_box
+from diffmjx.collision.pairs import capsule_capsule, plane_box, plane_capsule, plane_cylinder, sphere_capsule
+
+__all__ = ["SMOOTHED_PAIRS", "check_model", "collide", "detect", "table"]
+
+_G = _mjx.GeomType
+# (geom types, MJX collider, contacts per pair, smoothed function)
+_SMOOTHED = (
+    ((_G.PLANE, _G.BOX), _mjx.convex_collider, 4, plane_box),
+    ((_G.BOX, _G.BOX), _mjx.convex_collider, 4, box_box),
+    ((_G.PLANE, _G.CAPSULE), _mjx.primitive_collider, 2, plane_capsule),
+    ((_G.PLANE, _G.CYLINDER), _mjx.primitive_collider, 3, plane_cylinder),
+    ((_G.SPHERE, _G.CAPSULE), _mjx.primitive_collider, 1, sphere_capsule),
+    ((_G.CAPSULE, _G.CAPSULE), _mjx.primitive_collider, 1, capsule_capsule),
+)
+SMOOTHED_PAIRS = tuple(types for types, *_ in _SMOOTHED)
+"""Geom-type pairs that have a smoothed collision function."""
+
+
+def table(sharpness: float) -> dict:
+    """Smoothed collision functions at ``sharpness`` (1/m), keyed by MJX geom-type pairs.
+
+    Arguments:
+        sharpness: smoothing sharpness in 1/m; larger is closer to MJX's exact geometry.
+
+    Returns:
+        ``{(GeomType, GeomType): collider}``, each collider with MJX's signature and contact count.
+    """
+    return {
+        types: collider(ncon=ncon)(functools.partial(fn, sharpness=sharpness))
+        for types, collider, ncon, fn in _SMOOTHED
+    }
+
+
+def _pair_name(types) -> str:
+    return "-".join(_mjx.GeomType(int(t)).name.lower() for t in types)
+
+
+def check_model(m) -> None:
+    """Raise ``ValueError`` now, not inside a trace, for a model the collision stage cannot run.
+
+    Checks every geom pair that may collide (contype/conaffinity, different bodies) against the
+    pairs MJX implements, and the custom numerics the smoothed driver does not support.
+
+    Arguments:
+        m: ``mjx.Model`` or ``mujoco.MjModel``.
+    """
+    for name in ("max_geom_pairs", "max_contact_points"):
+        if _mjx.numeric(m, name) > -1:
+            raise ValueError(f"collision.smooth=True does not support the custom numeric {name!r}")
+    contype, conaff = np.asarray(m.geom_contype), np.asarray(m.geom_conaffinity)
+    types, body = np.asarray(m.geom_type), np.asarray(m.geom_bodyid)
+    for g1, g2 in zip(*np.triu_indices(m.ngeom, 1), strict=True):
+        if body[g1] == body[g2] or not (contype[g1] & conaff[g2] or contype[g2] & conaff[g1]):
+            continue
+        pair = tuple(_mjx.GeomType(t) for t in sorted((int(types[g1]), int(types[g2]))))
+        if pair not in _mjx.MJX_COLLISION_TABLE:
+            raise ValueError(
+                f"no collision function for geom pair {_pair_name(pair)}; supported pairs: "
+                + ", ".join(sorted(_pair_name(k) for k in _mjx.MJX_COLLISION_TABLE))
+                + f"; smoothed: {', '.join(_pair_name(k) for k in SMOOTHED_PAIRS)}"
+            )
+
+
+def collide(m, d, sharpness: float):
+    """Collision stage ``(m, d) -> d`` with smoothed functions where we have them.
+
+    Arguments:
+        m: ``mjx.Model``.
+        d: ``mjx.Data`` after kinematics.
+        sharpness: smoothing sharpness in 1/m (``collision.sharpness``).
+
+    Returns:
+        ``d`` with its contacts (MJX's layout: grouped by condim, then by geom-type pair).
+    """
+    if _mjx.ncon(d) == 0:
+        return d
+    smoothed = table(sharpness)
+    by_condim: dict[int, list] = {}
+    for key, contact in _mjx.contact_groups(m, d).items():
+        fn = smoothed.get(key.types) or _mjx.MJX_COLLISION_TABLE[key.types]
+        dist, pos, frame = fn(m, d, key, contact.geom)
+        if fn.ncon > 1:
+            contact = jax.tree.map(lambda x, r=fn.ncon: jnp.repeat(x, r, axis=0), contact)
+        by_condim.setdefault(key.condim, []).append(contact.replace(dist=dist, pos=pos, frame=frame))
+    contacts = [c for k in sorted(by_condim) for c in by_condim[k]]
+    return _mjx.with_contact(d, jax.tree.map(lambda *x: jnp.concatenate(x), *contacts))
+
+
+def detect(m, d, sharpness: float | None = None):
+    """Contacts at ``d``'s positions: kinematics, then the collision stage.
+
+    Arguments:
+        m: ``mjx.Model``.
+        d: ``mjx.Data`` (only ``qpos`` and the mocap poses are read).
+        sharpness: None for MJX's own collision functions, else the smoothed stage at this
+            sharpness (1/m).
+
+    Returns:
+        The ``mjx`` contact struct (``dist``, ``pos``, ``frame``, ``geom``, ...), one entry per slot.
+    """
+    d = _mjx.kinematics(m, d)
+    d = _mjx.collision(m, d) if sharpness is None else collide(m, d, sharpness)
+    return _mjx.contact(d)

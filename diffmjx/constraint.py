@@ -1,0 +1,156 @@
+r"""Constraint rows: the one place DiffMJX builds or rewrites them (as MJX's ``constraint.py``).
+
+MJX's ``make_constraint`` builds the rows of contacts with negative signed distance. Two changes
+are made here, each a function ``(m, d) -> d`` on rows MJX has built; :mod:`diffmjx.solver` only
+solves them.
+
+* :func:`with_impedance_floor` lowers MuJoCo's impedance floor (``solver.impedance_floor``), so
+  touchdown is continuous.
+* :func:`from_distance` builds contacts-from-distance rows out to ``w_c``: MJX's own
+  ``make_constraint`` runs on distances shifted by ``-w_c``, which gives every contact with
+  ``r < w_c`` its rows (Jacobians, friction pyramid, MJX's regulariser weights); the rows'
+  impedance and reference acceleration are then rebuilt for the true ``r`` with
+  :mod:`diffmjx.impedance`: ``R = w (1 - d(r)) / d(r)`` with the row weight ``w`` recovered from
+  MJX's ``R``, and ``aref = -b J v + k d(r) softplus(-s r) / s``.
+"""
+
+from typing import NamedTuple
+
+import jax.numpy as jnp
+import numpy as np
+
+from diffmjx import _mjx
+from diffmjx.config import CFDConfig
+from diffmjx.impedance import MAXIMP, MINIMP, MINVAL, cfd_impedance, mujoco_impedance, position_term
+
+__all__ = ["ContactRows", "contact_rows", "from_distance", "stiffness_damping", "with_impedance_floor"]
+
+
+class ContactRows(NamedTuple):
+    """Row indices of the contacts' constraint rows and, per row, the contact it belongs to."""
+
+    rows: np.ndarray  # (nrows,) int32 indices into the efc_* arrays
+    contact: np.ndarray  # (nrows,) int32 indices into d.contact
+
+
+def contact_rows(m, c) -> ContactRows:
+    """Every contact's constraint rows in MJX's row layout.
+
+    Pyramidal cones give a contact of condim ``dim`` ``2 (dim - 1)`` rows (1 for condim 1),
+    elliptic ones ``dim`` rows; contacts without rows (``efc_address < 0``) are skipped.
+
+    Arguments:
+        m: ``mjx.Model``.
+        c: ``mjx.Contact`` of the data whose rows are indexed (concrete, not traced).
+
+    Returns:
+        :class:`ContactRows`.
+    """
+    pyramidal = m.opt.cone == _mjx.ConeType.PYRAMIDAL
+    rows, con = [], []
+    for i, (dim, adr) in enumerate(zip(np.asarray(c.dim), np.asarray(c.efc_address), strict=True)):
+        if adr < 0:
+            continue
+        n = 1 if dim == 1 else (2 * (dim - 1) if pyramidal else int(dim))
+        rows.extend(range(adr, adr + n))
+        con.extend([i] * n)
+    return ContactRows(np.asarray(rows, dtype=np.int32), np.asarray(con, dtype=np.int32))
+
+
+def stiffness_damping(m, solref, solimp):
+    """MuJoCo's stiffness k and damping b of the reference acceleration, per row.
+
+    Arguments:
+        m: ``mjx.Model`` (timestep and the ``refsafe`` flag).
+        solref: (n, 2) time constant and damping ratio, or direct negative stiffness and damping.
+        solimp: (n, 5) impedance parameters (``dwidth`` scales k and b).
+
+    Returns:
+        ``(k, b)``, each (n,).
+    """
+    tc, dr = solref[:, 0], solref[:, 1]
+    if not m.opt.disableflags & _mjx.DisableBit.REFSAFE:
+        tc = jnp.maximum(tc, 2 * m.opt.timestep)
+    dmax = jnp.clip(solimp[:, 1], MINIMP, MAXIMP)
+    k = 1 / (dmax * dmax * tc * tc * dr * dr)
+    b = 2 / (dmax * tc)
+    k = jnp.where(solref[:, 0] <= 0, -solref[:, 0] / (dmax * dmax), k)
+    b = jnp.where(solref[:, 1] <= 0, -solref[:, 1] / dmax, b)
+    return k, b
+
+
+def with_impedance_floor(m, d, floor: float):
+    r"""Contact rows with the impedance floor ``floor`` instead of MuJoCo's 1e-4.
+
+    MuJoCo clips every impedance to at least ``mjMINIMP`` = 1e-4, so a contact whose ``solimp[0]``
+    is 0 still switches on with a small force at zero distance: a jump in the dynamics that the
+    ODE solver steps over and reverse-mode AD does not see (the missing term is the force jump
+    times the change in touchdown time). With ``floor = 0`` the force starts from zero and the
+    dynamics are continuous. Each row's ``D = d / ((1 - d) w)`` is rescaled for the new
+    impedance; the row weight ``w`` and the reference acceleration are MJX's. Within solimp's
+    ``width`` the impedance curve moves by at most the old floor (1e-4 of its range); deeper
+    rows are unchanged.
+
+    Arguments:
+        m: ``mjx.Model``.
+        d: ``mjx.Data`` whose constraint rows MJX has built.
+        floor: the least impedance, in [0, MAXIMP).
+
+    Returns:
+        ``d`` with the contact rows' ``efc_D`` rescaled.
+    """
+    c = _mjx.contact(d)
+    rows, con = contact_rows(m, c)
+    if rows.size == 0:
+        return d
+    efc = _mjx.efc(d)
+    r, solimp = c.dist[con] - c.includemargin[con], c.solimp[con]
+    imp = jnp.vectorize(mujoco_impedance, signature="(),(5),()->()")
+    old = jnp.clip(imp(r, solimp, MINIMP), MINIMP, MAXIMP)
+    new = jnp.clip(imp(r, solimp, floor), floor, MAXIMP)
+    scale = new * (1.0 - old) / ((1.0 - new) * old)
+    return _mjx.with_efc(d, efc_D=efc.D.at[rows].set(efc.D[rows] * scale))
+
+
+def from_distance(m, d, cfd: CFDConfig, floor: float = MINIMP):
+    """Constraint rows with contacts from distance ``(m, d) -> d`` (pyramidal cones).
+
+    Arguments:
+        m: ``mjx.Model`` with ``opt.cone`` pyramidal.
+        d: ``mjx.Data`` with contacts (their signed distances may be positive).
+        cfd: the ``cfd`` section of :class:`diffmjx.Config` (``solimp``, ``sharpness``).
+        floor: the least impedance of a row (``solver.impedance_floor``; MuJoCo's is 1e-4). With
+            0, rows fade out continuously at ``r = w_c`` when ``d_c = 0`` and in contact follow
+            the forward's.
+
+    Returns:
+        ``d`` with constraint rows for every contact closer than ``w_c``.
+    """
+    c = _mjx.contact(d)
+    cfd_solimp = jnp.asarray(cfd.solimp)
+    w_c = cfd.solimp[2]
+    shifted = _mjx.make_constraint(m, _mjx.with_contact(d, c.replace(dist=c.dist - w_c)))
+    rows, con = contact_rows(m, c)
+    if rows.size == 0:
+        return shifted
+    efc = _mjx.efc(shifted)
+    r = c.dist[con] - c.includemargin[con]
+    active = r < w_c
+    solref, solimp = c.solref[con], c.solimp[con]
+    # recover MJX's row weight from R = w (1 - d) / d at the shifted distance MJX saw
+    imp_mjx = jnp.clip(jnp.vectorize(mujoco_impedance, signature="(),(5)->()")(r - w_c, solimp), MINIMP, MAXIMP)
+    weight = (1.0 / efc.D[rows]) * imp_mjx / (1.0 - imp_mjx)
+    imp = jnp.vectorize(lambda r, s, c: cfd_impedance(r, s, c, floor), signature="(),(5),(5)->()")(
+        r, solimp, cfd_solimp
+    )
+    imp = jnp.clip(imp, floor, MAXIMP)
+    k, b = stiffness_damping(m, solref, solimp)
+    jv = efc.J[rows] @ d.qvel
+    aref = -b * jv + k * imp * position_term(r, cfd.sharpness)
+    # D = 1 / R with R = w (1 - d) / d >= MINVAL, written without dividing by d (0 with floor 0)
+    efc_cfd = jnp.minimum(imp / (weight * (1.0 - imp)), 1.0 / MINVAL)
+    return _mjx.with_efc(
+        shifted,
+        efc_D=efc.D.at[rows].set(jnp.where(active, efc_cfd, efc.D[rows])),
+        efc_aref=efc.aref.at[rows].set(jnp.where(active, aref, 0.0)),
+    )
