@@ -155,6 +155,12 @@ class IntegratorConfig(_Section):
             state (qpos, qvel, act, time) per period; costs about one extra forward pass.
         backsolve_rtol, backsolve_atol: tolerances of the backward solve; None: as forward.
         on_budget_exhausted: when ``max_steps`` runs out, ``flag`` the result or ``raise``.
+        kink_step: with ``pid`` step control and the ``checkpoint`` or ``forward`` adjoint, a step
+            over which the constraint state changes (a contact lifting off, a friction-pyramid
+            edge, stick-slip: a kink of the contact force) is rejected and shrunk until it is
+            at most this long (s), so no longer step straddles a kink; None turns this off.
+            Discretise-then-optimise gradients of a step that straddles a kink are off by
+            O(step x stiffness), so without it they scatter from shot to shot.
     """
 
     _section = "integrator"
@@ -177,6 +183,7 @@ class IntegratorConfig(_Section):
     backsolve_rtol: float | None = _knob(None, gt=0)
     backsolve_atol: float | None = _knob(None, gt=0)
     on_budget_exhausted: str = _knob("flag", choices=BUDGET_POLICIES)
+    kink_step: float | None = _knob(None, gt=0)
 
 
 @dataclasses.dataclass(frozen=True)

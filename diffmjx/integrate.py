@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
 
-from diffmjx import _mjx, manifold
+from diffmjx import _mjx, manifold, solver
 from diffmjx.checks import validate
 from diffmjx.config import Config
 from diffmjx.dynamics import State, clamp_act, forward_unchecked, vector_field
@@ -61,19 +61,50 @@ class Trajectory(NamedTuple):
 
 
 class _PeriodPID(diffrax.PIDController):
-    """Diffrax's PID controller whose first step is ``first_step`` (an array) instead of ``dt0``.
+    """Diffrax's PID controller with DiffMJX's warm start and, optionally, kink control.
 
-    Passing a traced ``dt0`` to ``diffeqsolve`` makes Diffrax check its sign at run time with an
-    Equinox error, which compiles to a host callback, and JAX never writes programs with host
-    callbacks to the persistent compilation cache. With ``dt0=None`` and the warm-start step held
-    here there is no such check, so every DiffMJX gradient can be cached across processes.
+    Warm start: the first step is ``first_step`` (an array) instead of ``dt0``. Passing a traced
+    ``dt0`` to ``diffeqsolve`` makes Diffrax check its sign at run time with an Equinox error,
+    which compiles to a host callback, and JAX never writes programs with host callbacks to the
+    persistent compilation cache. With ``dt0=None`` and the warm-start step held here there is no
+    such check, so every DiffMJX gradient can be cached across processes.
+
+    Kink control (``kink_step``): the ODE state is ``(State, sentinel)``, where the sentinel's
+    rate is the constraint state (:func:`diffmjx.solver.constraint_state`) at each stage. Its
+    embedded error estimate is exactly zero when every stage of a step saw the same constraint
+    state and not otherwise (``b - b_hat`` sums to zero over all stages, to no subset of them), so
+    a step over which the constraint state changes is rejected and shrunk, down to ``kink_step``.
+    The sentinel takes no part in the error norm.
     """
 
     first_step: jax.Array | None = None
+    kink_step: float | None = None
 
     def init(self, terms, t0, t1, y0, dt0, args, func, error_order):
         dt0 = dt0 if self.first_step is None else self.first_step
         return super().init(terms, t0, t1, y0, dt0, args, func, error_order)
+
+    def adapt_step_size(self, t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state):
+        if self.kink_step is None:
+            return super().adapt_step_size(t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state)
+        (y0, _), (y1, _), (error, sentinel_error) = y0, y1_candidate, y_error
+        h = t1 - t0
+        changed = jnp.any(jnp.abs(sentinel_error) > _SENTINEL_THRESHOLD * h)
+        straddles = changed & (h > 1.5 * self.kink_step)  # a step of kink_step is t1 - t0 up to rounding
+        # an infinite error rejects the step at the controller's least factor, without spoiling
+        # the PID history (Diffrax treats it like a failed implicit step)
+        error = jax.tree.map(lambda e: jnp.where(straddles, jnp.inf, e), error)
+        keep, next_t0, next_t1, jump, state, result = super().adapt_step_size(
+            t0, t1, y0, y1, args, error, error_order, controller_state
+        )
+        next_t1 = jnp.where(straddles, next_t0 + jnp.maximum(next_t1 - next_t0, self.kink_step), next_t1)
+        return keep, next_t0, next_t1, jump, state, result
+
+
+# |sentinel error| / step above which the constraint state changed within the step: the rate takes
+# values in {-2, -1, 0, 1}, a change moves the estimate by at least min |sum of b - b_hat over a
+# subset of stages| (8e-4 for Tsit5) times the step, and no change leaves only rounding (1e-16).
+_SENTINEL_THRESHOLD = 1e-9
 
 
 class Method(NamedTuple):
@@ -134,9 +165,10 @@ def diffrax_method(cfg: Config, solver=None, stepsize_controller=None, adjoint=N
     return Method(solver, controller, adjoint)
 
 
-def _period_controller(controller: diffrax.PIDController, first_step) -> _PeriodPID:
+def _period_controller(controller: diffrax.PIDController, first_step, kink_step) -> _PeriodPID:
     fields = {f.name: getattr(controller, f.name) for f in dataclasses.fields(controller) if f.init}
-    return _PeriodPID(**fields, first_step=first_step)
+    fields.update(first_step=first_step, kink_step=kink_step)
+    return _PeriodPID(**fields)
 
 
 def _period_diffrax(m, d, cfg: Config, layout, dt_hint, method: Method):
@@ -151,13 +183,19 @@ def _period_diffrax(m, d, cfg: Config, layout, dt_hint, method: Method):
 
     controller = method.stepsize_controller
     # the warm-start step goes to the controller, not to diffeqsolve (see _PeriodPID); backsolve
-    # keeps dt0, which its adjoint solve starts from
+    # keeps dt0, which its adjoint solve starts from, and runs without kink control
     warm = isinstance(controller, diffrax.PIDController) and not isinstance(method.adjoint, diffrax.BacksolveAdjoint)
+    nefc = _mjx.efc(d).J.shape[0]
+    kinks = warm and ic.kink_step is not None and nefc > 0
 
     def vf(t, y, args):
         m, inputs = jax.tree_util.tree_unflatten(treedef, args)
         d0 = _mjx.mjx.make_data(m).replace(**inputs)
-        return vector_field(m, d0, y, t, layout, cfg)[0]
+        if not kinks:
+            return vector_field(m, d0, y, t, layout, cfg)[0]
+        dy, d = vector_field(m, d0, y[0], t, layout, cfg)
+        state = solver.constraint_state(m, d, d.qacc)
+        return dy, jax.lax.stop_gradient(state.active + 2.0 * state.linear_sign)  # the kink sentinel
 
     # One jitted call per vector-field evaluation: JAX's autodiff passes (linearize, transpose, the
     # checkpointed loops' symbolic-zero resolution) then work on a cached inner jaxpr instead of
@@ -172,8 +210,10 @@ def _period_diffrax(m, d, cfg: Config, layout, dt_hint, method: Method):
         if dtmax is not None:
             dt0 = jnp.minimum(dt0, dtmax)
     y0 = State(jnp.zeros(m.nv, d.qvel.dtype), d.qvel, d.act)
+    if kinks:
+        y0 = (y0, jnp.zeros(nefc, d.qvel.dtype))
     if warm:
-        controller, dt0 = _period_controller(controller, dt0), None
+        controller, dt0 = _period_controller(controller, dt0, ic.kink_step if kinks else None), None
     sol = diffrax.diffeqsolve(
         term,
         method.solver,
@@ -189,6 +229,8 @@ def _period_diffrax(m, d, cfg: Config, layout, dt_hint, method: Method):
         throw=ic.on_budget_exhausted == "raise",
     )
     y1 = jax.tree.map(lambda x: x[-1], sol.ys)
+    if kinks:
+        y1 = y1[0]
     qpos = manifold.normalize_quats(layout, manifold.retract(layout, d.qpos, y1.xi))
     d = d.replace(qpos=qpos, qvel=y1.qvel, act=clamp_act(m, y1.act), time=t0 + period)
     accepted = sol.stats["num_accepted_steps"]

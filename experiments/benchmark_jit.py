@@ -29,7 +29,7 @@ from tqdm import tqdm
 import diffmjx
 from experiments import common
 
-DEFAULT_PRESET = Path(__file__).parent / "configs" / "cube_toss.yaml"
+DEFAULT_PRESET = Path(__file__).parent / "configs" / "speed.yaml"
 FEWER_PASSES = {"xla_llvm_disable_expensive_passes": True}
 EULER = ("integrator.solver=mjx_euler", "integrator.substeps=10")
 VARIANTS = {  # name: (config overrides, XLA compiler options)

@@ -34,7 +34,7 @@ import diffmjx
 from diffmjx.gradcheck import pick_plateau
 from experiments import common
 
-DEFAULT_PRESET = Path(__file__).parent / "configs" / "cube_toss.yaml"
+DEFAULT_PRESET = Path(__file__).parent / "configs" / "speed.yaml"
 MJX_DTS = (1e-2, 3e-3, 1e-3, 3e-4, 1e-4, 3e-5)
 TOLS = (1e-3, 1e-4, 1e-5, 1e-7, 1e-8, 1e-10)
 DIFFRAX = ("tsit5", "dopri5", "dopri8", "bosh3", "heun")

@@ -2,7 +2,7 @@
 
     python -m experiments.benchmark_scaling [--quick] [--set KEY=VALUE ...]
 
-1. **Memory against horizon.** The cube toss (preset ``cube_toss.yaml``) run for 1 s to 10 s; for
+1. **Memory against horizon.** The cube toss (preset ``speed.yaml``) run for 1 s to 10 s; for
    each horizon the backward program (``jax.grad`` of the final qpos[1]) is compiled cold and XLA's
    memory estimate (temporaries + arguments + outputs) is read from it, with ``integrator.remat``
    off and on, beside the backward JIT and run times and the gradient itself (remat must not
@@ -29,7 +29,7 @@ from tqdm import tqdm
 import diffmjx
 from experiments import common
 
-DEFAULT_PRESET = Path(__file__).parent / "configs" / "cube_toss.yaml"
+DEFAULT_PRESET = Path(__file__).parent / "configs" / "speed.yaml"
 HORIZONS_S = (1, 2, 5, 10)
 N_ENVS = 20
 VIOLENT = 7  # index of the environment thrown into the floor

@@ -43,7 +43,7 @@ import diffmjx
 from diffmjx import dynamics
 from experiments import common
 
-DEFAULT_PRESET = Path(__file__).parent / "configs" / "cube_toss.yaml"
+DEFAULT_PRESET = Path(__file__).parent / "configs" / "speed.yaml"
 EVALS = 200  # evaluations per compiled call
 REPEATS = 20
 GROUPS = (  # (group, MJX pipeline stages in it)

@@ -37,7 +37,9 @@ def _timed_grad(loss, u0):
 def run(cfg: diffmjx.Config, out: Path, quick: bool = False) -> list[dict]:
     _, mx = common.load("cube_toss")
     u0 = common.CUBE_TOSS["u0"]
-    tight = cfg.override("integrator.rtol=1e-12", "integrator.atol=1e-12", "integrator.solver=tsit5")
+    tight = cfg.override(
+        "integrator.rtol=1e-12", "integrator.atol=1e-12", "integrator.solver=tsit5", "integrator.kink_step=null"
+    )
     steps = (1e-3, 1e-4) if quick else (1e-2, 1e-3, 3e-4, 1e-4, 3e-5)
     sweep, steps = diffmjx.central_differences(common.cube_toss_loss(mx, tight), u0, steps)
     k = pick_plateau(sweep)
@@ -48,10 +50,12 @@ def run(cfg: diffmjx.Config, out: Path, quick: bool = False) -> list[dict]:
 
     rows = []
     methods = {
-        f"DiffMJX ({cfg.integrator.solver}, rtol {cfg.integrator.rtol:.0e}, {cfg.integrator.adjoint})": cfg,
+        f"DiffMJX ({cfg.integrator.solver}, rtol {cfg.integrator.rtol:.0e}, {cfg.integrator.adjoint}"
+        f"{', kink control' if cfg.integrator.kink_step else ''})": cfg,
         "DiffMJX, backsolve adjoint": cfg.override("integrator.adjoint=backsolve"),
         "DiffMJX, implicit solver gradient": cfg.override("solver.gradient=implicit"),
-        "MJX semi-implicit Euler, dt 0.01": cfg.override("integrator.solver=mjx_euler"),
+        # stock MJX: MuJoCo's impedance floor
+        "MJX semi-implicit Euler, dt 0.01": cfg.override("integrator.solver=mjx_euler", "solver.impedance_floor=1e-4"),
     }
     for name, c in methods.items():
         loss, grad, jit_s, run_s = _timed_grad(common.cube_toss_loss(mx, c), u0)

@@ -157,3 +157,20 @@ def test_elliptic_cones_are_refused_before_tracing(override):
         diffmjx.validate(mx, cfg)
     with pytest.raises(ValueError, match=r"pyramidal"):
         diffmjx.rollout(mx, mjx.make_data(mx), jnp.zeros((1, 0)), cfg)
+
+
+def test_kink_control_shrinks_straddling_steps_and_keeps_the_trajectory(toss):
+    """integrator.kink_step rejects steps over which the contact state changes: more rejected
+    steps, a trajectory within the tolerance of the uncontrolled one, and the same steps while no
+    contact row is active (free flight of the first periods)."""
+    mx, d = toss
+    cfg = diffmjx.Config().override("integrator.rtol=1e-8", "integrator.atol=1e-8", "solver.impedance_floor=0")
+    run = jax.jit(lambda d, c: diffmjx.rollout(mx, d, jnp.zeros((60, 0)), c), static_argnums=1)
+    d_off, t_off = run(d, cfg)
+    d_on, t_on = run(d, cfg.override("integrator.kink_step=1e-7"))
+    assert int(t_on.stats.rejected.sum()) > int(t_off.stats.rejected.sum()) + 20
+    assert not bool(t_on.stats.budget_exhausted.any())
+    np.testing.assert_allclose(np.asarray(d_on.qpos), np.asarray(d_off.qpos), atol=1e-5)
+    free = np.asarray(t_off.qpos[:, 2]) > 0.1  # the cube's lowest corner is then >= 3 cm up
+    assert free.sum() >= 2
+    np.testing.assert_array_equal(np.asarray(t_on.stats.accepted)[free], np.asarray(t_off.stats.accepted)[free])
