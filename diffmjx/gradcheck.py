@@ -1,10 +1,14 @@
 """Gradient check: automatic differentiation against central differences of a converged solve.
 
 Typical use compares the gradient a user's settings produce (``loss``) with central differences of
-the same loss solved to tight tolerances (``reference_loss``), sweeping the difference step so the
-plateau between truncation and round-off error is found rather than guessed.
+the same loss solved to tight tolerances, sweeping the difference step so the plateau between
+truncation and round-off error is found rather than guessed. Central differences of the *same*
+loose solve only show whether AD agrees with that solve; the discretisation error of both shows
+only against a tightened one. A ``loss`` with a ``cfg`` keyword gets that comparison by itself
+(:func:`tightened`).
 """
 
+import inspect
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -26,13 +30,21 @@ class GradCheck(NamedTuple):
     steps: np.ndarray
     step: float  # chosen step: the middle of the flattest part of the sweep
     rel_error: float  # |ad - fd| / |fd| (2-norms)
+    fd_tight: np.ndarray | None = None  # central differences of the tightened solve, if one ran
+    rel_error_tight: float | None = None  # |ad - fd_tight| / |fd_tight|: the error that matters
 
     def __str__(self) -> str:
-        return (
+        text = (
             f"loss {self.loss:.6g} | AD {np.array2string(self.ad, precision=6)} | "
             f"FD {np.array2string(self.fd, precision=6)} (step {self.step:.0e}) | "
             f"rel. error {self.rel_error:.2e}"
         )
+        if self.fd_tight is not None:
+            text += (
+                f" | FD of a tightened solve {np.array2string(self.fd_tight, precision=6)} | "
+                f"rel. error vs tightened {self.rel_error_tight:.2e}"
+            )
+        return text
 
 
 def central_differences(
@@ -70,29 +82,84 @@ def pick_plateau(sweep: np.ndarray) -> int:
     return int(np.argmin(around))
 
 
+def tightened(cfg):
+    """``cfg`` solved more accurately, as a reference for its gradients.
+
+    Diffrax solvers: ``rtol`` and ``atol`` a thousand times smaller (at least 1e-12) and kink
+    control off (a converged solve needs none); MJX's fixed-step solvers: ten times the substeps.
+
+    Arguments:
+        cfg: :class:`diffmjx.Config`.
+
+    Returns:
+        The tightened :class:`diffmjx.Config`; physics (impedance floor, collisions, CFD) unchanged.
+    """
+    ic = cfg.integrator
+    if ic.solver.startswith("mjx_"):
+        return cfg.override(f"integrator.substeps={10 * ic.substeps}")
+    return cfg.override(
+        f"integrator.rtol={max(ic.rtol * 1e-3, 1e-12)!r}",
+        f"integrator.atol={max(ic.atol * 1e-3, 1e-12)!r}",
+        "integrator.kink_step=null",
+        f"integrator.max_steps={max(ic.max_steps, 1 << 14)}",
+    )
+
+
+def _takes_cfg(loss: Callable) -> bool:
+    try:
+        return "cfg" in inspect.signature(loss).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _rel(ad, fd) -> float:
+    return float(np.linalg.norm(ad - fd) / max(np.linalg.norm(fd), 1e-300))
+
+
 def gradcheck(
     loss: Callable,
     params,
     *,
     reference_loss: Callable | None = None,
     steps: Sequence[float] = DEFAULT_STEPS,
+    tighten: bool | None = None,
 ) -> GradCheck:
-    """AD gradient of ``loss`` at ``params`` vs central differences of ``reference_loss``.
+    """AD gradient of ``loss`` at ``params`` vs central differences of ``reference_loss``, and of a
+    tightened solve.
 
     Arguments:
-        loss: scalar function of a parameter pytree, differentiated with ``jax.grad``.
+        loss: scalar function of a parameter pytree, differentiated with ``jax.grad``. If it
+            takes a ``cfg`` keyword (``def loss(p, cfg=cfg)``), the check can re-solve it with
+            :func:`tightened` settings.
         params: parameter pytree (raveled to a vector for differencing).
-        reference_loss: the same loss solved tightly; defaults to ``loss``.
+        reference_loss: the loss whose central differences ``rel_error`` compares with;
+            defaults to ``loss`` itself, i.e. AD against differences of the same solve.
         steps: difference steps to sweep (absolute, in parameter units).
+        tighten: also difference ``loss(params, cfg=tightened(cfg))`` and report
+            ``rel_error_tight``, the error that includes discretisation; None (default): whenever
+            ``loss`` takes ``cfg``.
 
     Returns:
         :class:`GradCheck` with the AD and central-difference gradients, the whole step sweep,
-        the chosen step and the relative error.
+        the chosen step, the relative error and, with ``tighten``, the same against the
+        tightened solve.
     """
+    takes_cfg = _takes_cfg(loss)
+    tighten = takes_cfg if tighten is None else tighten
+    if tighten and not takes_cfg:
+        raise ValueError("tighten=True needs a loss with a `cfg` keyword argument (def loss(p, cfg=cfg): ...)")
     value, grad = jax.jit(jax.value_and_grad(loss))(params)
     ad = np.asarray(ravel_pytree(grad)[0])
     sweep, steps_arr = central_differences(reference_loss or loss, params, steps)
     k = pick_plateau(sweep)
     fd = sweep[k]
-    rel = float(np.linalg.norm(ad - fd) / max(np.linalg.norm(fd), 1e-300))
-    return GradCheck(float(value), ad, fd, sweep, steps_arr, float(steps_arr[k]), rel)
+    result = GradCheck(float(value), ad, fd, sweep, steps_arr, float(steps_arr[k]), _rel(ad, fd))
+    if tighten:
+        cfg = inspect.signature(loss).parameters["cfg"].default
+        if cfg is inspect.Parameter.empty:
+            raise ValueError("the loss's `cfg` keyword needs a default, the config it runs with (def loss(p, cfg=cfg))")
+        tight = tightened(cfg)
+        tight_sweep, _ = central_differences(lambda p: loss(p, cfg=tight), params, steps)
+        fd_tight = tight_sweep[pick_plateau(tight_sweep)]
+        result = result._replace(fd_tight=fd_tight, rel_error_tight=_rel(ad, fd_tight))
+    return result

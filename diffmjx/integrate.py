@@ -181,12 +181,13 @@ def _period_diffrax(m, d, cfg: Config, layout, dt_hint, method: Method):
     inputs = {k: getattr(d, k) for k in _DATA_INPUTS}
     leaves, treedef = jax.tree_util.tree_flatten((m, inputs))
 
-    controller = method.stepsize_controller
+    controller, adjoint = method.stepsize_controller, method.adjoint
     # the warm-start step goes to the controller, not to diffeqsolve (see _PeriodPID); backsolve
-    # keeps dt0, which its adjoint solve starts from, and runs without kink control
-    warm = isinstance(controller, diffrax.PIDController) and not isinstance(method.adjoint, diffrax.BacksolveAdjoint)
+    # runs without kink control (its adjoint solve has its own error control)
+    warm = isinstance(controller, diffrax.PIDController)
+    backsolve = isinstance(adjoint, diffrax.BacksolveAdjoint)
     nefc = _mjx.efc(d).J.shape[0]
-    kinks = warm and ic.kink_step is not None and nefc > 0
+    kinks = warm and not backsolve and ic.kink_step is not None and nefc > 0
 
     def vf(t, y, args):
         m, inputs = jax.tree_util.tree_unflatten(treedef, args)
@@ -213,7 +214,17 @@ def _period_diffrax(m, d, cfg: Config, layout, dt_hint, method: Method):
     if kinks:
         y0 = (y0, jnp.zeros(nefc, d.qvel.dtype))
     if warm:
-        controller, dt0 = _period_controller(controller, dt0, ic.kink_step if kinks else None), None
+        first_step = dt0
+        controller, dt0 = _period_controller(controller, first_step, ic.kink_step if kinks else None), None
+        if backsolve:
+            # the adjoint solve starts from -dt0 when given one: hold its first step in its own
+            # controller too, or keep dt0 if that controller cannot hold it
+            back = adjoint.kwargs.get("stepsize_controller")
+            if isinstance(back, diffrax.PIDController):
+                back = _period_controller(back, first_step, None)
+                adjoint = diffrax.BacksolveAdjoint(**{**adjoint.kwargs, "stepsize_controller": back})
+            else:
+                dt0 = first_step
     sol = diffrax.diffeqsolve(
         term,
         method.solver,
@@ -224,7 +235,7 @@ def _period_diffrax(m, d, cfg: Config, layout, dt_hint, method: Method):
         args=leaves,
         saveat=diffrax.SaveAt(t1=True),
         stepsize_controller=controller,
-        adjoint=method.adjoint,
+        adjoint=adjoint,
         max_steps=ic.max_steps,
         throw=ic.on_budget_exhausted == "raise",
     )

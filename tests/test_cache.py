@@ -11,7 +11,7 @@ from experiments.common import cube_toss_loss, load
     "overrides, cacheable",
     [
         ((), True),
-        (("integrator.adjoint=backsolve",), False),  # the adjoint solve starts from -dt0
+        (("integrator.adjoint=backsolve",), True),  # its adjoint solve holds its first step too
         (("integrator.on_budget_exhausted=raise",), False),  # that error is a host callback
     ],
 )
