@@ -71,10 +71,11 @@ class _PeriodPID(diffrax.PIDController):
 
     Kink control (``kink_step``): the ODE state is ``(State, sentinel)``, where the sentinel's
     rate is the constraint state (:func:`diffmjx.solver.constraint_state`) at each stage. Its
-    embedded error estimate is exactly zero when every stage of a step saw the same constraint
-    state and not otherwise (``b - b_hat`` sums to zero over all stages, to no subset of them), so
-    a step over which the constraint state changes is rejected and shrunk, down to ``kink_step``.
-    The sentinel takes no part in the error norm.
+    embedded error estimate is zero to rounding when every stage of a step saw the same constraint
+    state (``b - b_hat`` sums to zero over all stages) and not otherwise (for Tsit5 no subset of
+    stages sums to zero; Dopri5 and Dopri8 have stages of zero error weight, where a change seen
+    by those stages alone goes unnoticed), so a step over which the constraint state changes is
+    rejected and shrunk, down to ``kink_step``. The sentinel takes no part in the error norm.
     """
 
     first_step: jax.Array | None = None
@@ -364,9 +365,13 @@ def rollout(m, d, ctrls, cfg: Config | None = None, *, solver=None, stepsize_con
 
     ctrls = jnp.asarray(ctrls)
     if method is None:
-        # MJX's fixed-step solvers advance more of d (warmstart, derived fields): carry all of it
+        # MJX's fixed-step solvers advance more of d (warmstart, derived fields): carry all of it,
+        # in the dtypes it came in (MJX's tendon stage writes its wrap indices as int64 under x64
+        # where make_data made int32, which a scan carry refuses)
+        like = d
+
         def split(d):
-            return d
+            return jax.tree.map(lambda x, ref: x.astype(ref.dtype), d, like)
 
         def join(carry, u):
             return carry.replace(ctrl=u)

@@ -210,5 +210,6 @@ def segments(tosses: dict[str, Toss], names, horizon: int, report: LoadReport | 
         toss.append(np.full(count, k))
         start.append(np.arange(count))
     if not qpos:
-        return Segments(np.zeros((0, horizon + 1, 7)), np.zeros((0, horizon + 1, 6)), np.zeros(0, int), np.zeros(0, int))
+        empty = np.zeros(0, int)
+        return Segments(np.zeros((0, horizon + 1, 7)), np.zeros((0, horizon + 1, 6)), empty, empty)
     return Segments(np.concatenate(qpos), np.concatenate(qvel), np.concatenate(toss), np.concatenate(start))
