@@ -278,13 +278,16 @@ def _period_mjx(m, d, cfg: Config, layout):
     ic = cfg.integrator
     ms = _mjx.with_timestep(m, m.opt.timestep / ic.substeps)
 
-    def one(d, _):
+    def advance(d):
         if ic.solver == "mjx_rk4":
-            return _mjx_rk4(ms, d, layout, cfg), None
+            return _mjx_rk4(ms, d, layout, cfg)
         d = forward_unchecked(ms, d, cfg)
-        if ic.solver == "mjx_euler":
-            return _mjx.mjx_euler(ms, d), None
-        return _mjx.mjx_implicit(ms, d), None
+        return _mjx.mjx_euler(ms, d) if ic.solver == "mjx_euler" else _mjx.mjx_implicit(ms, d)
+
+    def one(d, _):
+        # keep the dtypes d came in: MJX's tendon stage writes its wrap indices as int64 under x64
+        # where make_data made int32, which a scan carry (substeps, rollout) refuses
+        return jax.tree.map(lambda x, ref: x.astype(ref.dtype), advance(d), d), None
 
     if ic.substeps == 1:
         d, _ = one(d, None)
@@ -365,13 +368,9 @@ def rollout(m, d, ctrls, cfg: Config | None = None, *, solver=None, stepsize_con
 
     ctrls = jnp.asarray(ctrls)
     if method is None:
-        # MJX's fixed-step solvers advance more of d (warmstart, derived fields): carry all of it,
-        # in the dtypes it came in (MJX's tendon stage writes its wrap indices as int64 under x64
-        # where make_data made int32, which a scan carry refuses)
-        like = d
-
+        # MJX's fixed-step solvers advance more of d (warmstart, derived fields): carry all of it
         def split(d):
-            return jax.tree.map(lambda x, ref: x.astype(ref.dtype), d, like)
+            return d
 
         def join(carry, u):
             return carry.replace(ctrl=u)

@@ -6,6 +6,7 @@ import pytest
 
 import diffmjx
 from experiments.common import CUBE_TOSS, c_engine_cube_toss, cube_toss_loss, load
+from experiments.kink_control import relative_errors  # floored at 5 % of the median |gradient|
 
 U0 = CUBE_TOSS["u0"]
 CFG = diffmjx.Config().override("integrator.rtol=1e-7", "integrator.atol=1e-7")
@@ -45,11 +46,6 @@ def sweep_truth(mx):
     return np.asarray((f(SWEEP + 1e-4) - f(SWEEP - 1e-4)) / 2e-4)
 
 
-def _relative_errors(grad, ref):
-    # floor at 5 % of the median |gradient| so the shot with dL/du = 0.002 does not dominate
-    return np.abs(grad - ref) / np.maximum(np.abs(ref), 0.05 * np.median(np.abs(ref)))
-
-
 # Discretize-then-optimize differentiates the accepted steps with their sizes frozen; a step that
 # straddles a kink of the contact force (friction-pyramid or lift-off active-set change) carries an
 # O(h * stiffness) error into the gradient, so without kink control its error scatters from shot to
@@ -67,7 +63,7 @@ def test_adaptive_gradient_median_error(mx, truth, sweep_truth, adjoint, tol, me
     )  # fmt: skip
     loss, grad = jax.jit(jax.vmap(jax.value_and_grad(cube_toss_loss(mx, cfg))))(SWEEP)
     assert abs(float(loss[4]) - truth[0]) < 1e-4
-    err = _relative_errors(np.asarray(grad), sweep_truth)
+    err = relative_errors(np.asarray(grad), sweep_truth)
     assert np.median(err) < median_bound, (adjoint, np.round(100 * err, 2))
     assert np.max(err) < max_bound, (adjoint, np.round(100 * err, 2))
 

@@ -23,7 +23,7 @@ def hand():
 
 def test_fixed_step_rollout_of_the_baoding_hand_equals_mjx_step(hand):
     """MJX's tendon stage returns its wrap indices as int64 under x64 where make_data made int32;
-    rollout's scan carry keeps the dtypes it came in, so the MJX integrators run on muscle models
+    a fixed-step period keeps the dtypes it came in, so the MJX integrators run on muscle models
     (they failed with a carry type error), and two periods equal two mjx.step calls."""
     mj, mx = hand
     d = mjx.make_data(mx).replace(qpos=jnp.asarray(mj.qpos0), ctrl=0.3 * jnp.ones(mj.nu))
