@@ -52,6 +52,7 @@ __all__ = [
     "fwd_position_with",
     "fwd_velocity",
     "has_frictionloss",
+    "jac",
     "kinematics",
     "make_constraint",
     "make_frame",
@@ -62,10 +63,14 @@ __all__ = [
     "mjx_solve",
     "mul_m",
     "ncon",
+    "norm",
+    "normalize",
+    "normalize_with_norm",
     "numeric",
     "position_stages",
     "primitive_collider",
     "project_polygon",
+    "safe_div",
     "scan_while_loop",
     "sensor_acc",
     "sensor_pos",
@@ -74,6 +79,7 @@ __all__ = [
     "solver_rescale",
     "solver_update_constraint",
     "solver_update_gradient",
+    "tendon",
     "with_contact",
     "with_efc",
     "with_efc_force",
@@ -110,6 +116,14 @@ mjx_solve = mjx_solver.solve
 
 full_m = support.full_m
 mul_m = support.mul_m
+jac = support.jac  # (nv, 3) translational and rotational Jacobians of a point on a body
+tendon = smooth.tendon
+
+# MJX's gradient-safe norms (zero derivative at zero) and division.
+norm = mjx_math.norm
+normalize = mjx_math.normalize
+normalize_with_norm = mjx_math.normalize_with_norm
+safe_div = mjx_math.safe_div
 
 # Collision driver internals (for the smoothed-collision table).
 MJX_COLLISION_TABLE = collision_driver._COLLISION_FUNC
@@ -186,17 +200,18 @@ def with_contact(d: Data, c) -> Data:
     return d.tree_replace({"_impl.contact": c})
 
 
-def position_stages(collide=None) -> list[tuple[str, object]]:
+def position_stages(collide=None, tendon=None) -> list[tuple[str, object]]:
     """The stages of ``mjx fwd_position`` in order, as ``(name, fn(m, d) -> d)``.
 
-    ``collide(m, d)`` replaces MJX's collision stage when given. Used by :func:`fwd_position_with`
-    and by the per-stage cost benchmark (``experiments/benchmark_vjp``).
+    ``collide(m, d)`` replaces MJX's collision stage and ``tendon(m, d)`` its tendon stage when
+    given. Used by :func:`fwd_position_with` and by the per-stage cost benchmark
+    (``experiments/benchmark_vjp``).
     """
     return [
         ("kinematics", smooth.kinematics),
         ("com_pos", smooth.com_pos),
         ("camlight", smooth.camlight),
-        ("tendon", smooth.tendon),
+        ("tendon", smooth.tendon if tendon is None else tendon),
         ("crb", smooth.crb),
         ("tendon_armature", smooth.tendon_armature),
         ("factor_m", smooth.factor_m),
@@ -206,8 +221,8 @@ def position_stages(collide=None) -> list[tuple[str, object]]:
     ]
 
 
-def fwd_position_with(m: Model, d: Data, collide) -> Data:
-    """``mjx fwd_position`` with the collision stage replaced by ``collide(m, d)``."""
-    for _, stage in position_stages(collide):
+def fwd_position_with(m: Model, d: Data, collide=None, tendon=None) -> Data:
+    """``mjx fwd_position`` with the collision and tendon stages replaced where given."""
+    for _, stage in position_stages(collide, tendon):
         d = stage(m, d)
     return d

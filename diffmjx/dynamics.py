@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from diffmjx import _mjx, collision, constraint, manifold, solver
+from diffmjx import _mjx, collision, constraint, manifold, solver, tendon
 from diffmjx.checks import validate
 from diffmjx.config import Config
 from diffmjx.impedance import MINIMP
@@ -70,17 +70,13 @@ def stages(cfg: Config, remat_iterations: bool = True) -> list[tuple[str, object
         remat_iterations: passed to :func:`diffmjx.solver.solve`.
 
     Returns:
-        A list of ``(name, stage)`` pairs: MJX's position stages (with the smoothed collision stage
-        under ``collision.smooth``), sensors, velocity, actuation and acceleration stages, the
+        A list of ``(name, stage)`` pairs: MJX's position stages (with :mod:`diffmjx.tendon`'s
+        tendon stage, and the smoothed collision stage under ``collision.smooth``), sensors, velocity, actuation and acceleration stages, the
         impedance floor where it differs from MuJoCo's, the constraint solve and the acceleration
         sensors.
     """
-    collide = None
-    if cfg.collision.smooth:
-        sharp = cfg.collision.sharpness
-        collide = lambda m, d: collision.collide(m, d, sharp)  # noqa: E731
     out = [
-        *_mjx.position_stages(collide),
+        *_mjx.position_stages(_collide(cfg), tendon.tendon),
         ("sensor_pos", _mjx.sensor_pos),
         ("fwd_velocity", _mjx.fwd_velocity),
         ("sensor_vel", _mjx.sensor_vel),
@@ -96,10 +92,19 @@ def stages(cfg: Config, remat_iterations: bool = True) -> list[tuple[str, object
     return out
 
 
+def _collide(cfg: Config):
+    """The collision stage: the smoothed one under ``collision.smooth``, else MJX's (None)."""
+    if not cfg.collision.smooth:
+        return None
+    sharp = cfg.collision.sharpness
+    return lambda m, d: collision.collide(m, d, sharp)
+
+
 def forward(m, d, cfg: Config | None = None):
     """MJX forward dynamics ``(m, d) -> d`` with a reverse-mode-differentiable constraint solve.
 
-    Same stages as ``mjx.forward``; the constraint solve is :mod:`diffmjx.solver`'s, and with
+    Same stages as ``mjx.forward``; the tendon stage is :mod:`diffmjx.tendon`'s (same values,
+    finite derivatives), the constraint solve is :mod:`diffmjx.solver`'s, and with
     ``collision.smooth`` the collision stage uses :mod:`diffmjx.collision`'s smoothed functions.
     With ``cfd.enabled`` the contacts-from-distance rows of :func:`diffmjx.constraint.from_distance`
     give the derivatives (straight-through) or, with ``cfd.in_forward``, the accelerations.
@@ -120,11 +125,7 @@ def forward(m, d, cfg: Config | None = None):
 
 def forward_unchecked(m, d, cfg: Config):
     """:func:`forward` without the up-front checks (they ran once, before tracing)."""
-    if cfg.collision.smooth:
-        sharp = cfg.collision.sharpness
-        d = _mjx.fwd_position_with(m, d, lambda m, d: collision.collide(m, d, sharp))
-    else:
-        d = _mjx.fwd_position(m, d)
+    d = _mjx.fwd_position_with(m, d, _collide(cfg), tendon.tendon)
     d = _mjx.sensor_pos(m, d)
     d = _mjx.fwd_velocity(m, d)
     d = _mjx.sensor_vel(m, d)

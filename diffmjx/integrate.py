@@ -285,8 +285,8 @@ def _period_mjx(m, d, cfg: Config, layout):
         return _mjx.mjx_euler(ms, d) if ic.solver == "mjx_euler" else _mjx.mjx_implicit(ms, d)
 
     def one(d, _):
-        # keep the dtypes d came in: MJX's tendon stage writes its wrap indices as int64 under x64
-        # where make_data made int32, which a scan carry (substeps, rollout) refuses
+        # keep the dtypes d came in: a stage that writes an integer field as int64 under x64 where
+        # make_data made int32 (MJX's tendon stage does) would break a scan carry (substeps, rollout)
         return jax.tree.map(lambda x, ref: x.astype(ref.dtype), advance(d), d), None
 
     if ic.substeps == 1:
