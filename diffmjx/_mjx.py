@@ -200,11 +200,11 @@ def with_contact(d: Data, c) -> Data:
     return d.tree_replace({"_impl.contact": c})
 
 
-def position_stages(collide=None, tendon=None) -> list[tuple[str, object]]:
+def position_stages(collide=None, tendon=None, rows=None) -> list[tuple[str, object]]:
     """The stages of ``mjx fwd_position`` in order, as ``(name, fn(m, d) -> d)``.
 
-    ``collide(m, d)`` replaces MJX's collision stage and ``tendon(m, d)`` its tendon stage when
-    given. Used by :func:`fwd_position_with` and by the per-stage cost benchmark
+    ``collide(m, d)``, ``tendon(m, d)`` and ``rows(m, d)`` replace MJX's collision, tendon and
+    ``make_constraint`` stages when given. Used by :func:`fwd_position_with` and by the per-stage cost benchmark
     (``experiments/benchmark_vjp``).
     """
     return [
@@ -216,13 +216,13 @@ def position_stages(collide=None, tendon=None) -> list[tuple[str, object]]:
         ("tendon_armature", smooth.tendon_armature),
         ("factor_m", smooth.factor_m),
         ("collision", collision_driver.collision if collide is None else collide),
-        ("make_constraint", constraint.make_constraint),
+        ("make_constraint", constraint.make_constraint if rows is None else rows),
         ("transmission", smooth.transmission),
     ]
 
 
-def fwd_position_with(m: Model, d: Data, collide=None, tendon=None) -> Data:
-    """``mjx fwd_position`` with the collision and tendon stages replaced where given."""
-    for _, stage in position_stages(collide, tendon):
+def fwd_position_with(m: Model, d: Data, collide=None, tendon=None, rows=None) -> Data:
+    """``mjx fwd_position`` with the collision, tendon and row stages replaced where given."""
+    for _, stage in position_stages(collide, tendon, rows):
         d = stage(m, d)
     return d

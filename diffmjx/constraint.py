@@ -1,8 +1,10 @@
 r"""Constraint rows: the one place DiffMJX builds or rewrites them (as MJX's ``constraint.py``).
 
-MJX's ``make_constraint`` builds the rows of contacts with negative signed distance. Two changes
-are made here, each a function ``(m, d) -> d`` on rows MJX has built; :mod:`diffmjx.solver` only
-solves them.
+MJX's ``make_constraint`` builds the rows of contacts with negative signed distance;
+:func:`make_constraint` runs it with the contacts' impedance inputs frozen and differentiates the
+impedance itself (MJX's derivative of it is NaN for every contact candidate farther than solimp's
+``width``). Two changes are made on those rows, each a function ``(m, d) -> d``;
+:mod:`diffmjx.solver` only solves them.
 
 * :func:`with_impedance_floor` lowers MuJoCo's impedance floor (``solver.impedance_floor``), so
   touchdown is continuous.
@@ -16,6 +18,7 @@ solves them.
 
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -23,7 +26,14 @@ from diffmjx import _mjx
 from diffmjx.config import CFDConfig
 from diffmjx.impedance import MAXIMP, MINIMP, MINVAL, cfd_impedance, mujoco_impedance, position_term
 
-__all__ = ["ContactRows", "contact_rows", "from_distance", "stiffness_damping", "with_impedance_floor"]
+__all__ = [
+    "ContactRows",
+    "contact_rows",
+    "from_distance",
+    "make_constraint",
+    "stiffness_damping",
+    "with_impedance_floor",
+]
 
 
 class ContactRows(NamedTuple):
@@ -79,6 +89,75 @@ def stiffness_damping(m, solref, solimp):
     return k, b
 
 
+def make_constraint(m, d):
+    r"""MJX's constraint rows, with the contacts' impedance differentiated by DiffMJX.
+
+    MJX's impedance evaluates both pieces of MuJoCo's solimp spline for every contact candidate
+    and keeps one with ``jnp.where``; for a candidate farther than ``width`` from touching (on
+    either side) the other piece is ``(1 - |r| / width)^p`` of a negative base, whose derivative is
+    NaN (w.r.t. ``p`` always, w.r.t. ``r`` and ``width`` for a non-integer ``p``). The NaN survives
+    the ``where`` in reverse mode, and reaches every parameter of a scene with a body in flight.
+
+    Here MJX builds the rows from contacts whose impedance inputs (``dist``, ``includemargin``,
+    ``solref``, ``solreffriction``, ``solimp``) are frozen, so its rows carry the derivatives of
+    the Jacobians, friction and row weights only; the derivatives through those inputs are added
+    from :func:`diffmjx.impedance.mujoco_impedance` and :func:`stiffness_damping`, which are
+    finite everywhere. Values are MJX's exactly (each added term is ``x - stop_gradient(x)``).
+
+    Arguments:
+        m: ``mjx.Model``.
+        d: ``mjx.Data`` after the collision stage.
+
+    Returns:
+        ``d`` with its constraint rows.
+    """
+    c = _mjx.contact(d)
+    sg = jax.lax.stop_gradient
+    frozen = c.replace(
+        dist=sg(c.dist),
+        includemargin=sg(c.includemargin),
+        solref=sg(c.solref),
+        solreffriction=sg(c.solreffriction),
+        solimp=sg(c.solimp),
+    )
+    d = _mjx.make_constraint(m, _mjx.with_contact(d, frozen))
+    d = _mjx.with_contact(
+        d,
+        _mjx.contact(d).replace(
+            dist=c.dist,
+            includemargin=c.includemargin,
+            solref=c.solref,
+            solreffriction=c.solreffriction,
+            solimp=c.solimp,
+        ),
+    )
+    rows, con = contact_rows(m, c)
+    if rows.size == 0:
+        return d
+    efc = _mjx.efc(d)
+    r = c.dist[con] - c.includemargin[con]
+    solimp = c.solimp[con]
+    imp = jnp.vectorize(mujoco_impedance, signature="(),(5)->()")(r, solimp)
+    imp = jnp.clip(imp, MINIMP, MAXIMP)
+    # elliptic cones: a contact's first row is its normal; the others take solreffriction (if set)
+    # and no position term
+    friction_row = np.zeros(rows.size, dtype=bool)
+    if m.opt.cone == _mjx.ConeType.ELLIPTIC:
+        friction_row = rows != np.asarray(c.efc_address)[con]
+    srf = c.solreffriction[con]
+    own = jnp.asarray(friction_row) & jnp.any(srf != 0, axis=1)
+    k, b = stiffness_damping(m, jnp.where(own[:, None], srf, c.solref[con]), solimp)
+    weight = sg((1.0 / efc.D[rows]) * imp / (1.0 - imp))  # MJX's row weight, held
+    d_live = imp / (weight * (1.0 - imp))
+    pos = jnp.where(~jnp.asarray(friction_row) & (r < 0), r, 0.0)
+    aref_live = -b * sg(efc.J[rows] @ d.qvel) - k * imp * pos
+    return _mjx.with_efc(
+        d,
+        efc_D=efc.D.at[rows].add(d_live - sg(d_live)),
+        efc_aref=efc.aref.at[rows].add(aref_live - sg(aref_live)),
+    )
+
+
 def with_impedance_floor(m, d, floor: float):
     r"""Contact rows with the impedance floor ``floor`` instead of MuJoCo's 1e-4.
 
@@ -129,7 +208,7 @@ def from_distance(m, d, cfd: CFDConfig, floor: float = MINIMP):
     c = _mjx.contact(d)
     cfd_solimp = jnp.asarray(cfd.solimp)
     w_c = cfd.solimp[2]
-    shifted = _mjx.make_constraint(m, _mjx.with_contact(d, c.replace(dist=c.dist - w_c)))
+    shifted = make_constraint(m, _mjx.with_contact(d, c.replace(dist=c.dist - w_c)))
     rows, con = contact_rows(m, c)
     if rows.size == 0:
         return shifted

@@ -76,7 +76,7 @@ def stages(cfg: Config, remat_iterations: bool = True) -> list[tuple[str, object
         sensors.
     """
     out = [
-        *_mjx.position_stages(_collide(cfg), tendon.tendon),
+        *_mjx.position_stages(_collide(cfg), tendon.tendon, constraint.make_constraint),
         ("sensor_pos", _mjx.sensor_pos),
         ("fwd_velocity", _mjx.fwd_velocity),
         ("sensor_vel", _mjx.sensor_vel),
@@ -103,8 +103,9 @@ def _collide(cfg: Config):
 def forward(m, d, cfg: Config | None = None):
     """MJX forward dynamics ``(m, d) -> d`` with a reverse-mode-differentiable constraint solve.
 
-    Same stages as ``mjx.forward``; the tendon stage is :mod:`diffmjx.tendon`'s (same values,
-    finite derivatives), the constraint solve is :mod:`diffmjx.solver`'s, and with
+    Same stages as ``mjx.forward``; the tendon stage is :mod:`diffmjx.tendon`'s and the rows'
+    impedance :func:`diffmjx.constraint.make_constraint`'s (same values, finite derivatives), the
+    constraint solve is :mod:`diffmjx.solver`'s, and with
     ``collision.smooth`` the collision stage uses :mod:`diffmjx.collision`'s smoothed functions.
     With ``cfd.enabled`` the contacts-from-distance rows of :func:`diffmjx.constraint.from_distance`
     give the derivatives (straight-through) or, with ``cfd.in_forward``, the accelerations.
@@ -125,7 +126,7 @@ def forward(m, d, cfg: Config | None = None):
 
 def forward_unchecked(m, d, cfg: Config):
     """:func:`forward` without the up-front checks (they ran once, before tracing)."""
-    d = _mjx.fwd_position_with(m, d, _collide(cfg), tendon.tendon)
+    d = _mjx.fwd_position_with(m, d, _collide(cfg), tendon.tendon, constraint.make_constraint)
     d = _mjx.sensor_pos(m, d)
     d = _mjx.fwd_velocity(m, d)
     d = _mjx.sensor_vel(m, d)
@@ -142,8 +143,13 @@ def forward_unchecked(m, d, cfg: Config):
         if cfg.cfd.in_forward:
             return _mjx.sensor_acc(m, d_cfd)
         d = solver.solve(m, d, cfg.solver.gradient)
-        # straight-through: MJX's accelerations forward, CFD's derivatives backward
-        d = d.replace(qacc=straight_through(d.qacc, d_cfd.qacc))
+        # straight-through: MJX's accelerations forward, CFD's derivatives backward; the constraint
+        # force as well, which MJX's Euler (with Euler damping, MuJoCo's default) and implicit
+        # integrators turn into the acceleration again (M^-1 (qfrc_smooth + qfrc_constraint))
+        d = d.replace(
+            qacc=straight_through(d.qacc, d_cfd.qacc),
+            qfrc_constraint=straight_through(d.qfrc_constraint, d_cfd.qfrc_constraint),
+        )
         return _mjx.sensor_acc(m, d)
     d = solver.solve(m, d, cfg.solver.gradient)
     return _mjx.sensor_acc(m, d)

@@ -6,6 +6,7 @@ finite-difference losses in one JIT) and one forward pass for the strict xfail; 
 
 import jax
 import jax.numpy as jnp
+import mujoco
 import numpy as np
 import pytest
 
@@ -202,16 +203,37 @@ def test_rollout_gradient_matches_central_differences(cfg, iterations):
         assert abs(got - want) < 1e-4 * abs(want), (name, i, got, want)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: MJX's contact impedance (constraint._kbi) evaluates (1 - |r|/width)^power for contacts "
-    "outside solimp's width too and masks it with jnp.where, whose derivative is then NaN; see docs/sysid.md",
-)
-def test_gradient_is_finite_with_the_cube_in_flight(base):
-    """A cube 0.3 m above the plane: its contact candidates lie beyond solimp's width."""
+def test_impedance_gradient_is_finite_and_right_beyond_solimp_width(base):
+    """A tilted cube with one edge 3 mm deep, solimp width 1 mm and a non-integer power: every contact
+    candidate lies beyond the width, in penetration or in the air. MJX's impedance gave NaN
+    derivatives there (side length and all of solimp); DiffMJX differentiates the impedance itself
+    (diffmjx.constraint.make_constraint), and the result equals central differences."""
+    p0 = CubeParams(solimp=np.array([0.05, 0.95, 0.001, 0.4, 2.5]))
+    # tilted about (1, 0.5, 0): one corner lowest, 0.5 mm deep (inside the width, where the power
+    # shapes the impedance); the other candidates are in the air, beyond the width
+    axis, angle, h = np.array([1.0, 0.5, 0.0]) / np.sqrt(1.25), 0.3, 0.0524
+    quat = np.concatenate([[np.cos(angle / 2)], np.sin(angle / 2) * axis])
+    rot = np.zeros(9)
+    mujoco.mju_quat2Mat(rot, quat)
+    corners = np.array([[sx, sy, sz] for sx in (-h, h) for sy in (-h, h) for sz in (-h, h)]) @ rot.reshape(3, 3).T
+    depth = np.sort(corners[:, 2])
+    assert depth[1] - depth[0] > 0.002  # the next corner is more than a width above the plane
     d = mjx.make_data(base)
-    d = d.replace(qpos=d.qpos.at[2].set(0.3))
-    params = CubeParams(solimp=np.array([0.05, 0.95, 0.01, 0.5, 2.5]))  # a non-integer power
-    grad = jax.jit(jax.grad(lambda p: jnp.sum(diffmjx.forward(cube_mjx_model(p, base), d).qacc)))(params)
+    d = d.replace(qpos=jnp.asarray(np.concatenate([[0.0, 0.0, -depth[0] - 0.0005], quat])))
+
+    def f(p):
+        return jnp.sum(diffmjx.forward(cube_mjx_model(p, base), d).qacc * jnp.arange(1.0, 7.0))
+
+    grad = jax.jit(jax.grad(f))(jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), p0))
     bad = [name for name, g in grad._asdict().items() if not np.all(np.isfinite(g))]
-    assert not bad, f"NaN gradient for {bad}"  # today: side_length and all of solimp
+    assert not bad, f"NaN gradient for {bad}"
+    checked = [("side_length", None), ("solref", 0), ("solimp", 0), ("solimp", 1), ("solimp", 2), ("solimp", 3),
+               ("solimp", 4)]  # fmt: skip
+    shifted = [_perturbed(p0, n, i, 1 + s * 1e-6) for n, i in checked for s in (1, -1)]
+    batch = jax.tree.map(lambda *xs: jnp.stack([jnp.asarray(x, jnp.float64) for x in xs]), *shifted)
+    values = np.asarray(jax.jit(jax.vmap(f))(batch)).reshape(len(checked), 2)
+    for k, (n, i) in enumerate(checked):
+        want = (values[k, 0] - values[k, 1]) / (2e-6 * _value(p0, n, i))
+        got = float(np.asarray(getattr(grad, n))[() if i is None else i])
+        assert abs(got - want) <= 1e-5 * abs(want) + 1e-9, (n, i, got, want)
+    assert abs(float(grad.solimp[4])) > 1e-3  # the power matters here: the check is not vacuous
