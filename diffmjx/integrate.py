@@ -51,13 +51,21 @@ class Stats(NamedTuple):
 
 
 class Trajectory(NamedTuple):
-    """State after each of the N control periods, and the integrator statistics of each period."""
+    """State after each of the N control periods, and the integrator statistics of each period.
+
+    ``dt`` is the step size the adaptive controller proposes after each period (the control
+    period for MJX's fixed-step integrators): pass ``dt[-1]`` as ``rollout(..., dt0=)`` to
+    continue where a rollout stopped. ``obs`` holds ``observe(d)`` after each period (stacked), or
+    None without an ``observe`` function.
+    """
 
     qpos: jax.Array  # (N, nq)
     qvel: jax.Array  # (N, nv)
     act: jax.Array  # (N, na)
     time: jax.Array  # (N,)
     stats: Stats
+    dt: jax.Array | None = None  # (N,)
+    obs: object = None  # pytree, leading axis N
 
 
 class _PeriodPID(diffrax.PIDController):
@@ -343,7 +351,8 @@ def step(m, d, cfg: Config | None = None, *, solver=None, stepsize_controller=No
     return (d, stats) if return_stats else d
 
 
-def rollout(m, d, ctrls, cfg: Config | None = None, *, solver=None, stepsize_controller=None, adjoint=None):
+def rollout(m, d, ctrls, cfg: Config | None = None, *, solver=None, stepsize_controller=None, adjoint=None,
+            observe=None, dt0=None):  # fmt: skip
     """Run ``N = len(ctrls)`` control periods, each with its control held constant.
 
     Works under ``jit``, ``grad``, ``jacfwd`` and ``vmap``.
@@ -355,15 +364,24 @@ def rollout(m, d, ctrls, cfg: Config | None = None, *, solver=None, stepsize_con
         cfg: :class:`diffmjx.Config`; ``Config()`` if None.
         solver, stepsize_controller, adjoint: Diffrax objects replacing the config's choice (see
             :func:`diffrax_method`); not allowed with the ``mjx_*`` solvers.
+        observe: ``observe(d) -> pytree``, called after each period on the ``mjx.Data`` of the
+            period's end state with every derived field computed (:func:`diffmjx.forward`: sites,
+            tendon lengths, actuator forces, contacts, ``qacc``) and ``ctrl`` the period's
+            control; results are stacked in ``Trajectory.obs``. Costs one extra forward pass per
+            period (like Diffrax's ``SaveAt(fn=...)``, it is differentiated too).
+        dt0: the first step size of the adaptive integrators (e.g. ``Trajectory.dt[-1]`` of an
+            earlier rollout); ``integrator.dt0`` or the control period if None.
 
     Returns:
         ``(final_data, Trajectory)``: the ``mjx.Data`` after the last period and the state after
-        each period with its integrator statistics.
+        each period with its integrator statistics, proposed step sizes and observations.
     """
     cfg, method = _prepare(m, cfg, solver, stepsize_controller, adjoint)
     shape = tuple(np.shape(ctrls))
     if len(shape) != 2 or shape[1] != m.nu:
         raise ValueError(f"ctrls must have shape (N, nu) = (N, {m.nu}); got {shape}")
+    if observe is not None and not callable(observe):
+        raise ValueError(f"observe must be a function of mjx.Data; got {type(observe).__name__}")
     layout = manifold.JointLayout.from_model(m)
 
     ctrls = jnp.asarray(ctrls)
@@ -387,12 +405,15 @@ def rollout(m, d, ctrls, cfg: Config | None = None, *, solver=None, stepsize_con
     def body(carry, u):
         state, dt = carry
         d, stats, dt = _period(m, join(state, u), cfg, layout, dt, method)
-        return (split(d), dt), Trajectory(d.qpos, d.qvel, d.act, d.time, stats)
+        obs = None if observe is None else observe(forward_unchecked(m, d.replace(ctrl=u), cfg))
+        period_dt = jnp.broadcast_to(jnp.asarray(dt, d.qpos.dtype), ())
+        return (split(d), dt), Trajectory(d.qpos, d.qvel, d.act, d.time, stats, period_dt, obs)
 
     if cfg.integrator.remat:
         # store only the carry per period; recompute the period's internals in the backward pass
         body = jax.checkpoint(body)
-    (state, _), traj = jax.lax.scan(body, (split(d), _first_dt(m, cfg)), ctrls)
+    first = _first_dt(m, cfg) if dt0 is None else jnp.asarray(dt0, dtype=_first_dt(m, cfg).dtype)
+    (state, _), traj = jax.lax.scan(body, (split(d), first), ctrls)
     return join(state, ctrls[-1] if ctrls.shape[0] else d.ctrl), traj
 
 

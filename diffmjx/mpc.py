@@ -1,0 +1,377 @@
+"""Model-predictive control through the simulator: gradient MPC, predictive sampling, and a hybrid.
+
+Every planner improves a plan of ``horizon`` controls for the current state and the running cost
+``cost(d, ctrl) -> scalar`` summed over the states at the end of each control period (read through
+:func:`diffmjx.rollout`'s ``observe`` hook, so a cost may use sites, tendons, actuator forces and
+contacts). :func:`closed_loop` executes the first ``execute`` controls, shifts the plan and plans
+again.
+
+- ``gradient``: Adam (optax) on the plan, ``iterations`` steps per plan step, gradient clipped by
+  its global norm, controls clipped to the actuators' ``ctrlrange`` after each step, and the
+  lowest-cost iterate kept. The gradient is DiffMJX's (contacts from distance, smoothed collisions,
+  the integrator and adjoint of the simulation :class:`~diffmjx.Config`).
+- ``sampling``: MuJoCo MPC's predictive sampling: ``samples`` plans (the nominal one and noisy
+  copies with temporally correlated, power-law "coloured" noise; ``noise_beta`` 2 is brown noise),
+  evaluated in one ``vmap``; the cheapest is kept.
+- ``hybrid``: sampling first, then ``iterations`` gradient steps from the best sample.
+
+Batches of sampled plans are sharded over every visible device (a 1-D mesh on the sample axis)
+when their number divides evenly; :func:`closed_loop` replicates its state over the devices for
+that (call :func:`replicate` yourself when calling a planner's ``plan`` directly).
+"""
+
+import dataclasses
+import math
+import time
+import typing
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import yaml
+
+from diffmjx.config import Config, _coerce_text, _knob, _Section
+from diffmjx.integrate import rollout
+
+__all__ = [
+    "ClosedLoop",
+    "Planner",
+    "PlannerConfig",
+    "closed_loop",
+    "coloured_noise",
+    "ctrl_bounds",
+    "make_planner",
+    "plan_cost",
+    "replicate",
+]
+
+PRESETS = Path(__file__).parent / "presets"
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannerConfig(_Section):
+    """Knobs of the planners (defaults: the paper's gradient MPC, App. E.3).
+
+    Attributes:
+        kind: ``gradient``, ``sampling`` or ``hybrid``.
+        horizon: H, control periods per plan.
+        execute: E, controls executed per plan step (then the plan shifts by E).
+        learning_rate: Adam's step size (gradient, hybrid), in control units.
+        iterations: K, gradient steps per plan step (gradient, hybrid).
+        clip_norm: largest global norm of a gradient step's gradient; null: no clipping.
+        samples: k, plans evaluated per plan step (sampling, hybrid), the nominal one included.
+        noise_scale: standard deviation of the sampling noise as a fraction of each actuator's
+            control range (of 1 for unlimited actuators).
+        noise_beta: exponent of the noise's power spectrum 1/f^beta: 0 white, 1 pink, 2 brown.
+        shard: shard sample batches over all visible devices.
+    """
+
+    _section: typing.ClassVar[str] = "planner"
+    kind: str = _knob("gradient", choices=("gradient", "sampling", "hybrid"))
+    horizon: int = _knob(256, ge=1)
+    execute: int = _knob(16, ge=1)
+    learning_rate: float = _knob(0.01, gt=0.0)
+    iterations: int = _knob(32, ge=0)
+    clip_norm: float | None = _knob(1.0, gt=0.0)
+    samples: int = _knob(64, ge=1)
+    noise_scale: float = _knob(0.1, ge=0.0)
+    noise_beta: float = _knob(2.0, ge=0.0)
+    shard: bool = _knob(True)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.execute > self.horizon:
+            raise ValueError(f"planner.execute={self.execute} is out of range; it must be <= planner.horizon={self.horizon}")
+
+    def override(self, *assignments: str) -> "PlannerConfig":
+        """A new config with ``planner.field=value`` (or ``field=value``) assignments applied.
+
+        Raises:
+            ValueError: for an unknown field (listing the allowed ones) or a bad value.
+        """
+        allowed = [f.name for f in dataclasses.fields(self)]
+        cfg = self
+        for assignment in assignments:
+            key, sep, text = assignment.partition("=")
+            key = key.strip().removeprefix("planner.")
+            if not sep or key not in allowed:
+                raise ValueError(
+                    f"bad override {assignment!r}: expected planner.KEY=VALUE with KEY one of: {', '.join(allowed)}"
+                )
+            value = _coerce_text(typing.get_type_hints(PlannerConfig)[key], yaml.safe_load(text))
+            cfg = dataclasses.replace(cfg, **{key: value})
+        return cfg
+
+    @classmethod
+    def load(cls, preset: str | Path | None = None, overrides: Sequence[str] = ()) -> "PlannerConfig":
+        """Defaults, a YAML preset (a path, or the name of ``diffmjx/presets/planner_<name>.yaml``:
+        ``paper``, ``quick``), then ``overrides``."""
+        cfg = cls()
+        if preset is not None:
+            path = Path(preset)
+            if not path.suffix:
+                path = PRESETS / f"planner_{preset}.yaml"
+                if not path.exists():
+                    names = sorted(p.stem.removeprefix("planner_") for p in PRESETS.glob("planner_*.yaml"))
+                    raise ValueError(f"unknown planner preset {preset!r}; choose one of: {', '.join(names)}")
+            data = yaml.safe_load(path.read_text()) or {}
+            data = data.get("planner", data)
+            cfg = cfg.override(*(f"{k}={yaml.safe_dump(v).strip().removesuffix('...').strip()}" for k, v in data.items()))
+        return cfg.override(*overrides)
+
+
+class Planner(NamedTuple):
+    """A planner built by :func:`make_planner`: its knobs, the simulation config, and
+    ``plan(m, d, nominal, cost, key, dt0) -> (plan, info)``."""
+
+    config: PlannerConfig
+    sim: Config
+    plan: Callable
+
+
+class ClosedLoop(NamedTuple):
+    """What :func:`closed_loop` executed: one row per control period, one entry per plan step."""
+
+    qpos: np.ndarray  # (steps, nq) state at the end of each executed period
+    qvel: np.ndarray  # (steps, nv)
+    act: np.ndarray  # (steps, na)
+    ctrl: np.ndarray  # (steps, nu) executed controls
+    cost: np.ndarray  # (steps,) running cost of each executed state
+    plan_cost: np.ndarray  # (plan steps,) the chosen plan's cost over its horizon
+    plan_time_s: np.ndarray  # (plan steps,) wall time of each plan step (compiled)
+    jit_time_s: float  # compiling the plan step and the execution
+
+
+def ctrl_bounds(m):
+    """(nu,) lower and upper control bounds: ``ctrlrange`` where ``ctrllimited``, else infinite."""
+    limited = np.asarray(m.actuator_ctrllimited, dtype=bool)
+    rng = np.asarray(m.actuator_ctrlrange, dtype=np.float64).reshape(-1, 2)
+    lo = np.where(limited, rng[:, 0], -np.inf)
+    hi = np.where(limited, rng[:, 1], np.inf)
+    return jnp.asarray(lo), jnp.asarray(hi)
+
+
+def coloured_noise(key, shape, beta: float):
+    """Gaussian noise with power spectrum ~ 1/f^beta along axis -2 (time), unit variance.
+
+    Arguments:
+        key: ``jax.random`` key.
+        shape: ``(..., T, n)``.
+        beta: 0 white, 1 pink, 2 brown (random-walk-like: neighbouring controls move together).
+
+    Returns:
+        An array of ``shape``.
+    """
+    *lead, steps, n = shape
+    if steps == 1 or beta == 0.0:
+        return jax.random.normal(key, shape)
+    f = np.fft.rfftfreq(steps)
+    f[0] = f[1]  # lowest frequency: the series' own length
+    amp = f ** (-beta / 2.0)
+    # variance of each sample of the real series (irfft's 1/T included): terms of weight 2 for the
+    # real-only zero and Nyquist frequencies, 4 for the complex ones
+    weight = np.full(f.size, 4.0)
+    weight[0] = 2.0
+    if steps % 2 == 0:
+        weight[-1] = 2.0
+    sigma = np.sqrt(np.sum(weight * amp**2)) / steps
+    k1, k2 = jax.random.split(key)
+    re = jax.random.normal(k1, (*lead, n, f.size)) * amp
+    im = jax.random.normal(k2, (*lead, n, f.size)) * amp
+    im = im.at[..., 0].set(0.0)
+    re = re.at[..., 0].multiply(np.sqrt(2.0))
+    if steps % 2 == 0:
+        im = im.at[..., -1].set(0.0)
+        re = re.at[..., -1].multiply(np.sqrt(2.0))
+    y = jnp.fft.irfft(re + 1j * im, n=steps, axis=-1) / sigma
+    return jnp.swapaxes(y, -1, -2)
+
+
+def plan_cost(m, d, ctrls, cost, sim: Config, dt0=None):
+    """Summed running cost of ``ctrls`` from ``d`` and the step size to continue with.
+
+    Arguments:
+        m, d: model and state.
+        ctrls: (H, nu) plan.
+        cost: ``cost(d, ctrl) -> scalar`` of one period's end state.
+        sim: simulation :class:`~diffmjx.Config`.
+        dt0: first integrator step (see :func:`diffmjx.rollout`).
+
+    Returns:
+        ``(total cost, Trajectory)``.
+    """
+    _, traj = rollout(m, d, ctrls, sim, observe=lambda x: cost(x, x.ctrl), dt0=dt0)
+    return jnp.sum(traj.obs), traj
+
+
+def replicate(tree):
+    """``tree`` placed on every visible device (replicated), so a jitted plan step that shards its
+    samples over them can take it; unchanged with one device.
+
+    Arguments:
+        tree: a pytree of arrays (an ``mjx.Data``, a plan).
+
+    Returns:
+        The same pytree, replicated over a 1-D mesh of all devices.
+    """
+    devices = jax.devices()
+    if len(devices) < 2:
+        return tree
+    mesh = jax.sharding.Mesh(np.asarray(devices), ("batch",))
+    return jax.device_put(tree, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
+
+
+def _shard_samples(x, cfg: PlannerConfig):
+    devices = jax.devices()
+    if not cfg.shard or len(devices) < 2 or x.shape[0] % len(devices):
+        return x
+    mesh = jax.sharding.Mesh(np.asarray(devices), ("batch",))
+    spec = jax.sharding.PartitionSpec("batch", *([None] * (x.ndim - 1)))
+    return jax.lax.with_sharding_constraint(x, jax.sharding.NamedSharding(mesh, spec))
+
+
+def _sample(m, d, nominal, cost, key, dt0, cfg: PlannerConfig, sim: Config):
+    lo, hi = ctrl_bounds(m)
+    width = jnp.where(jnp.isfinite(hi - lo), hi - lo, 1.0)
+    noise = coloured_noise(key, (cfg.samples, *nominal.shape), cfg.noise_beta) * cfg.noise_scale * width
+    cands = jnp.clip(nominal[None] + noise, lo, hi).at[0].set(nominal)
+    cands = _shard_samples(cands, cfg)
+    costs = jax.vmap(lambda u: plan_cost(m, d, u, cost, sim, dt0)[0])(cands)
+    costs = jnp.where(jnp.isfinite(costs), costs, jnp.inf)
+    best = jnp.argmin(costs)
+    return cands[best], costs[best], costs
+
+
+def _descend(m, d, plan, cost, dt0, cfg: PlannerConfig, sim: Config, start_cost=jnp.inf):
+    lo, hi = ctrl_bounds(m)
+    steps = [optax.adam(cfg.learning_rate, b1=0.9, b2=0.999)]
+    if cfg.clip_norm is not None:
+        steps.insert(0, optax.clip_by_global_norm(cfg.clip_norm))
+    opt = optax.chain(*steps)
+    value_and_grad = jax.value_and_grad(lambda u: plan_cost(m, d, u, cost, sim, dt0)[0])
+
+    def iterate(carry, _):
+        u, state, best_u, best_c = carry
+        c, g = value_and_grad(u)
+        finite = jnp.isfinite(c) & jnp.all(jnp.isfinite(g))
+        better = finite & (c < best_c)
+        best_u, best_c = jnp.where(better, u, best_u), jnp.where(better, c, best_c)
+        update, new_state = opt.update(jnp.where(finite, g, 0.0), state, u)
+        u_new = jnp.clip(optax.apply_updates(u, update), lo, hi)
+        u = jnp.where(finite, u_new, u)
+        state = jax.tree.map(lambda a, b: jnp.where(finite, a, b), new_state, state)
+        return (u, state, best_u, best_c), (c, finite)
+
+    init = (plan, opt.init(plan), plan, jnp.asarray(start_cost, plan.dtype))
+    (u, _, best_u, best_c), (trace, finite) = jax.lax.scan(iterate, init, None, cfg.iterations)
+    last = plan_cost(m, d, u, cost, sim, dt0)[0]  # the final iterate, never evaluated in the loop
+    better = jnp.isfinite(last) & (last < best_c)
+    return jnp.where(better, u, best_u), jnp.where(better, last, best_c), trace, jnp.sum(~finite)
+
+
+def make_planner(cfg: PlannerConfig | None = None, sim: Config | None = None) -> Planner:
+    """Build the planner ``cfg.kind`` (defaults: gradient MPC with the paper's settings).
+
+    Arguments:
+        cfg: :class:`PlannerConfig`.
+        sim: the simulation :class:`~diffmjx.Config` the plans are rolled out (and differentiated)
+            with; ``Config()`` if None.
+
+    Returns:
+        A :class:`Planner`, whose ``plan(m, d, nominal, cost, key, dt0)`` returns the improved
+        plan and ``info`` (``cost``: the plan's cost; ``trace``: per-iteration costs of gradient
+        steps or the sample costs; ``skipped``: gradient steps skipped for a non-finite gradient).
+    """
+    cfg = PlannerConfig() if cfg is None else cfg
+    sim = Config() if sim is None else sim
+
+    def plan(m, d, nominal, cost, key, dt0=None):
+        if cfg.kind == "sampling":
+            best, best_c, costs = _sample(m, d, nominal, cost, key, dt0, cfg, sim)
+            return best, {"cost": best_c, "trace": costs, "skipped": jnp.asarray(0)}
+        if cfg.kind == "hybrid":
+            start, start_c, _ = _sample(m, d, nominal, cost, key, dt0, cfg, sim)
+            best, best_c, trace, skipped = _descend(m, d, start, cost, dt0, cfg, sim, start_c)
+            return best, {"cost": best_c, "trace": trace, "skipped": skipped}
+        best, best_c, trace, skipped = _descend(m, d, nominal, cost, dt0, cfg, sim)
+        return best, {"cost": best_c, "trace": trace, "skipped": skipped}
+
+    return Planner(cfg, sim, plan)
+
+
+def closed_loop(m, d0, cost, planner: Planner, steps: int, key, *, init=None, progress: bool = True) -> ClosedLoop:
+    """Receding-horizon control: plan, execute ``planner.config.execute`` controls, shift, repeat.
+
+    Arguments:
+        m: ``mjx.Model`` (its timestep is the control period).
+        d0: ``mjx.Data`` to start from.
+        cost: ``cost(d, ctrl) -> scalar``, the running cost of one state (``d`` has every derived
+            field computed; see :func:`diffmjx.rollout`'s ``observe``).
+        planner: from :func:`make_planner`.
+        steps: control periods to execute in all.
+        key: ``jax.random`` key (sampling noise).
+        init: (horizon, nu) first nominal plan; zeros clipped to the control ranges if None.
+        progress: show a progress bar over plan steps.
+
+    Returns:
+        :class:`ClosedLoop`: the executed trajectory, the per-step cost of the executed states,
+        and the wall time of each plan step.
+    """
+    from tqdm.auto import tqdm
+
+    cfg, sim = planner.config, planner.sim
+    if not isinstance(steps, (int, np.integer)) or steps < 1:
+        raise ValueError(f"steps={steps!r} is invalid; expected an int >= 1")
+    lo, hi = ctrl_bounds(m)
+    dtype = jnp.asarray(d0.qpos).dtype
+    plan = jnp.clip(jnp.zeros((cfg.horizon, m.nu), dtype), lo, hi) if init is None else jnp.asarray(init, dtype)
+    if plan.shape != (cfg.horizon, m.nu):
+        raise ValueError(f"init must have shape (horizon, nu) = ({cfg.horizon}, {m.nu}); got {plan.shape}")
+    plan_fn = jax.jit(lambda d, u, k, dt: planner.plan(m, d, u, cost, k, dt))
+    execute = cfg.execute
+
+    def run(d, u, dt):
+        d, traj = rollout(m, d, u, sim, observe=lambda x: cost(x, x.ctrl), dt0=dt)
+        return d, traj
+
+    exec_fn = jax.jit(run)
+    dt = jnp.asarray(m.opt.timestep if sim.integrator.dt0 is None else sim.integrator.dt0, dtype)
+    if cfg.shard:
+        d0, plan, dt = replicate((d0, plan, dt))
+    t0 = time.perf_counter()
+    key, sub = jax.random.split(key)
+    plan_c = plan_fn.lower(d0, plan, sub, dt).compile()
+    exec_c = exec_fn.lower(d0, plan[:execute], dt).compile()
+    jit_time = time.perf_counter() - t0
+
+    rows = {"qpos": [], "qvel": [], "act": [], "ctrl": [], "cost": []}
+    plan_costs, plan_times = [], []
+    d, done = d0, 0
+    n_plans = math.ceil(steps / execute)
+    for _ in tqdm(range(n_plans), desc=f"closed loop ({cfg.kind})", disable=not progress):
+        key, sub = jax.random.split(key)
+        if cfg.shard:
+            d, plan, dt, sub = replicate((d, plan, dt, sub))
+        t = time.perf_counter()
+        plan, info = plan_c(d, plan, sub, dt)
+        jax.block_until_ready(plan)
+        plan_times.append(time.perf_counter() - t)
+        plan_costs.append(float(info["cost"]))
+        u = plan[:execute]
+        d, traj = exec_c(d, u, dt)
+        n = min(execute, steps - done)
+        for name, value in (("qpos", traj.qpos), ("qvel", traj.qvel), ("act", traj.act), ("ctrl", u), ("cost", traj.obs)):
+            rows[name].append(np.asarray(value)[:n])
+        done += n
+        dt = traj.dt[-1]
+        plan = jnp.concatenate([plan[execute:], jnp.repeat(plan[-1:], execute, axis=0)])
+    return ClosedLoop(
+        **{k: np.concatenate(v) for k, v in rows.items()},
+        plan_cost=np.asarray(plan_costs),
+        plan_time_s=np.asarray(plan_times),
+        jit_time_s=jit_time,
+    )

@@ -1,0 +1,146 @@
+"""Planners (diffmjx.mpc) on a small actuated slider: they lower the cost, the closed loop keeps its
+contract, sampling is the same sharded over two devices, and rollout's observation hook."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+import pytest
+
+import diffmjx
+from diffmjx import mpc
+from diffmjx._mjx import mjx
+
+SLIDER = """
+<mujoco>
+  <option timestep="0.05"/>
+  <worldbody>
+    <body name="cart">
+      <joint name="x" type="slide" axis="1 0 0" damping="0.1"/>
+      <geom type="box" size="0.05 0.05 0.05" mass="1"/>
+      <site name="tip" pos="0.05 0 0"/>
+    </body>
+  </worldbody>
+  <actuator><motor joint="x" ctrlrange="-1 1" ctrllimited="true"/></actuator>
+</mujoco>
+"""
+TARGET = 0.3
+SIM = diffmjx.Config().override("integrator.solver=mjx_euler")
+
+
+def cost(d, ctrl):
+    """Distance of the site to the target, read from the observed Data, plus a small effort term."""
+    return (d.site_xpos[0, 0] - 0.05 - TARGET) ** 2 + 1e-3 * jnp.sum(ctrl**2)
+
+
+@pytest.fixture(scope="module")
+def slider():
+    mj = mujoco.MjModel.from_xml_string(SLIDER)
+    mx = mjx.put_model(mj)
+    return mx, mjx.make_data(mx)
+
+
+def test_rollout_observes_each_period_end_state_and_returns_step_sizes(slider):
+    mx, d0 = slider
+    u = jnp.linspace(-1.0, 1.0, 5)[:, None]
+    _, traj = jax.jit(lambda d: diffmjx.rollout(mx, d, u, diffmjx.Config(), observe=lambda d: (d.site_xpos[0], d.ctrl)))(d0)
+    site, ctrl = traj.obs
+    np.testing.assert_allclose(np.asarray(site[:, 0]), np.asarray(traj.qpos[:, 0]) + 0.05, atol=1e-12)
+    np.testing.assert_array_equal(np.asarray(ctrl), np.asarray(u))  # each period's own control
+    dt = np.asarray(traj.dt)
+    assert dt.shape == (5,) and np.all(dt > 0) and np.all(dt <= 0.05 + 1e-15)
+    _, plain = diffmjx.rollout(mx, d0, u, diffmjx.Config())
+    assert plain.obs is None
+    with pytest.raises(ValueError, match="observe must be a function"):
+        diffmjx.rollout(mx, d0, u, diffmjx.Config(), observe=3)
+
+
+def _do_nothing_cost(mx, d0, steps):
+    return float(mpc.plan_cost(mx, d0, jnp.zeros((steps, 1)), cost, SIM)[0]) / steps
+
+
+@pytest.mark.parametrize("kind", ["gradient", "sampling", "hybrid"])
+def test_closed_loop_planners_drive_the_slider_to_its_target(slider, kind):
+    mx, d0 = slider
+    cfg = mpc.PlannerConfig.load("quick", [f"kind={kind}", "horizon=12", "execute=4", "iterations=6",
+                                           "learning_rate=0.2", "samples=16", "noise_scale=0.3"])  # fmt: skip
+    planner = mpc.make_planner(cfg, SIM)
+    out = mpc.closed_loop(mx, d0, cost, planner, steps=16, key=jax.random.PRNGKey(0), progress=False)
+    assert out.qpos.shape == (16, 1) and out.ctrl.shape == (16, 1) and out.cost.shape == (16,)
+    assert out.plan_time_s.shape == (4,) and out.plan_cost.shape == (4,) and out.jit_time_s > 0
+    assert np.all(np.abs(out.ctrl) <= 1.0)  # controls kept in the actuator's range
+    # the executed cost is the cost of the executed states
+    np.testing.assert_allclose(out.cost[-1], (out.qpos[-1, 0] - TARGET) ** 2 + 1e-3 * out.ctrl[-1, 0] ** 2, rtol=1e-9)
+    idle = (0.0 - TARGET) ** 2
+    assert out.cost[-4:].mean() < 0.25 * idle, out.cost  # it got there (and stayed near)
+    assert out.cost.mean() < 0.7 * _do_nothing_cost(mx, d0, 16)
+
+
+def test_gradient_planner_keeps_its_lowest_cost_iterate(slider):
+    mx, d0 = slider
+    cfg = mpc.PlannerConfig(kind="gradient", horizon=8, execute=4, iterations=5, learning_rate=5.0, clip_norm=None)
+    plan, info = jax.jit(lambda d: mpc.make_planner(cfg, SIM).plan(mx, d, jnp.zeros((8, 1)), cost, jax.random.PRNGKey(0)))(d0)
+    trace = np.asarray(info["trace"])
+    assert float(info["cost"]) <= trace.min() + 1e-12  # never worse than any iterate it saw
+    np.testing.assert_allclose(float(mpc.plan_cost(mx, d0, plan, cost, SIM)[0]), float(info["cost"]), rtol=1e-12)
+
+
+def test_coloured_noise_has_unit_variance_and_brown_correlation():
+    white = np.asarray(mpc.coloured_noise(jax.random.PRNGKey(1), (400, 64, 2), 0.0))
+    brown = np.asarray(mpc.coloured_noise(jax.random.PRNGKey(1), (400, 64, 2), 2.0))
+    assert brown.shape == (400, 64, 2)
+    for x in (white, brown):
+        assert 0.85 < x.var() < 1.15
+    lag1 = lambda x: np.mean(x[:, 1:] * x[:, :-1]) / x.var()  # noqa: E731
+    assert abs(lag1(white)) < 0.05 and lag1(brown) > 0.9
+
+
+def test_planner_config_validates_and_presets_load():
+    assert mpc.PlannerConfig.load("paper") == mpc.PlannerConfig()  # the paper's settings are the defaults
+    quick = mpc.PlannerConfig.load("quick")
+    assert quick.horizon < 256 and quick.iterations < 32
+    with pytest.raises(ValueError, match="planner.kind='newton' is not allowed; choose one of: gradient, sampling, hybrid"):
+        mpc.PlannerConfig(kind="newton")
+    with pytest.raises(ValueError, match="planner.execute=20 .* <= planner.horizon=10"):
+        mpc.PlannerConfig(horizon=10, execute=20)
+    with pytest.raises(ValueError, match="unknown planner preset 'fast'; choose one of: paper, quick"):
+        mpc.PlannerConfig.load("fast")
+    with pytest.raises(ValueError, match="expected planner.KEY=VALUE"):
+        mpc.PlannerConfig().override("planner.rate=1")
+
+
+SHARDED = """
+import os
+import jax, jax.numpy as jnp, numpy as np, mujoco
+jax.config.update("jax_enable_x64", True)
+import diffmjx
+from diffmjx import mpc
+from diffmjx._mjx import mjx
+import tests.test_mpc as t
+assert len(jax.devices()) == 2, jax.devices()
+mx = mjx.put_model(mujoco.MjModel.from_xml_string(t.SLIDER))
+d0 = mjx.make_data(mx)
+out = []
+for shard in (True, False):
+    cfg = mpc.PlannerConfig(kind="sampling", horizon=8, execute=4, samples=8, noise_scale=0.3, shard=shard)
+    d, key = mpc.replicate((d0, jax.random.PRNGKey(3)))
+    plan, info = jax.jit(lambda d, k: mpc.make_planner(cfg, t.SIM).plan(mx, d, jnp.zeros((8, 1)), t.cost, k))(d, key)
+    out.append((np.asarray(plan), np.asarray(info["trace"])))
+print("PLAN_GAP", np.abs(out[0][0] - out[1][0]).max(), "COST_GAP", np.abs(out[0][1] - out[1][1]).max())
+"""
+
+
+def test_sampling_sharded_over_two_devices_equals_unsharded():
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    res = subprocess.run([sys.executable, "-c", textwrap.dedent(SHARDED)], env=env, cwd=root, capture_output=True,
+                         text=True, timeout=600)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    words = res.stdout.split()
+    plan_gap, cost_gap = float(words[words.index("PLAN_GAP") + 1]), float(words[words.index("COST_GAP") + 1])
+    assert plan_gap <= 1e-12 and cost_gap <= 1e-12
