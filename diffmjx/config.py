@@ -61,9 +61,17 @@ def _knob(
     gt: float | None = None,
     ge: float | None = None,
     lt: float | None = None,
+    check: Any = None,
 ) -> Any:
-    """A dataclass field whose constraints are read back by ``_Section.__post_init__``."""
-    return dataclasses.field(default=default, metadata={"choices": choices, "gt": gt, "ge": ge, "lt": lt})
+    """A dataclass field whose constraints are read back by ``_Section.__post_init__``.
+
+    ``check(key, value) -> value``, if given, replaces the generic type check for a field whose
+    type it does not cover (a tuple of names, a mapping): it returns the normalised value or raises
+    ``ValueError`` naming ``key`` and what is allowed.
+    """
+    return dataclasses.field(
+        default=default, metadata={"choices": choices, "gt": gt, "ge": ge, "lt": lt, "check": check}
+    )
 
 
 def _unwrap_optional(hint: Any) -> tuple[Any, bool]:
@@ -118,7 +126,9 @@ class _Section:
         hints = typing.get_type_hints(type(self))
         for f in dataclasses.fields(self):  # type: ignore[arg-type]
             key = f"{self._section}.{f.name}"
-            value = _check_type(key, getattr(self, f.name), hints[f.name])
+            check = f.metadata.get("check")
+            raw = getattr(self, f.name)
+            value = check(key, raw) if check is not None else _check_type(key, raw, hints[f.name])
             object.__setattr__(self, f.name, value)
             choices, gt, ge = f.metadata["choices"], f.metadata["gt"], f.metadata["ge"]
             if choices and value not in choices:

@@ -3,8 +3,10 @@
 Built so far: :mod:`diffmjx.sysid.data`, the loader (tosses as MuJoCo free-joint states, a seeded
 train / validation split by toss, segments of ``horizon + 1`` states), and
 :mod:`diffmjx.sysid.model`, the cube as a differentiable model (physical parameters, their
-unconstrained coordinates, an ``mjx.Model`` with every derived field traced). The training loop
-comes next. This package sits above the core: the core never imports it.
+unconstrained coordinates, an ``mjx.Model`` with every derived field traced), and
+:mod:`diffmjx.sysid.train`, the training loop (segment loss, Adam on the unconstrained coordinates
+of the free parameters, checkpoints, sharded minibatches), whole-toss evaluation and the
+fitted-parameter file. This package sits above the core: the core never imports it.
 """
 
 from diffmjx.sysid.data import (
@@ -26,21 +28,67 @@ from diffmjx.sysid.model import (
     from_unconstrained,
     to_unconstrained,
 )
+from diffmjx.sysid.train import (
+    ADAM,
+    FREE_PARAMS,
+    OPTION_KEYS,
+    PARAMS_JSON_KEYS,
+    FittedParams,
+    History,
+    SysidConfig,
+    TrainConfig,
+    TrainResult,
+    batch_sharding,
+    load_params_json,
+    load_split,
+    model_options,
+    pad_tosses,
+    predict_segments,
+    quat_to_mat,
+    rollout_tosses,
+    save_params_json,
+    segment_loss,
+    sim_overrides,
+    train,
+    trajectory_error,
+)
 
 __all__ = [
+    "ADAM",
     "DT",
+    "FREE_PARAMS",
+    "OPTION_KEYS",
+    "PARAMS_JSON_KEYS",
     "CubeParams",
     "DataConfig",
     "DataError",
+    "FittedParams",
+    "History",
     "LoadReport",
     "Segments",
+    "SysidConfig",
     "Toss",
+    "TrainConfig",
+    "TrainResult",
+    "batch_sharding",
     "check_params",
     "cube_mjmodel",
     "cube_mjx_model",
     "from_unconstrained",
+    "load_params_json",
+    "load_split",
     "load_tosses",
+    "model_options",
+    "pad_tosses",
+    "predict_segments",
+    "quat_to_mat",
+    "rollout_tosses",
+    "save_params_json",
+    "segment_loss",
     "segments",
+    "sim_overrides",
     "split",
     "to_unconstrained",
+    "train",
+    "trajectory_error",
 ]

@@ -1,0 +1,214 @@
+"""ContactNets cube system identification, paper Fig. 9: the side length from 60, 100 and 140 mm.
+
+    python -m experiments.contactnets_sysid [--preset quick|paper|PATH] [--set KEY=VALUE ...] [--fresh]
+
+Identifies the cube's side length alone (the other parameters fixed at the defaults of
+``diffmjx.sysid.CubeParams``) from the real ContactNets tosses with ``diffmjx.sysid.train``
+(segments of N = 4 predicted states, Adam on the unconstrained side), started at 60, 100 and 140 mm,
+for three simulations:
+
+- ``mjx_smooth``: fixed-step MJX (``integrator.solver=mjx_euler``, 4 Newton iterations) with
+  smooth collisions (``collision.smooth=true``);
+- ``mjx_smooth_cfd``: the same plus contacts from distance (``cfd.enabled=true``) with the
+  paper's sysid tuple ``(0, 0.01, w_c, 1, 4)`` and a reach ``w_c`` measured from the data: the
+  largest gap between a 60 mm cube and the table at the recorded states where the real cube
+  touches it, rounded up to the centimetre (the paper's 1 cm does not reach: a resting 60 mm cube
+  hangs about 2 cm above the table);
+- ``diffmjx_cfd``: DiffMJX at the library's defaults (Tsit5, rtol = atol = 1e-5, 2 Newton
+  iterations) with CFD at its defaults (``cfd.enabled=true``: reach 10 cm).
+
+Every run sees the same minibatches (``train.seed``). ``--set`` applies to every run (e.g.
+``--set train.learning_rate=0.01``). Writes ``docs/results/contactnets_sysid_side.csv``
+(config, init_mm, step, side_mm, loss, wall_s: one row per estimate, from step 0 = the initial
+value; ``loss`` is the minibatch loss evaluated *at* that estimate, by the next step, so the last
+row has none; ``wall_s`` is the run's cumulative time in gradient steps, JIT excluded),
+``contactnets_sysid_side.png`` and ``contactnets_params.json`` (the side from the DiffMJX + CFD
+run with the lowest loss over its last epoch, every other parameter at its default). Each run is
+checkpointed after every epoch under ``~/.cache/diffmjx/sysid`` and resumed by a rerun
+(``--fresh`` starts over).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import math
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+
+from diffmjx import sysid
+from experiments import common
+
+TRUE_SIDE_MM = 1e3 * sysid.CubeParams().side_length  # 104.8, the ContactNets cube
+INITS_MM = (60.0, 100.0, 140.0)
+CHECKPOINTS = Path.home() / ".cache" / "diffmjx" / "sysid"
+SIDE_MIN_MM = 60.0  # the smallest start: the reach CFD needs is measured for it
+
+
+def configurations(w_c: float) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """name -> (label, overrides of the preset); ``w_c`` is the fixed-step CFD reach in m."""
+    mjx = ("integrator.solver=mjx_euler", "collision.smooth=true", "train.iterations=4")
+    return {
+        "mjx_smooth": ("fixed-step MJX + smooth collisions", mjx),
+        "mjx_smooth_cfd": (
+            f"fixed-step MJX + smooth collisions + CFD (w_c {100 * w_c:g} cm)",
+            (*mjx, "cfd.enabled=true", f"cfd.solimp=[0.0, 0.01, {w_c}, 1.0, 4.0]"),
+        ),
+        "diffmjx_cfd": ("DiffMJX + CFD (library defaults)", ("cfd.enabled=true",)),
+    }
+
+
+def lowest_corner(qpos: np.ndarray, side: float) -> np.ndarray:
+    """Height above z = 0 of the lowest corner of a cube of edge ``side`` at free-joint states (T, 7)."""
+    w, x, y, z = (qpos[:, 3 + i] for i in range(4))
+    row = np.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], axis=1)  # R[2, :]
+    return qpos[:, 2] - side / 2 * np.abs(row).sum(axis=1)
+
+
+def required_reach(tosses, names, side: float, touch: float = 1e-3) -> dict:
+    """Gap between a cube of edge ``side`` and the table at the recorded states where the real cube
+    touches it (its lowest corner below ``touch``; the table lies about 1.7 mm below z = 0 in the
+    data), and the CFD reach that covers the largest gap, rounded up to the centimetre."""
+    qpos = np.concatenate([tosses[n].qpos for n in names])
+    touching = lowest_corner(qpos, sysid.CubeParams().side_length) < touch
+    gap = lowest_corner(qpos[touching], side)
+    return {
+        "touching_share": float(touching.mean()),
+        "median_gap_m": float(np.median(gap)),
+        "p99_gap_m": float(np.percentile(gap, 99)),
+        "max_gap_m": float(gap.max()),
+        "w_c": math.ceil(100 * gap.max()) / 100,
+    }
+
+
+def _rows(name: str, init_mm: float, result: sysid.TrainResult) -> list[dict]:
+    h = result.history
+    side = np.r_[init_mm / 1e3, h.params.side_length]
+    loss = np.r_[h.loss, np.nan]
+    wall = np.r_[0.0, np.cumsum(h.wall_s)]
+    return [
+        {"config": name, "init_mm": init_mm, "step": k, "side_mm": 1e3 * side[k], "loss": loss[k], "wall_s": wall[k]}
+        for k in range(len(side))
+    ]
+
+
+def run(cfg: sysid.SysidConfig, out: Path, fresh: bool = False, progress: bool = True) -> dict:
+    """Every configuration from every start; writes the CSV, PNG and parameter file into ``out``."""
+    t_start = time.perf_counter()
+    tosses, train_names, _, report = sysid.load_split(cfg.data)
+    data = sysid.segments(tosses, train_names, cfg.data.horizon, report)
+    steps = cfg.train.epochs * (cfg.train.steps_per_epoch or len(data.start) // cfg.train.batch_size)
+    print(f"{report}\n{len(train_names)} training tosses, {len(data.start)} segments of N = {cfg.data.horizon}; "
+          f"{steps} steps of {cfg.train.batch_size} segments per run, learning rate {cfg.train.learning_rate:g}")  # fmt: skip
+    reach = required_reach(tosses, train_names, SIDE_MIN_MM / 1e3)
+    print(f"a {SIDE_MIN_MM:g} mm cube at the {100 * reach['touching_share']:.0f} % of recorded states where the "
+          f"real cube touches the table: gap median {1e3 * reach['median_gap_m']:.1f} mm, 99th percentile "
+          f"{1e3 * reach['p99_gap_m']:.1f} mm, largest {1e3 * reach['max_gap_m']:.1f} mm -> CFD reach "
+          f"w_c = {100 * reach['w_c']:g} cm for fixed-step MJX")  # fmt: skip
+
+    key = hashlib.sha256(cfg.to_yaml().encode()).hexdigest()[:12]
+    rows, timing, results = [], [], {}
+    for name, (label, overrides) in configurations(reach["w_c"]).items():
+        base = cfg.override(*overrides)
+        # one throwaway step compiles the gradient program, so the runs' step times exclude the JIT
+        t = time.perf_counter()
+        sysid.train(base.override("train.epochs=1", "train.steps_per_epoch=1", "train.checkpoint_dir=null"), data,
+                    progress=False)  # fmt: skip
+        jit_s = time.perf_counter() - t
+        step_s = []
+        for init_mm in INITS_MM:
+            ckpt = CHECKPOINTS / f"contactnets_sysid-{key}" / name / f"{init_mm:g}"
+            if fresh and ckpt.exists():
+                shutil.rmtree(ckpt)
+            run_cfg = base.override(f"train.inits={{side_length: {init_mm / 1e3}}}", f"train.checkpoint_dir={ckpt}")
+            result = sysid.train(run_cfg, data, progress=progress, desc=f"{name} from {init_mm:g} mm")
+            results[name, init_mm] = (run_cfg, result)
+            rows += _rows(name, init_mm, result)
+            step_s += list(result.history.wall_s)
+            print(f"{label}, from {init_mm:g} mm: side {1e3 * float(result.params.side_length):.1f} mm after "
+                  f"{len(result.history.step)} steps ({np.median(result.history.wall_s):.3f} s per step)")  # fmt: skip
+        timing.append({"config": name, "label": label, "jit_s": jit_s, "median_step_s": float(np.median(step_s)),
+                       "mean_step_s": float(np.mean(step_s))})  # fmt: skip
+
+    out.mkdir(parents=True, exist_ok=True)
+    common.write_csv(out / "contactnets_sysid_side.csv", rows)
+    _plot(rows, configurations(reach["w_c"]), out / "contactnets_sysid_side.png")
+    params_json = _save_params(results, out / "contactnets_params.json")
+    total_s = time.perf_counter() - t_start
+
+    print(
+        f"\n{'configuration':<58} " + " ".join(f"{f'from {i:g}':>9}" for i in INITS_MM) + f" {'JIT s':>6} {'s/step':>7}"
+    )
+    for tm in timing:
+        finals = [1e3 * float(results[tm["config"], i][1].params.side_length) for i in INITS_MM]
+        print(f"{tm['label']:<58} " + " ".join(f"{f:9.1f}" for f in finals)
+              + f" {tm['jit_s']:6.1f} {tm['median_step_s']:7.3f}")  # fmt: skip
+    print(f"(final side in mm; true {TRUE_SIDE_MM:.1f} mm; s/step: median wall time of a gradient step of "
+          f"{cfg.train.batch_size} segments, JIT excluded)\nfitted-parameter file: side "
+          f"{1e3 * params_json['side_length_m']:.1f} mm -> {out / 'contactnets_params.json'}\n"
+          f"total {total_s:.0f} s")  # fmt: skip
+    return {"rows": rows, "timing": timing, "reach": reach, "results": results, "total_s": total_s,
+            "params": params_json}  # fmt: skip
+
+
+def _save_params(results: dict, path: Path) -> dict:
+    """The DiffMJX + CFD run with the lowest mean minibatch loss over its last epoch (all runs see the
+    same minibatches) gives the side; every other parameter stays at its default."""
+    runs = {k: v for k, v in results.items() if k[0] == "diffmjx_cfd"}
+
+    def last_epoch_loss(item):
+        h = item[1][1].history
+        return float(np.mean(h.loss[h.epoch == h.epoch.max()]))
+
+    (_, _), (run_cfg, result) = min(runs.items(), key=last_epoch_loss)
+    options = sysid.model_options(sysid.cube_mjmodel(iterations=run_cfg.iterations))
+    return sysid.save_params_json(path, result.params, options, sysid.sim_overrides(run_cfg.sim))
+
+
+def _plot(rows: list[dict], configs: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(configs), figsize=(4.2 * len(configs), 3.6), sharey=True)
+    colours = {60.0: "tab:blue", 100.0: "tab:green", 140.0: "tab:red"}
+    for ax, (name, (label, _)) in zip(axes, configs.items(), strict=True):
+        for init_mm in INITS_MM:
+            r = [x for x in rows if x["config"] == name and x["init_mm"] == init_mm]
+            ax.plot(
+                [x["step"] for x in r],
+                [x["side_mm"] for x in r],
+                color=colours.get(init_mm),
+                label=f"from {init_mm:g} mm",
+            )
+        ax.axhline(TRUE_SIDE_MM, color="k", ls="--", lw=1, label=f"ContactNets cube, {TRUE_SIDE_MM:.1f} mm")
+        ax.set_title(label, fontsize=9)
+        ax.set_xlabel("gradient step")
+    axes[0].set_ylabel("side length estimate (mm)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--preset", default="paper", metavar="quick|paper|PATH", help="sysid preset (default: paper)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override for every run, e.g. train.learning_rate=0.01 (repeatable)")  # fmt: skip
+    p.add_argument("--out", type=Path, default=common.RESULTS, help="where the CSV, PNG and JSON files go")
+    p.add_argument("--fresh", action="store_true", help="ignore checkpoints of an earlier run")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    args = p.parse_args(argv)
+    common.setup()
+    cfg = sysid.SysidConfig.load(args.preset, args.set)
+    run(cfg, args.out, fresh=args.fresh, progress=not args.no_progress)
+
+
+if __name__ == "__main__":
+    main()
