@@ -67,6 +67,9 @@ class PlannerConfig(_Section):
         noise_scale: standard deviation of the sampling noise as a fraction of each actuator's
             control range (of 1 for unlimited actuators).
         noise_beta: exponent of the noise's power spectrum 1/f^beta: 0 white, 1 pink, 2 brown.
+        sample_batch: samples evaluated together in one ``vmap``; the batches run one after
+            another (``jax.lax.map``). null: all at once (best on a GPU); on a CPU a vmap of a
+            large model can be far slower than evaluating samples one by one.
         shard: shard sample batches over all visible devices.
     """
 
@@ -80,6 +83,7 @@ class PlannerConfig(_Section):
     samples: int = _knob(64, ge=1)
     noise_scale: float = _knob(0.1, ge=0.0)
     noise_beta: float = _knob(2.0, ge=0.0)
+    sample_batch: int | None = _knob(None, ge=1)
     shard: bool = _knob(True)
 
     def __post_init__(self) -> None:
@@ -240,7 +244,11 @@ def _sample(m, d, nominal, cost, key, dt0, cfg: PlannerConfig, sim: Config):
     noise = coloured_noise(key, (cfg.samples, *nominal.shape), cfg.noise_beta) * cfg.noise_scale * width
     cands = jnp.clip(nominal[None] + noise, lo, hi).at[0].set(nominal)
     cands = _shard_samples(cands, cfg)
-    costs = jax.vmap(lambda u: plan_cost(m, d, u, cost, sim, dt0)[0])(cands)
+    one = lambda u: plan_cost(m, d, u, cost, sim, dt0)[0]  # noqa: E731
+    if cfg.sample_batch is None or cfg.sample_batch >= cfg.samples:
+        costs = jax.vmap(one)(cands)
+    else:
+        costs = jax.lax.map(one, cands, batch_size=cfg.sample_batch)
     costs = jnp.where(jnp.isfinite(costs), costs, jnp.inf)
     best = jnp.argmin(costs)
     return cands[best], costs[best], costs
