@@ -284,20 +284,25 @@ def tendon(m, d):
             if a <= w < a + n:
                 divisor[w : a + n] = max(MINVAL, prm[w])
 
+    def add_per_tendon(length, moment, wraps, seg_len, seg_mom):
+        """Divide the segments starting at ``wraps`` by their pulley divisors, add them to their tendons."""
+        if wraps.size:
+            seg_len = seg_len / divisor[wraps]
+            seg_mom = seg_mom / divisor[wraps][:, None]
+        count = _counts_per_tendon(m, wraps)
+        (tendons,) = np.nonzero(count > 0)
+        per = np.repeat(np.arange(tendons.size), count[tendons])
+        length = length.at[tendons].add(jax.ops.segment_sum(seg_len, per, tendons.size))
+        moment = moment.at[tendons].add(jax.ops.segment_sum(seg_mom, per, tendons.size))
+        return length, moment, tendons, per
+
     # straight site-to-site segments (consecutive sites of one tendon)
     (w_site,) = np.nonzero(wtype == _SITE)
     starts = w_site[:-1][np.diff(w_site) == 1]
     starts = np.setdiff1d(starts, adr[1:] - 1)
     s0, s1 = objid[starts], objid[starts + 1]
     seg_len, seg_mom = segments(d.site_xpos[s0], d.site_xpos[s1], site_body[s0], site_body[s1])
-    if starts.size:
-        seg_len = seg_len / divisor[starts]
-        seg_mom = seg_mom / divisor[starts][:, None]
-    n_seg = _counts_per_tendon(m, starts)
-    (t_site,) = np.nonzero(n_seg > 0)
-    per_site = np.repeat(np.arange(t_site.size), n_seg[t_site])
-    length = length.at[t_site].add(jax.ops.segment_sum(seg_len, per_site, t_site.size))
-    moment = moment.at[t_site].add(jax.ops.segment_sum(seg_mom, per_site, t_site.size))
+    length, moment, _, _ = add_per_tendon(length, moment, starts, seg_len, seg_mom)
 
     # site - sphere/cylinder - site
     (w_geom,) = np.nonzero((wtype == _SPHERE) | (wtype == _CYLINDER))
@@ -332,14 +337,7 @@ def tendon(m, d):
     out_len, out_mom = segments(g1, xb, bg, bb)
     geom_len = jnp.where(missed, straight_len, in_len + arc + out_len)
     geom_mom = jnp.where(missed[:, None], straight_mom, in_mom + on_mom + out_mom)
-    if w_geom.size:
-        geom_len = geom_len / divisor[w_geom]
-        geom_mom = geom_mom / divisor[w_geom][:, None]
-    n_geom = _counts_per_tendon(m, w_geom)
-    (t_geom,) = np.nonzero(n_geom > 0)
-    per_geom = np.repeat(np.arange(t_geom.size), n_geom[t_geom])
-    length = length.at[t_geom].add(jax.ops.segment_sum(geom_len, per_geom, t_geom.size))
-    moment = moment.at[t_geom].add(jax.ops.segment_sum(geom_mom, per_geom, t_geom.size))
+    length, moment, t_geom, per_geom = add_per_tendon(length, moment, w_geom, geom_len, geom_mom)
 
     # wrap path for the viewer: pulleys, sites, then the tangent points of geoms that wrapped
     int_t = d._impl.wrap_obj.dtype

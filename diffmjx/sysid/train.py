@@ -832,15 +832,20 @@ def _number(key: str, v: Any, *, integer: bool = False) -> None:
         raise ValueError(f"{key}={v!r} is invalid; expected {'an integer' if integer else 'a finite number'}")
 
 
+def _exact_keys(d: Mapping, keys, where: str, prefix: str, owner: str) -> None:
+    """Refuse a missing or an unknown key of ``d`` (named ``prefix + key``)."""
+    for key in keys:
+        if key not in d:
+            raise ValueError(f"{where}: missing key {prefix + key!r}")
+    extra = [k for k in d if k not in keys]
+    if extra:
+        raise ValueError(f"{where}: unknown key {prefix + extra[0]!r}; {owner} exactly {', '.join(keys)}")
+
+
 def _check_params_dict(d: Any, where: str) -> FittedParams:
     if not isinstance(d, Mapping):
         raise ValueError(f"{where}: expected a JSON object with keys {', '.join(PARAMS_JSON_KEYS)}")  # noqa: TRY004
-    for key in PARAMS_JSON_KEYS:
-        if key not in d:
-            raise ValueError(f"{where}: missing key {key!r}")
-    extra = [k for k in d if k not in PARAMS_JSON_KEYS]
-    if extra:
-        raise ValueError(f"{where}: unknown key {extra[0]!r}; the keys are exactly {', '.join(PARAMS_JSON_KEYS)}")
+    _exact_keys(d, PARAMS_JSON_KEYS, where, "", "the keys are")
     for key in ("side_length_m", "mass_kg", "friction"):
         _number(key, d[key])
     for key, n in (("solref", 2), ("solimp", 5)):
@@ -852,12 +857,7 @@ def _check_params_dict(d: Any, where: str) -> FittedParams:
     options = d["options"]
     if not isinstance(options, Mapping):
         raise ValueError(f"options={options!r} is invalid; expected an object with keys {', '.join(OPTION_KEYS)}")  # noqa: TRY004
-    for key in OPTION_KEYS:
-        if key not in options:
-            raise ValueError(f"{where}: missing key 'options.{key}'")
-    extra = [k for k in options if k not in OPTION_KEYS]
-    if extra:
-        raise ValueError(f"{where}: unknown key 'options.{extra[0]}'; options has exactly {', '.join(OPTION_KEYS)}")
+    _exact_keys(options, OPTION_KEYS, where, "options.", "options has")
     for key, positive in (("timestep", True), ("tolerance", False), ("impratio", True)):
         _number(f"options.{key}", options[key])
         if options[key] < 0 or (positive and options[key] == 0):
