@@ -47,6 +47,7 @@ ADJOINTS = ("checkpoint", "backsolve", "forward")
 STEP_CONTROLS = ("pid", "constant")
 BUDGET_POLICIES = ("flag", "raise")
 GRADIENTS = ("unroll", "implicit")
+PLANE_BOX_RULES = ("deepest", "mjx")
 
 DEFAULT_PRESET = Path(__file__).parent / "presets" / "default.yaml"
 """The defaults written out as YAML, one comment per field."""
@@ -203,9 +204,10 @@ class SolverConfig(_Section):
     Attributes:
         gradient: ``unroll`` differentiates through the solver iterations,
             ``implicit`` uses the implicit function theorem at the solution.
-        impedance_floor: least contact impedance; MuJoCo's ``mjMINIMP`` (1e-4) by default. With
-            0, a geom's ``solimp[0] = 0`` means what it says: contact force starts from zero at
-            zero distance, so touchdown is continuous and gradients through it converge.
+        impedance_floor: least contact impedance. 0 (the default): a geom's ``solimp[0] = 0``
+            means what it says, the contact force starts from zero at zero distance, so touchdown
+            is continuous and gradients through it converge. MuJoCo's ``mjMINIMP`` (1e-4) gives
+            MJX's forward values exactly, with a force jump at touchdown that no gradient sees.
     """
 
     _section = "solver"
@@ -221,12 +223,18 @@ class CollisionConfig(_Section):
     Attributes:
         smooth: use smoothed (differentiable) collision geometry.
         sharpness: smoothing sharpness in 1/m; larger is closer to the exact geometry.
+        plane_box: which box vertices touching a plane are contacts: ``deepest``, the four
+            deepest at their true distances, so every penetrating vertex counts (as in MuJoCo's
+            C engine); ``mjx``, MJX's rule, only vertices within 1 mm of the deepest one, which
+            drops penetrating corners in impacts deeper than 1 mm and makes the contact force
+            jump (gradients through such impacts are then wrong at any tolerance).
     """
 
     _section = "collision"
 
     smooth: bool = _knob(False)
     sharpness: float = _knob(10000.0, gt=0)
+    plane_box: str = _knob("deepest", choices=PLANE_BOX_RULES)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -93,11 +93,13 @@ def stages(cfg: Config, remat_iterations: bool = True) -> list[tuple[str, object
 
 
 def _collide(cfg: Config):
-    """The collision stage: the smoothed one under ``collision.smooth``, else MJX's (None)."""
-    if not cfg.collision.smooth:
+    """The collision stage: MJX's (None) unless ``collision.smooth`` or ``collision.plane_box``
+    asks for DiffMJX's functions."""
+    c = cfg.collision
+    if not c.smooth and c.plane_box == "mjx":
         return None
-    sharp = cfg.collision.sharpness
-    return lambda m, d: collision.collide(m, d, sharp)
+    sharp = c.sharpness if c.smooth else None
+    return lambda m, d: collision.collide(m, d, sharp, c.plane_box)
 
 
 def forward(m, d, cfg: Config | None = None):
@@ -163,7 +165,8 @@ def cfd_contacts(m, d, cfg: Config):
     that have one: for a box above a plane, MJX's plane-box reports four vertices that are not the
     lowest ones (its manifold rule assumes penetration), so CFD would pull on the wrong corners.
     """
-    return d if cfg.collision.smooth else collision.collide(m, d, cfg.collision.sharpness)
+    c = cfg.collision
+    return d if c.smooth else collision.collide(m, d, c.sharpness, c.plane_box)
 
 
 def act_limits(m):

@@ -246,3 +246,33 @@ def test_sphere_and_capsule_capsule_gradients(other, q2, offset):
     h = 1e-7
     fd = np.array([(f(qpos.at[i].add(h)) - f(qpos.at[i].add(-h))) / (2 * h) for i in range(14)])
     np.testing.assert_allclose(g, fd, atol=1e-4 * max(1.0, np.abs(fd).max()))
+
+
+def test_plane_box_deepest_keeps_every_penetrating_corner():
+    """MJX's plane-box keeps only vertices within 1 mm of the deepest; ``collision.plane_box=deepest``
+    (the default) reports the four deepest at their true distances, as MuJoCo's C engine reports
+    every penetrating vertex, so a corner cannot drop out of the contact set while in the plane."""
+    mx = MODELS["cube"]
+    tilt = _pose([0.92, 0.38, 0.05, 0.0], 0.0)
+    heights = box_corner_heights(mx, tilt)
+    assert heights[1] - heights[0] > 2e-3  # the two lowest corners are more than MJX's skin apart
+    qpos = tilt.at[2].set(-heights[1] - 1e-3)  # second-lowest corner 1 mm deep, the lowest deeper
+    truth = box_corner_heights(mx, qpos)[:4]
+    d = mjx.make_data(mx).replace(qpos=qpos)
+    stock = np.asarray(collision.detect(mx, d).dist)
+    deepest = np.asarray(collision.detect(mx, d, None, "deepest").dist)
+    smooth_deepest = np.asarray(collision.detect(mx, d, 1e4, "deepest").dist)
+    assert (stock < 0).sum() == 1  # MJX drops the second penetrating corner
+    np.testing.assert_allclose(np.sort(deepest), truth, atol=1e-12)
+    np.testing.assert_allclose(np.sort(smooth_deepest), truth, atol=1e-12)
+    assert (deepest < 0).sum() == 2
+    # the rule is a config knob that reaches the forward pass; a bad value names the field
+    cfg = diffmjx.Config()
+    assert cfg.collision.plane_box == "deepest"
+    n_active = [
+        int((np.asarray(_mjx.contact(diffmjx.forward(mx, d, cfg.override(f"collision.plane_box={rule}"))).dist) < 0).sum())
+        for rule in ("deepest", "mjx")
+    ]
+    assert n_active == [2, 1]
+    with pytest.raises(ValueError, match=r"collision.plane_box.*deepest, mjx"):
+        cfg.override("collision.plane_box=all")

@@ -17,7 +17,15 @@ import numpy as np
 
 from diffmjx import _mjx
 from diffmjx.collision.box_box import box_box
-from diffmjx.collision.pairs import capsule_capsule, plane_box, plane_capsule, plane_cylinder, sphere_capsule
+from diffmjx.collision.pairs import (
+    capsule_capsule,
+    plane_box,
+    plane_box_deepest,
+    plane_capsule,
+    plane_cylinder,
+    sphere_capsule,
+)
+from diffmjx.config import PLANE_BOX_RULES
 
 __all__ = ["SMOOTHED_PAIRS", "check_model", "collide", "detect", "table"]
 
@@ -35,19 +43,31 @@ SMOOTHED_PAIRS = tuple(types for types, *_ in _SMOOTHED)
 """Geom-type pairs that have a smoothed collision function."""
 
 
-def table(sharpness: float) -> dict:
-    """Smoothed collision functions at ``sharpness`` (1/m), keyed by MJX geom-type pairs.
+def table(sharpness: float | None, plane_box: str = "mjx") -> dict:
+    """DiffMJX's collision functions, keyed by MJX geom-type pairs; other pairs keep MJX's.
 
     Arguments:
-        sharpness: smoothing sharpness in 1/m; larger is closer to MJX's exact geometry.
+        sharpness: smoothing sharpness in 1/m (larger is closer to MJX's exact geometry); None
+            for no smoothed functions.
+        plane_box: ``deepest`` replaces the plane-box function by
+            :func:`~diffmjx.collision.pairs.plane_box_deepest` (with or without smoothing);
+            ``mjx`` keeps MJX's vertex rule (smoothed under ``sharpness``). See
+            ``collision.plane_box`` in :class:`diffmjx.Config`.
 
     Returns:
         ``{(GeomType, GeomType): collider}``, each collider with MJX's signature and contact count.
     """
-    return {
-        types: collider(ncon=ncon)(functools.partial(fn, sharpness=sharpness))
-        for types, collider, ncon, fn in _SMOOTHED
-    }
+    if plane_box not in PLANE_BOX_RULES:
+        raise ValueError(f"plane_box={plane_box!r} is invalid; allowed: {', '.join(PLANE_BOX_RULES)}")
+    out = {}
+    if sharpness is not None:
+        out = {
+            types: collider(ncon=ncon)(functools.partial(fn, sharpness=sharpness))
+            for types, collider, ncon, fn in _SMOOTHED
+        }
+    if plane_box == "deepest":
+        out[(_G.PLANE, _G.BOX)] = _mjx.convex_collider(ncon=4)(plane_box_deepest)
+    return out
 
 
 def _pair_name(types) -> str:
@@ -80,20 +100,21 @@ def check_model(m) -> None:
             )
 
 
-def collide(m, d, sharpness: float):
-    """Collision stage ``(m, d) -> d`` with smoothed functions where we have them.
+def collide(m, d, sharpness: float | None, plane_box: str = "mjx"):
+    """Collision stage ``(m, d) -> d`` with DiffMJX's functions (:func:`table`) where we have them.
 
     Arguments:
         m: ``mjx.Model``.
         d: ``mjx.Data`` after kinematics.
-        sharpness: smoothing sharpness in 1/m (``collision.sharpness``).
+        sharpness: smoothing sharpness in 1/m (``collision.sharpness``); None: no smoothing.
+        plane_box: ``collision.plane_box``.
 
     Returns:
         ``d`` with its contacts (MJX's layout: grouped by condim, then by geom-type pair).
     """
     if _mjx.ncon(d) == 0:
         return d
-    smoothed = table(sharpness)
+    smoothed = table(sharpness, plane_box)
     by_condim: dict[int, list] = {}
     for key, contact in _mjx.contact_groups(m, d).items():
         fn = smoothed.get(key.types) or _mjx.MJX_COLLISION_TABLE[key.types]
@@ -105,7 +126,7 @@ def collide(m, d, sharpness: float):
     return _mjx.with_contact(d, jax.tree.map(lambda *x: jnp.concatenate(x), *contacts))
 
 
-def detect(m, d, sharpness: float | None = None):
+def detect(m, d, sharpness: float | None = None, plane_box: str = "mjx"):
     """Contacts at ``d``'s positions: kinematics, then the collision stage.
 
     Arguments:
@@ -113,10 +134,13 @@ def detect(m, d, sharpness: float | None = None):
         d: ``mjx.Data`` (only ``qpos`` and the mocap poses are read).
         sharpness: None for MJX's own collision functions, else the smoothed stage at this
             sharpness (1/m).
+        plane_box: ``collision.plane_box``; the default ``mjx`` with ``sharpness=None`` is MJX's
+            collision stage unchanged.
 
     Returns:
         The ``mjx`` contact struct (``dist``, ``pos``, ``frame``, ``geom``, ...), one entry per slot.
     """
     d = _mjx.kinematics(m, d)
-    d = _mjx.collision(m, d) if sharpness is None else collide(m, d, sharpness)
+    stock = sharpness is None and plane_box == "mjx"
+    d = _mjx.collision(m, d) if stock else collide(m, d, sharpness, plane_box)
     return _mjx.contact(d)

@@ -18,6 +18,30 @@ from diffmjx.collision.soft import soft_max_mask, soft_step
 SKIN = 1e-3  # MJX's manifold skin depth for plane-convex contacts (m)
 
 
+def plane_box_deepest(plane, box, sharpness=None):
+    """Plane-box as MuJoCo's C engine: every penetrating vertex is a contact (the four deepest).
+
+    MJX keeps only vertices within a 1 mm skin of the deepest one, so in an impact that presses a
+    box in deeper than 1 mm a penetrating corner is dropped, and comes back at depth when the box
+    turns: the contact force jumps, and no gradient through the impact is right (the jump's term
+    is missing at every tolerance, for every adjoint). Here the four deepest vertices are contacts
+    at their true distances. A vertex enters or leaves at distance 0, or swaps with the fifth
+    deepest, which is above the plane unless the box is half sunk, so the force is continuous
+    (with ``solimp[0] = 0`` and ``solver.impedance_floor = 0``) and needs no smoothing;
+    ``sharpness`` is ignored. Non-penetrating vertices keep their true (positive) distance, which
+    contacts from distance use.
+    """
+    vert = box.vert
+    plane_pos = box.mat.T @ (plane.pos - box.pos)
+    support = (plane_pos - vert) @ (box.mat.T @ plane.mat[:, 2])
+    depth, idx = jax.lax.top_k(support, 4)
+    dist = -depth
+    n = plane.mat[:, 2]
+    pos = box.pos + vert[idx] @ box.mat.T - 0.5 * dist[:, None] * n
+    frame = jnp.stack([_mjx.make_frame(n)] * 4, axis=0)
+    return dist, pos, frame
+
+
 def plane_box(plane, box, sharpness):
     """Plane-box: the four deepest vertices, penetrating ones outside MJX's 1 mm skin faded to zero depth.
 
