@@ -177,10 +177,10 @@ class IntegratorConfig(_Section):
     _section = "integrator"
 
     solver: str = _knob("tsit5", choices=SOLVERS)
-    adjoint: str = _knob("checkpoint", choices=ADJOINTS)
+    adjoint: str = _knob("backsolve", choices=ADJOINTS)
     step_control: str = _knob("pid", choices=STEP_CONTROLS)
-    rtol: float = _knob(1e-5, gt=0)
-    atol: float = _knob(1e-5, gt=0)
+    rtol: float = _knob(1e-7, gt=0)
+    atol: float = _knob(1e-7, gt=0)
     pcoeff: float = _knob(0.2, ge=0)
     icoeff: float = _knob(0.4, ge=0)
     dcoeff: float = _knob(0.0, ge=0)
@@ -213,7 +213,7 @@ class SolverConfig(_Section):
     _section = "solver"
 
     gradient: str = _knob("unroll", choices=GRADIENTS)
-    impedance_floor: float = _knob(1e-4, ge=0, lt=0.9999)
+    impedance_floor: float = _knob(0.0, ge=0, lt=0.9999)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -57,7 +57,7 @@ def configurations(w_c: float) -> dict[str, tuple[str, tuple[str, ...]]]:
             f"fixed-step MJX + smooth collisions + CFD (w_c {100 * w_c:g} cm)",
             (*mjx, "cfd.enabled=true", f"cfd.solimp=[0.0, 0.01, {w_c}, 1.0, 4.0]"),
         ),
-        "diffmjx_cfd": ("DiffMJX + CFD (library defaults)", ("cfd.enabled=true",)),
+        "diffmjx_cfd": ("DiffMJX + CFD (paper setting)", ("cfd.enabled=true",)),
     }
 
 

@@ -109,7 +109,7 @@ def run(preset: str, methods, overrides, out: Path, seed: int = 0, plan_steps: i
     for name in methods:
         extra, cfd = METHODS[name]
         mj, mx, d0, cost = baoding(cfd)
-        sim = diffmjx.Config().override("integrator.solver=mjx_euler", "collision.smooth=true")
+        sim = diffmjx.Config().override("integrator.solver=mjx_euler", "collision.smooth=true", *common.PINNED)
         if cfd:
             sim = sim.override("cfd.enabled=true", "cfd.solimp=[0.0, 0.1, 1.0, 1.0, 4.0]")
         cfg = mpc.PlannerConfig.load(spec["planner"], [*spec["overrides"], *extra, *overrides])
@@ -139,7 +139,7 @@ def check_horizon(horizon: int, out: Path):
     rows = []
     for cfd in (False, True):
         mj, mx, d0, cost = baoding(cfd)
-        sim = diffmjx.Config().override("integrator.solver=mjx_euler", "collision.smooth=true")
+        sim = diffmjx.Config().override("integrator.solver=mjx_euler", "collision.smooth=true", *common.PINNED)
         if cfd:
             sim = sim.override("cfd.enabled=true", "cfd.solimp=[0.0, 0.1, 1.0, 1.0, 4.0]")
         u = jnp.full((horizon, mx.nu), 0.05)

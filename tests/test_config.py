@@ -21,10 +21,11 @@ from diffmjx.config import (
 def test_defaults() -> None:
     cfg = Config()
     assert cfg.integrator.solver == "tsit5"
-    assert cfg.integrator.adjoint == "checkpoint"
+    assert cfg.integrator.adjoint == "backsolve"
     assert cfg.integrator.step_control == "pid"
     assert (cfg.integrator.pcoeff, cfg.integrator.icoeff, cfg.integrator.dcoeff) == (0.2, 0.4, 0.0)
-    assert cfg.integrator.rtol == cfg.integrator.atol == 1e-5
+    assert cfg.integrator.rtol == cfg.integrator.atol == 1e-7
+    assert cfg.solver.impedance_floor == 0.0 and cfg.collision.plane_box == "deepest"
     assert cfg.integrator.dt0 is None and cfg.integrator.checkpoints is None
     assert (cfg.integrator.substeps, cfg.integrator.max_steps) == (1, 4096)
     assert cfg.integrator.on_budget_exhausted == "flag"
@@ -59,7 +60,7 @@ def test_override_returns_new_config() -> None:
     assert new.cfd.solimp == (0.0, 0.01, 0.1, 1.0, 2.5)
     assert new.integrator.dt0 == 0.002
     assert new.integrator.max_steps == 100
-    assert cfg == Config() and cfg.integrator.rtol == 1e-5
+    assert cfg == Config() and cfg.integrator.rtol == 1e-7
     assert new.override("integrator.dt0=null").integrator.dt0 is None
 
 
@@ -86,7 +87,7 @@ def test_empty_yaml_gives_defaults(tmp_path: Path) -> None:
 def test_from_dict_keeps_missing_defaults() -> None:
     cfg = Config.from_dict({"integrator": {"solver": "euler"}, "cfd": {"solimp": [0, 0, 1, 1, 1]}})
     assert cfg.integrator.solver == "euler"
-    assert cfg.integrator.adjoint == "checkpoint"
+    assert cfg.integrator.adjoint == "backsolve"
     assert cfg.cfd.solimp == (0.0, 0.0, 1.0, 1.0, 1.0)
     assert cfg.collision == Config().collision
 
