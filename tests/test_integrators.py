@@ -164,7 +164,9 @@ def test_kink_control_shrinks_straddling_steps_and_keeps_the_trajectory(toss):
     steps, a trajectory within the tolerance of the uncontrolled one, and the same steps while no
     contact row is active (free flight of the first periods)."""
     mx, d = toss
-    cfg = diffmjx.Config().override("integrator.rtol=1e-8", "integrator.atol=1e-8", "solver.impedance_floor=0")
+    cfg = diffmjx.Config().override(  # kink control applies to checkpoint (backsolve has its own error control)
+        "integrator.adjoint=checkpoint", "integrator.rtol=1e-8", "integrator.atol=1e-8", "solver.impedance_floor=0"
+    )
     run = jax.jit(lambda d, c: diffmjx.rollout(mx, d, jnp.zeros((60, 0)), c), static_argnums=1)
     d_off, t_off = run(d, cfg)
     d_on, t_on = run(d, cfg.override("integrator.kink_step=1e-7"))

@@ -22,6 +22,7 @@ import diffmjx
 from diffmjx import sysid
 from diffmjx._mjx import mjx
 from diffmjx.sysid import CubeParams, SysidConfig, TrainConfig
+from experiments.common import PINNED
 
 ROOT = Path(__file__).resolve().parents[1]
 MJX_EULER = diffmjx.Config().override("integrator.solver=mjx_euler")
@@ -83,7 +84,9 @@ def _as_jax(p):
 @pytest.fixture(scope="module")
 def gradient_and_differences(resting_segment):
     qpos, qvel = resting_segment
-    cfg = diffmjx.Config()
+    # the paper's sysid setting (checkpointed AD at 1e-5), whose gradient is the derivative of the
+    # very solve that is differenced; backsolve's is within 1.3e-5 of it, not 1e-5
+    cfg = diffmjx.Config().override(*PINNED)
     base = mjx.put_model(sysid.cube_mjmodel(iterations=2))
     p0 = CubeParams()
 
