@@ -18,6 +18,21 @@ from diffmjx.collision.soft import soft_max_mask, soft_step
 SKIN = 1e-3  # MJX's manifold skin depth for plane-convex contacts (m)
 
 
+def _box_support(plane, box):
+    """Penetration depth of each box vertex below the plane (negative above it)."""
+    return (box.mat.T @ (plane.pos - box.pos) - box.vert) @ (box.mat.T @ plane.mat[:, 2])
+
+
+def _box_contacts(plane, box, depth_score):
+    """The four vertices of largest ``depth_score`` as contacts at distance ``-depth_score``."""
+    depth, idx = jax.lax.top_k(depth_score, 4)
+    dist = -depth
+    n = plane.mat[:, 2]
+    pos = box.pos + box.vert[idx] @ box.mat.T - 0.5 * dist[:, None] * n
+    frame = jnp.stack([_mjx.make_frame(n)] * 4, axis=0)
+    return dist, pos, frame
+
+
 def plane_box_deepest(plane, box, sharpness=None):
     """Plane-box as MuJoCo's C engine: every penetrating vertex is a contact (the four deepest).
 
@@ -31,15 +46,7 @@ def plane_box_deepest(plane, box, sharpness=None):
     ``sharpness`` is ignored. Non-penetrating vertices keep their true (positive) distance, which
     contacts from distance use.
     """
-    vert = box.vert
-    plane_pos = box.mat.T @ (plane.pos - box.pos)
-    support = (plane_pos - vert) @ (box.mat.T @ plane.mat[:, 2])
-    depth, idx = jax.lax.top_k(support, 4)
-    dist = -depth
-    n = plane.mat[:, 2]
-    pos = box.pos + vert[idx] @ box.mat.T - 0.5 * dist[:, None] * n
-    frame = jnp.stack([_mjx.make_frame(n)] * 4, axis=0)
-    return dist, pos, frame
+    return _box_contacts(plane, box, _box_support(plane, box))
 
 
 def plane_box(plane, box, sharpness):
@@ -52,19 +59,9 @@ def plane_box(plane, box, sharpness):
     distance whatever their weight: they are inactive either way, and contacts from distance
     (``cfd``) need the real gap of a hovering box, not a fade towards touching.
     """
-    vert = box.vert
-    plane_pos = box.mat.T @ (plane.pos - box.pos)
-    n_local = box.mat.T @ plane.mat[:, 2]
-    support = (plane_pos - vert) @ n_local
+    support = _box_support(plane, box)
     weight = soft_max_mask(support, SKIN, sharpness)
-    depth, idx = jax.lax.top_k(weight * support + (1.0 - weight) * jnp.minimum(support, 0.0), 4)
-    dist = -depth
-    n = plane.mat[:, 2]
-    pos = box.pos + vert[idx] @ box.mat.T - 0.5 * dist[:, None] * n
-    frame = jnp.stack([_mjx.make_frame(n)] * 4, axis=0)
-    return dist, pos, frame
-
-
+    return _box_contacts(plane, box, weight * support + (1.0 - weight) * jnp.minimum(support, 0.0))
 
 
 
