@@ -66,7 +66,7 @@ def stages(cfg: Config, remat_iterations: bool = True) -> list[tuple[str, object
     (``experiments/benchmark_vjp`` times them one by one).
 
     Arguments:
-        cfg: :class:`diffmjx.Config` (collision, impedance floor and solver gradient are read).
+        cfg: :class:`diffmjx.Config` (collision and the solver section are read).
         remat_iterations: passed to :func:`diffmjx.solver.solve`.
 
     Returns:
@@ -86,20 +86,20 @@ def stages(cfg: Config, remat_iterations: bool = True) -> list[tuple[str, object
     floor = cfg.solver.impedance_floor
     if floor != MINIMP:
         out.append(("impedance_floor", lambda m, d: constraint.with_impedance_floor(m, d, floor)))
-    gradient = cfg.solver.gradient
-    out.append(("solve", lambda m, d: solver.solve(m, d, gradient, remat_iterations)))
+    gradient, s = cfg.solver.gradient, cfg.solver
+    out.append(("solve", lambda m, d: solver.solve(solve_model(m, s), d, gradient, remat_iterations)))
     out.append(("sensor_acc", _mjx.sensor_acc))
     return out
 
 
 def _collide(cfg: Config):
-    """The collision stage: MJX's (None) unless ``collision.smooth`` or ``collision.plane_box``
-    asks for DiffMJX's functions."""
+    """The collision stage: MJX's (None) unless ``collision.smooth``, ``collision.plane_box`` or
+    ``collision.plane_cylinder`` asks for DiffMJX's functions."""
     c = cfg.collision
-    if not c.smooth and c.plane_box == "mjx":
+    if not c.smooth and c.plane_box == "mjx" and c.plane_cylinder == "mjx":
         return None
     sharp = c.sharpness if c.smooth else None
-    return lambda m, d: collision.collide(m, d, sharp, c.plane_box)
+    return lambda m, d: collision.collide(m, d, sharp, c.plane_box, c.plane_cylinder)
 
 
 def forward(m, d, cfg: Config | None = None):
@@ -126,6 +126,19 @@ def forward(m, d, cfg: Config | None = None):
     return forward_unchecked(m, d, cfg)
 
 
+def solve_model(m, s):
+    """``m`` with the constraint solve's iteration budget and tolerance that ``s`` asks for.
+
+    The solve runs at least ``s.min_iterations`` iterations and stops at a tolerance no looser than
+    ``s.max_tolerance``; ``m`` is returned as it is when the model's own settings already meet both.
+    """
+    it = max(int(m.opt.iterations), s.min_iterations)
+    if it == m.opt.iterations and s.max_tolerance >= 1.0:
+        return m
+    tol = jnp.minimum(m.opt.tolerance, s.max_tolerance)
+    return m.replace(opt=m.opt.replace(iterations=it, tolerance=tol))
+
+
 def forward_unchecked(m, d, cfg: Config):
     """:func:`forward` without the up-front checks (they ran once, before tracing)."""
     d = _mjx.fwd_position_with(m, d, _collide(cfg), tendon.tendon, constraint.make_constraint)
@@ -141,10 +154,10 @@ def forward_unchecked(m, d, cfg: Config):
     if cfg.cfd.enabled:
         # contacts from distance: CFD rows on the same positions and velocities
         rows = constraint.from_distance(m, cfd_contacts(m, d, cfg), cfg.cfd, cfg.solver.impedance_floor)
-        d_cfd = solver.solve(m, rows, cfg.solver.gradient)
+        d_cfd = solver.solve(solve_model(m, cfg.solver), rows, cfg.solver.gradient)
         if cfg.cfd.in_forward:
             return _mjx.sensor_acc(m, d_cfd)
-        d = solver.solve(m, d, cfg.solver.gradient)
+        d = solver.solve(solve_model(m, cfg.solver), d, cfg.solver.gradient)
         # straight-through: MJX's accelerations forward, CFD's derivatives backward; the constraint
         # force as well, which MJX's Euler (with Euler damping, MuJoCo's default) and implicit
         # integrators turn into the acceleration again (M^-1 (qfrc_smooth + qfrc_constraint))
@@ -153,7 +166,7 @@ def forward_unchecked(m, d, cfg: Config):
             qfrc_constraint=straight_through(d.qfrc_constraint, d_cfd.qfrc_constraint),
         )
         return _mjx.sensor_acc(m, d)
-    d = solver.solve(m, d, cfg.solver.gradient)
+    d = solver.solve(solve_model(m, cfg.solver), d, cfg.solver.gradient)
     return _mjx.sensor_acc(m, d)
 
 
@@ -166,7 +179,7 @@ def cfd_contacts(m, d, cfg: Config):
     lowest ones (its manifold rule assumes penetration), so CFD would pull on the wrong corners.
     """
     c = cfg.collision
-    return d if c.smooth else collision.collide(m, d, c.sharpness, c.plane_box)
+    return d if c.smooth else collision.collide(m, d, c.sharpness, c.plane_box, c.plane_cylinder)
 
 
 def act_limits(m):

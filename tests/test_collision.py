@@ -276,3 +276,36 @@ def test_plane_box_deepest_keeps_every_penetrating_corner():
     assert n_active == [2, 1]
     with pytest.raises(ValueError, match=r"collision.plane_box.*deepest, mjx"):
         cfg.override("collision.plane_box=all")
+
+
+def test_plane_cylinder_deepest_keeps_the_far_end_in_contact():
+    """A cylinder lying on a plane, tilted so that its far end is 4 mm higher than its near end,
+    pressed in 5 mm: both ends penetrate. MJX reports the far end only within 1 mm of parallel, so
+    it drops that contact; the ``deepest`` rule keeps it at its true distance."""
+    mx = MODELS["cylinder"]
+    radius, half = (float(x) for x in np.asarray(mx.geom_size[1])[:2])
+    a_z = 2e-3 / half  # |n . axis| * half-length = 2 mm, past MJX's 1 mm
+    theta = np.arccos(a_z) - np.pi / 3  # about x; the geom itself sits at euler="60 0 0" in its body
+    quat = [np.cos(theta / 2), np.sin(theta / 2), 0.0, 0.0]
+    rim = radius * np.sqrt(1 - a_z**2)  # a disk's lowest rim point is this far below its centre
+    z = rim + half * a_z - 5e-3  # near end 5 mm deep, far end 1 mm deep
+    qpos = _pose(quat, z)
+    truth = np.array([z - half * a_z - rim, z + half * a_z - rim])
+    np.testing.assert_allclose(truth, [-5e-3, -1e-3], atol=1e-12)
+    d = mjx.make_data(mx).replace(qpos=qpos)
+    np.testing.assert_allclose(float(np.asarray(_kinematics("cylinder")(d, qpos).geom_xmat[1])[2, 2]), a_z, atol=1e-12)
+    stock = np.asarray(collision.detect(mx, d).dist)
+    assert (stock < 0).sum() == 1  # MJX drops the far end
+    for sharpness in (None, 1e4):
+        dist = np.sort(np.asarray(collision.detect(mx, d, sharpness, "mjx", "deepest").dist))
+        np.testing.assert_allclose(dist[:2], truth, atol=1e-12)
+        assert dist[2] > 0.01  # the third slot: the near disk's 120-degree point, well above
+    cfg = diffmjx.Config()
+    assert cfg.collision.plane_cylinder == "deepest"
+    n_active = [
+        int((np.asarray(_mjx.contact(diffmjx.forward(mx, d, cfg.override(f"collision.plane_cylinder={rule}"))).dist) < 0).sum())
+        for rule in ("deepest", "mjx")
+    ]
+    assert n_active == [2, 1]
+    with pytest.raises(ValueError, match=r"collision.plane_cylinder.*deepest, mjx"):
+        cfg.override("collision.plane_cylinder=both")

@@ -9,6 +9,8 @@ import pytest
 import diffmjx
 from experiments.common import cube_toss_data, load, mjx
 
+MJX_SOLVE = ("solver.min_iterations=0", "solver.max_tolerance=1")  # the model's own solver budget, as MJX
+
 
 @pytest.fixture(scope="module")
 def scene():
@@ -23,7 +25,8 @@ def scene():
 def test_forward_equals_mjx_solver(scene, gradient):
     _, mx, d = scene
     ref = jax.jit(mjx.forward)(mx, d)
-    ours = jax.jit(lambda m, d: diffmjx.forward(m, d, diffmjx.Config().override(f"solver.gradient={gradient}")))(mx, d)
+    cfg = diffmjx.Config().override(f"solver.gradient={gradient}", *MJX_SOLVE)
+    ours = jax.jit(lambda m, d: diffmjx.forward(m, d, cfg))(mx, d)
     assert float(jnp.abs(ref.qacc).max()) > 100.0  # contacts are active
     np.testing.assert_allclose(ours.qacc, ref.qacc, rtol=0, atol=1e-10)
     np.testing.assert_allclose(ours.qfrc_constraint, ref.qfrc_constraint, rtol=0, atol=1e-10)
@@ -31,7 +34,7 @@ def test_forward_equals_mjx_solver(scene, gradient):
 
 def test_mjx_euler_step_equals_mjx_step(scene):
     _, mx, d = scene
-    cfg = diffmjx.Config().override("integrator.solver=mjx_euler")
+    cfg = diffmjx.Config().override("integrator.solver=mjx_euler", *MJX_SOLVE)
     ref = jax.jit(mjx.step)(mx, d)
     ours = jax.jit(lambda d: diffmjx.step(mx, d, cfg))(d)
     np.testing.assert_allclose(ours.qpos, ref.qpos, rtol=0, atol=1e-10)
@@ -71,10 +74,29 @@ def test_cg_forward_equals_mjx_solver(scene):
     mj.opt.solver = mujoco.mjtSolver.mjSOL_CG
     mx = mjx.put_model(mj)
     ref = jax.jit(mjx.forward)(mx, d)
-    ours = jax.jit(lambda m, d: diffmjx.forward(m, d))(mx, d)
+    ours = jax.jit(lambda m, d: diffmjx.forward(m, d, diffmjx.Config().override(*MJX_SOLVE)))(mx, d)
     np.testing.assert_allclose(ours.qacc, ref.qacc, rtol=0, atol=1e-10)
     g = jax.jit(jax.grad(lambda v: diffmjx.forward(mx, d.replace(qvel=v)).qacc[2]))(d.qvel)
     assert np.all(np.isfinite(np.asarray(g))) and float(jnp.abs(g).max()) > 0
+
+
+def test_default_solve_is_converged(scene):
+    """Config() runs the solve to convergence (at least 16 iterations, tolerance 1e-10) whatever the
+    model's budget: with a model of 1 iteration its accelerations are MJX's at 100 iterations and
+    tolerance 1e-10, and differ from MJX's 1-iteration solve on this four-contact state."""
+    _, _, d = scene
+    mj, _ = load("cube_toss")  # its own copy: other tests change the fixture's solver options
+    mj.opt.iterations = 1
+    mx = mjx.put_model(mj)
+    d = d.replace(qpos=d.qpos.at[2].set(0.05), qvel=d.qvel.at[0].set(2.0).at[2].set(-1.0))  # fast slide: rows change
+    ours = np.asarray(jax.jit(lambda m, d: diffmjx.forward(m, d).qacc)(mx, d))
+    one = np.asarray(jax.jit(mjx.forward)(mx, d).qacc)
+    mj.opt.iterations, mj.opt.tolerance = 100, 1e-10
+    converged = np.asarray(jax.jit(mjx.forward)(mjx.put_model(mj), d).qacc)
+    scale = np.abs(converged).max()
+    np.testing.assert_allclose(ours, converged, rtol=0, atol=1e-8 * scale)
+    assert np.abs(one - converged).max() > 1e-2 * scale  # one iteration stops short (9 % measured)
+    assert diffmjx.dynamics.solve_model(mx, diffmjx.Config().override(*MJX_SOLVE).solver) is mx
 
 
 def _touchdown_qacc(mx, d, depth, floor):

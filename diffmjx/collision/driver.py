@@ -23,9 +23,10 @@ from diffmjx.collision.pairs import (
     plane_box_deepest,
     plane_capsule,
     plane_cylinder,
+    plane_cylinder_deepest,
     sphere_capsule,
 )
-from diffmjx.config import PLANE_BOX_RULES
+from diffmjx.config import PLANE_BOX_RULES, PLANE_CYLINDER_RULES
 
 __all__ = ["SMOOTHED_PAIRS", "check_model", "collide", "detect", "table"]
 
@@ -43,7 +44,7 @@ SMOOTHED_PAIRS = tuple(types for types, *_ in _SMOOTHED)
 """Geom-type pairs that have a smoothed collision function."""
 
 
-def table(sharpness: float | None, plane_box: str = "mjx") -> dict:
+def table(sharpness: float | None, plane_box: str = "mjx", plane_cylinder: str = "mjx") -> dict:
     """DiffMJX's collision functions, keyed by MJX geom-type pairs; other pairs keep MJX's.
 
     Arguments:
@@ -53,12 +54,19 @@ def table(sharpness: float | None, plane_box: str = "mjx") -> dict:
             :func:`~diffmjx.collision.pairs.plane_box_deepest` (with or without smoothing);
             ``mjx`` keeps MJX's vertex rule (smoothed under ``sharpness``). See
             ``collision.plane_box`` in :class:`diffmjx.Config`.
+        plane_cylinder: ``deepest`` replaces the plane-cylinder function by
+            :func:`~diffmjx.collision.pairs.plane_cylinder_deepest` (smoothed under ``sharpness``);
+            ``mjx`` keeps MJX's rule (``collision.plane_cylinder``).
 
     Returns:
         ``{(GeomType, GeomType): collider}``, each collider with MJX's signature and contact count.
     """
     if plane_box not in PLANE_BOX_RULES:
         raise ValueError(f"plane_box={plane_box!r} is invalid; allowed: {', '.join(PLANE_BOX_RULES)}")
+    if plane_cylinder not in PLANE_CYLINDER_RULES:
+        raise ValueError(
+            f"plane_cylinder={plane_cylinder!r} is invalid; allowed: {', '.join(PLANE_CYLINDER_RULES)}"
+        )
     out = {}
     if sharpness is not None:
         out = {
@@ -67,6 +75,9 @@ def table(sharpness: float | None, plane_box: str = "mjx") -> dict:
         }
     if plane_box == "deepest":
         out[(_G.PLANE, _G.BOX)] = _mjx.convex_collider(ncon=4)(plane_box_deepest)
+    if plane_cylinder == "deepest":
+        fn = functools.partial(plane_cylinder_deepest, sharpness=sharpness)
+        out[(_G.PLANE, _G.CYLINDER)] = _mjx.primitive_collider(ncon=3)(fn)
     return out
 
 
@@ -100,7 +111,7 @@ def check_model(m) -> None:
             )
 
 
-def collide(m, d, sharpness: float | None, plane_box: str = "mjx"):
+def collide(m, d, sharpness: float | None, plane_box: str = "mjx", plane_cylinder: str = "mjx"):
     """Collision stage ``(m, d) -> d`` with DiffMJX's functions (:func:`table`) where we have them.
 
     Arguments:
@@ -108,13 +119,14 @@ def collide(m, d, sharpness: float | None, plane_box: str = "mjx"):
         d: ``mjx.Data`` after kinematics.
         sharpness: smoothing sharpness in 1/m (``collision.sharpness``); None: no smoothing.
         plane_box: ``collision.plane_box``.
+        plane_cylinder: ``collision.plane_cylinder``.
 
     Returns:
         ``d`` with its contacts (MJX's layout: grouped by condim, then by geom-type pair).
     """
     if _mjx.ncon(d) == 0:
         return d
-    smoothed = table(sharpness, plane_box)
+    smoothed = table(sharpness, plane_box, plane_cylinder)
     by_condim: dict[int, list] = {}
     for key, contact in _mjx.contact_groups(m, d).items():
         fn = smoothed.get(key.types) or _mjx.MJX_COLLISION_TABLE[key.types]
@@ -126,7 +138,7 @@ def collide(m, d, sharpness: float | None, plane_box: str = "mjx"):
     return _mjx.with_contact(d, jax.tree.map(lambda *x: jnp.concatenate(x), *contacts))
 
 
-def detect(m, d, sharpness: float | None = None, plane_box: str = "mjx"):
+def detect(m, d, sharpness: float | None = None, plane_box: str = "mjx", plane_cylinder: str = "mjx"):
     """Contacts at ``d``'s positions: kinematics, then the collision stage.
 
     Arguments:
@@ -134,13 +146,14 @@ def detect(m, d, sharpness: float | None = None, plane_box: str = "mjx"):
         d: ``mjx.Data`` (only ``qpos`` and the mocap poses are read).
         sharpness: None for MJX's own collision functions, else the smoothed stage at this
             sharpness (1/m).
-        plane_box: ``collision.plane_box``; the default ``mjx`` with ``sharpness=None`` is MJX's
-            collision stage unchanged.
+        plane_box: ``collision.plane_box``.
+        plane_cylinder: ``collision.plane_cylinder``; ``mjx`` for both rules with
+            ``sharpness=None`` (the defaults) is MJX's collision stage unchanged.
 
     Returns:
         The ``mjx`` contact struct (``dist``, ``pos``, ``frame``, ``geom``, ...), one entry per slot.
     """
     d = _mjx.kinematics(m, d)
-    stock = sharpness is None and plane_box == "mjx"
-    d = _mjx.collision(m, d) if stock else collide(m, d, sharpness, plane_box)
+    stock = sharpness is None and plane_box == "mjx" and plane_cylinder == "mjx"
+    d = _mjx.collision(m, d) if stock else collide(m, d, sharpness, plane_box, plane_cylinder)
     return _mjx.contact(d)
