@@ -46,7 +46,7 @@ SOLVERS = (
 ADJOINTS = ("checkpoint", "backsolve", "forward")
 STEP_CONTROLS = ("pid", "constant")
 BUDGET_POLICIES = ("flag", "raise")
-GRADIENTS = ("unroll", "implicit")
+GRADIENTS = ("auto", "unroll", "implicit")
 PLANE_BOX_RULES = ("deepest", "mjx")
 PLANE_CYLINDER_RULES = ("deepest", "mjx")
 
@@ -203,8 +203,11 @@ class SolverConfig(_Section):
     """The constraint solver.
 
     Attributes:
-        gradient: ``unroll`` differentiates through the solver iterations,
-            ``implicit`` uses the implicit function theorem at the solution.
+        gradient: ``unroll`` differentiates through the solver iterations, ``implicit`` uses the
+            implicit function theorem at the solution (pyramidal cones only), ``auto`` (the
+            default) is ``implicit`` for pyramidal cones and ``unroll`` for elliptic ones. At a
+            converged solve (the default budget) the two agree; ``implicit``'s backward pass does
+            not replay the iterations, so it is faster (docs/config.md, "Why these defaults").
         impedance_floor: least contact impedance. 0 (the default): a geom's ``solimp[0] = 0``
             means what it says, the contact force starts from zero at zero distance, so touchdown
             is continuous and gradients through it converge. MuJoCo's ``mjMINIMP`` (1e-4) gives
@@ -220,7 +223,7 @@ class SolverConfig(_Section):
 
     _section = "solver"
 
-    gradient: str = _knob("unroll", choices=GRADIENTS)
+    gradient: str = _knob("auto", choices=GRADIENTS)
     impedance_floor: float = _knob(0.0, ge=0, lt=0.9999)
     min_iterations: int = _knob(16, ge=0)
     max_tolerance: float = _knob(1e-10, gt=0)

@@ -152,7 +152,8 @@ def solve(m, d, gradient: str = "unroll", remat_iterations: bool = True):
         m: ``mjx.Model``; ``implicit`` needs ``opt.cone`` pyramidal (checked up front by
             :func:`diffmjx.validate`).
         d: ``mjx.Data`` with its constraint rows built and ``qacc_smooth`` computed.
-        gradient: ``unroll`` or ``implicit`` (``solver.gradient``).
+        gradient: ``unroll``, ``implicit`` or ``auto`` (``implicit`` for pyramidal cones, else
+            ``unroll``; ``solver.gradient``).
         remat_iterations: with ``unroll``, recompute each iteration in the backward pass; ``False``
             stores every iteration's line-search values instead (more memory and, on a CPU, a
             slower backward pass; ``experiments/benchmark_vjp`` compares the two).
@@ -160,6 +161,8 @@ def solve(m, d, gradient: str = "unroll", remat_iterations: bool = True):
     Returns:
         ``d`` with ``qacc``, ``qfrc_constraint`` and the row forces of the solution.
     """
+    if gradient == "auto":
+        gradient = "implicit" if m.opt.cone == _mjx.ConeType.PYRAMIDAL else "unroll"
     if gradient == "unroll":
         return _solve_unrolled(m, d, remat_iterations)
     if gradient == "implicit":

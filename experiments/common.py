@@ -27,12 +27,12 @@ SCENES = Path(__file__).parent / "scenes"
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 
 # The library defaults before the gradient-fidelity suite moved them (checkpointed AD at 1e-5,
-# MuJoCo's impedance floor, the model's own solver budget, MJX's plane-box and plane-cylinder
-# rules): studies whose committed figures were made at those defaults pin them, so a rerun
-# reproduces the figures.
+# MuJoCo's impedance floor, the model's own solver budget differentiated by unrolling, MJX's
+# plane-box and plane-cylinder rules): studies whose committed figures were made at those
+# defaults pin them, so a rerun reproduces the figures.
 PINNED = ("integrator.adjoint=checkpoint", "integrator.rtol=1e-5", "integrator.atol=1e-5",
           "solver.impedance_floor=1e-4", "solver.min_iterations=0", "solver.max_tolerance=1",
-          "collision.plane_box=mjx", "collision.plane_cylinder=mjx")  # fmt: skip
+          "solver.gradient=unroll", "collision.plane_box=mjx", "collision.plane_cylinder=mjx")  # fmt: skip
 
 CUBE_TOSS = dict(qz0=0.2, vy0=-0.1, u0=-2.0, horizon=100)
 

@@ -29,7 +29,7 @@ def test_defaults() -> None:
     assert cfg.integrator.dt0 is None and cfg.integrator.checkpoints is None
     assert (cfg.integrator.substeps, cfg.integrator.max_steps) == (1, 4096)
     assert cfg.integrator.on_budget_exhausted == "flag"
-    assert cfg.solver.gradient == "unroll"
+    assert cfg.solver.gradient == "auto"
     assert cfg.collision.smooth is False and cfg.collision.sharpness == 10000.0
     assert cfg.cfd.solimp == (0.0, 0.01, 0.1, 1.0, 2.0)
     assert cfg.cfd.enabled is False and cfg.cfd.in_forward is False

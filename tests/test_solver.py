@@ -167,3 +167,25 @@ def test_rematerialised_iterations_give_the_stored_iterations_gradient(scene):
     scale = np.abs(jac[False]).max()
     assert scale > 1.0
     np.testing.assert_allclose(jac[True], jac[False], rtol=0, atol=1e-12 * scale)
+
+
+def test_auto_gradient_is_implicit_for_pyramidal_and_unroll_for_elliptic_cones(scene):
+    """The default solver.gradient=auto: the implicit gradient where it applies (pyramidal cones),
+    the unrolled one elsewhere, so Config() runs on elliptic models too."""
+    jac = {}
+    for cone in (mujoco.mjtCone.mjCONE_PYRAMIDAL, mujoco.mjtCone.mjCONE_ELLIPTIC):
+        mj, _ = load("cube_toss")
+        mj.opt.cone = cone
+        mx = mjx.put_model(mj)
+        d = mjx.make_data(mx).replace(qpos=scene[2].qpos, qvel=scene[2].qvel)  # the cone sets the row count
+        for g in ("auto", "unroll", "implicit"):
+            if g == "implicit" and cone == mujoco.mjtCone.mjCONE_ELLIPTIC:
+                with pytest.raises(ValueError, match="supports cone='pyramidal' only"):
+                    diffmjx.forward(mx, d, diffmjx.Config().override(f"solver.gradient={g}"))
+                continue
+            cfg = diffmjx.Config().override(f"solver.gradient={g}")
+            jac[cone, g] = np.asarray(jax.jit(jax.jacrev(lambda v, c=cfg, m=mx: diffmjx.forward(m, d.replace(qvel=v), c).qacc))(d.qvel))
+    pyr, ell = mujoco.mjtCone.mjCONE_PYRAMIDAL, mujoco.mjtCone.mjCONE_ELLIPTIC
+    np.testing.assert_array_equal(jac[pyr, "auto"], jac[pyr, "implicit"])
+    np.testing.assert_array_equal(jac[ell, "auto"], jac[ell, "unroll"])
+    assert np.abs(jac[pyr, "auto"] - jac[pyr, "unroll"]).max() > 0  # two computations, not one

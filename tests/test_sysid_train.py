@@ -404,7 +404,7 @@ def test_sysid_config_overrides_presets_and_yaml(tmp_path):
     assert paper.sim == diffmjx.Config().override(
         "integrator.adjoint=checkpoint", "integrator.rtol=1e-5", "integrator.atol=1e-5",
         "solver.impedance_floor=1e-4", "solver.min_iterations=0", "solver.max_tolerance=1",
-        "collision.plane_box=mjx",
+        "solver.gradient=unroll", "collision.plane_box=mjx",
     )  # the paper's setting, pinned
     with pytest.raises(ValueError, match="unknown sysid preset 'fast'; choose one of: paper, quick"):
         SysidConfig.load("fast")
