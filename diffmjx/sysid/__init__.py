@@ -6,7 +6,10 @@ train / validation split by toss, segments of ``horizon + 1`` states), and
 unconstrained coordinates, an ``mjx.Model`` with every derived field traced), and
 :mod:`diffmjx.sysid.train`, the training loop (segment loss, Adam on the unconstrained coordinates
 of the free parameters, checkpoints, sharded minibatches), whole-toss evaluation and the
-fitted-parameter file. This package sits above the core: the core never imports it.
+fitted-parameter file; :mod:`diffmjx.sysid.lm`, the same fit by Levenberg–Marquardt on
+forward-mode Jacobians (optimistix); and :mod:`diffmjx.sysid.peer`, the finite-difference peer
+(the same fit with MuJoCo's own ``mujoco.sysid`` on the C engine). This package sits above the core: the core
+never imports it.
 """
 
 from diffmjx.sysid.data import (
@@ -28,6 +31,8 @@ from diffmjx.sysid.model import (
     from_unconstrained,
     to_unconstrained,
 )
+from diffmjx.sysid.lm import LMHistory, LMResult, fit_lm, segment_residuals
+from diffmjx.sysid.peer import PEER_BOUNDS, PeerResult, fit_mujoco_sysid
 from diffmjx.sysid.train import (
     ADAM,
     FREE_PARAMS,
@@ -59,12 +64,16 @@ __all__ = [
     "FREE_PARAMS",
     "OPTION_KEYS",
     "PARAMS_JSON_KEYS",
+    "PEER_BOUNDS",
     "CubeParams",
     "DataConfig",
     "DataError",
     "FittedParams",
     "History",
+    "LMHistory",
+    "LMResult",
     "LoadReport",
+    "PeerResult",
     "Segments",
     "SysidConfig",
     "Toss",
@@ -74,6 +83,8 @@ __all__ = [
     "check_params",
     "cube_mjmodel",
     "cube_mjx_model",
+    "fit_lm",
+    "fit_mujoco_sysid",
     "from_unconstrained",
     "load_params_json",
     "load_split",
@@ -85,6 +96,7 @@ __all__ = [
     "rollout_tosses",
     "save_params_json",
     "segment_loss",
+    "segment_residuals",
     "segments",
     "sim_overrides",
     "split",

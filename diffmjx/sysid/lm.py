@@ -1,0 +1,189 @@
+"""Levenberg–Marquardt identification of the cube: optimistix on forward-mode Jacobians.
+
+:func:`fit_lm` fits the same free parameters as :func:`diffmjx.sysid.train` (Adam) to the same
+segments and segment loss, but as a nonlinear least-squares problem: the residual vector
+(:func:`segment_residuals`, one entry per predicted state and component, scaled so that its
+squared norm *is* the segment loss) goes to :class:`optimistix.LevenbergMarquardt`, whose
+Jacobians are forward-mode (``jax.jacfwd`` through :func:`diffmjx.rollout`, one tangent per free
+coordinate: 10 with every parameter free). Every step uses all the segments it is given (no
+minibatches), so it is meant for a few hundred segments, not all 40 000.
+
+Knobs: the :class:`~diffmjx.sysid.SysidConfig` (``train.free``, ``train.inits``,
+``train.velocity_weight``, ``sim``, ``iterations``) plus ``steps``, ``rtol`` and ``atol`` of
+:func:`fit_lm`. The simulation is differentiated in forward mode, so the ``sim`` config's
+``integrator.adjoint`` is replaced by ``forward`` (a reverse-mode adjoint cannot be pushed
+forward).
+
+Sharp bits:
+
+- One step costs one rollout of every segment with (free coordinates + 1) tangents; with 10 free
+  coordinates that is about as much as 10 Adam minibatch gradients of the same size.
+- The loss is flat wherever the predicted cube does not touch the table (a start far too small):
+  the Jacobian is then zero in the contact parameters and LM stops at once. Use contacts from
+  distance (``cfd.enabled``) in ``sim``, as the Fig. 9 study does, or a start that touches.
+- Mass is not identifiable from free motion with solref's time-constant parametrisation (MuJoCo's
+  contact impedance is set in acceleration space), so its Jacobian column is near zero.
+"""
+
+import time
+from typing import NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optimistix as optx
+
+from diffmjx.config import Config
+from diffmjx.sysid.model import CubeParams, from_unconstrained, to_unconstrained
+from diffmjx.sysid.train import FREE_PARAMS, SysidConfig, _base, predict_segments, quat_to_mat
+
+__all__ = ["LMHistory", "LMResult", "fit_lm", "segment_residuals"]
+
+
+def segment_residuals(params: CubeParams, base, qpos, qvel, cfg: Config, *, velocity_weight=0.0):
+    """Residuals of the predicted segment states, flat: ``sum(r**2)`` equals :func:`segment_loss`.
+
+    Per predicted state: position error (3, m), rotation-matrix difference (9) and
+    ``sqrt(velocity_weight)`` times the velocity error (6), all divided by ``sqrt(B * N)``.
+
+    Arguments:
+        params: physical :class:`CubeParams` (traced or not).
+        base: ``mjx.put_model(cube_mjmodel(..., iterations=...))``.
+        qpos, qvel: (B, N + 1, 7) and (B, N + 1, 6) recorded segments; state 0 starts the prediction.
+        cfg: the simulation's :class:`diffmjx.Config`.
+        velocity_weight: weight of the squared velocity error.
+
+    Returns:
+        A (B * N * 18,) array.
+    """
+    qpos, qvel = jnp.asarray(qpos), jnp.asarray(qvel)
+    b, n = qpos.shape[0], qpos.shape[1] - 1
+    pq, pv = predict_segments(params, base, qpos[:, 0], qvel[:, 0], n, cfg)
+    pos = pq[..., :3] - qpos[:, 1:, :3]
+    rot = (quat_to_mat(pq[..., 3:7]) - quat_to_mat(qpos[:, 1:, 3:7])).reshape(b, n, 9)
+    vel = jnp.sqrt(velocity_weight) * (pv - qvel[:, 1:])
+    return jnp.concatenate([pos, rot, vel], axis=-1).ravel() / jnp.sqrt(b * n)
+
+
+class LMHistory(NamedTuple):
+    """One entry per LM step (an accepted or a rejected trial point)."""
+
+    step: np.ndarray  # (S,) int, from 1
+    loss: np.ndarray  # (S,) loss at the accepted iterate after the step
+    accepted: np.ndarray  # (S,) bool, whether the step's trial point was accepted
+    wall_s: np.ndarray  # (S,) wall time of the step (the first includes the JIT)
+    params: CubeParams  # physical parameters of the accepted iterate after each step, stacked (S, ...)
+
+
+class LMResult(NamedTuple):
+    """What :func:`fit_lm` returns."""
+
+    params: CubeParams  # final physical parameters (NumPy)
+    loss_init: float
+    history: LMHistory
+    converged: bool  # optimistix's Cauchy termination was met within ``steps``
+
+
+def fit_lm(
+    cfg: SysidConfig,
+    qpos,
+    qvel,
+    *,
+    steps: int = 20,
+    rtol: float = 1e-6,
+    atol: float = 1e-9,
+    progress: bool = True,
+    desc: str = "LM",
+) -> LMResult:
+    """Fit ``cfg.train.free`` to segments with Levenberg–Marquardt (see the module docstring).
+
+    Arguments:
+        cfg: the :class:`~diffmjx.sysid.SysidConfig` (free parameters, inits, velocity weight,
+            simulation, Newton iterations); its ``train`` optimiser knobs are not used.
+        qpos, qvel: (B, N + 1, 7) and (B, N + 1, 6) segments (all used in every step).
+        steps: most LM steps (accepted or rejected).
+        rtol, atol: optimistix's Cauchy termination on the parameters' unconstrained coordinates
+            and on the residuals.
+        progress: show a tqdm progress bar.
+        desc: its label.
+
+    Returns:
+        :class:`LMResult`.
+
+    Raises:
+        ValueError: ``steps`` below 1, or segments of the wrong shape.
+        FloatingPointError: a non-finite loss.
+    """
+    from tqdm.auto import tqdm
+
+    if steps < 1:
+        raise ValueError(f"steps={steps} is invalid; allowed: an integer >= 1")
+    qpos, qvel = np.asarray(qpos, np.float64), np.asarray(qvel, np.float64)
+    if qpos.ndim != 3 or qpos.shape[2] != 7 or qvel.shape != (*qpos.shape[:2], 6):
+        raise ValueError(f"segments of shape {qpos.shape} / {qvel.shape}; expected (B, N + 1, 7) and (B, N + 1, 6)")
+    sim = cfg.sim.override("integrator.adjoint=forward")
+    tc = cfg.train
+    init = tc.initial_params()
+    z0 = to_unconstrained(init)
+    theta = {k: jnp.asarray(getattr(z0, k)) for k in tc.free}
+    fixed = {k: jnp.asarray(getattr(z0, k)) for k in FREE_PARAMS if k not in tc.free}
+    base = _base(cfg.iterations)
+    vw = float(tc.velocity_weight)
+
+    def fn(th, args):
+        params = from_unconstrained(CubeParams(**args[0], **th))
+        return segment_residuals(params, args[1], args[2], args[3], sim, velocity_weight=vw), None
+
+    args = (fixed, base, jnp.asarray(qpos), jnp.asarray(qvel))
+    solver = optx.LevenbergMarquardt(rtol=rtol, atol=atol)
+    options: dict = {"jac": "fwd"}
+    tags: frozenset = frozenset()
+    f_struct = jax.eval_shape(lambda th: fn(th, args)[0], theta)
+    state = solver.init(fn, theta, args, options, f_struct, None, tags)
+
+    @eqx.filter_jit  # the solver state carries jaxprs, which jax.jit cannot take
+    def step(th, state, args):
+        th, state, _ = solver.step(fn, th, args, options, state, tags)
+        done, _ = solver.terminate(fn, th, args, options, state, tags)
+        return th, state, done
+
+    loss_of = jax.jit(lambda th, args: jnp.sum(fn(th, args)[0] ** 2))
+    loss_init = float(loss_of(theta, args))
+    hist: dict = {"step": [], "loss": [], "accepted": [], "wall_s": [], "params": {n: [] for n in FREE_PARAMS}}
+    done = False
+    accepted_before = 0
+    with tqdm(total=steps, desc=desc, disable=not progress, leave=False) as bar:
+        for k in range(steps):
+            t = time.perf_counter()
+            theta, state, done = jax.block_until_ready(step(theta, state, args))
+            wall = time.perf_counter() - t
+            loss = float(jnp.sum(state.f_info.residual**2))  # at the accepted iterate ``theta``
+            if not np.isfinite(loss):
+                raise FloatingPointError(f"non-finite loss at LM step {k + 1}")
+            accepted = int(state.num_accepted_steps)
+            now = from_unconstrained(CubeParams(**fixed, **theta))
+            hist["step"].append(k + 1)
+            hist["loss"].append(loss)
+            hist["accepted"].append(accepted > accepted_before)
+            hist["wall_s"].append(wall)
+            for name in FREE_PARAMS:
+                hist["params"][name].append(np.asarray(getattr(init if name in fixed else now, name), np.float64))
+            accepted_before = accepted
+            bar.update()
+            bar.set_postfix(loss=f"{loss:.3g}", side_mm=f"{1e3 * float(now.side_length):.2f}")
+            if bool(done):
+                break
+    final = from_unconstrained(CubeParams(**fixed, **theta))
+    params = CubeParams(
+        **{n: np.asarray(getattr(init, n) if n in fixed else getattr(final, n), np.float64) for n in FREE_PARAMS}
+    )
+    history = LMHistory(
+        step=np.asarray(hist["step"]),
+        loss=np.asarray(hist["loss"]),
+        accepted=np.asarray(hist["accepted"]),
+        wall_s=np.asarray(hist["wall_s"]),
+        params=CubeParams(**{n: np.stack(v) for n, v in hist["params"].items()}),
+    )
+    return LMResult(params=params, loss_init=loss_init, history=history, converged=bool(done))
+
