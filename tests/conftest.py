@@ -14,3 +14,18 @@ try:  # property tests draw the same examples on every machine and run (no flaky
     settings.load_profile("diffmjx")
 except ImportError:  # pragma: no cover - hypothesis is a test dependency
     pass
+
+
+def near_table_segments(n: int, horizon: int = 4):
+    """``n`` training segments of the shipped ContactNets data that come within 6 cm of the table
+    while sliding faster than 0.2 m/s (a seeded choice): segments that carry contact information."""
+    import numpy as np
+
+    from diffmjx import sysid
+
+    tosses, train_names, _, _ = sysid.load_split(sysid.DataConfig(horizon=horizon))
+    seg = sysid.segments(tosses, train_names, horizon)
+    near = seg.qpos[:, :, 2].min(1) < 0.06
+    sliding = np.linalg.norm(seg.qvel[:, 0, :2], axis=1) > 0.2
+    idx = np.random.default_rng(0).choice(np.flatnonzero(near & sliding), n, replace=False)
+    return np.asarray(seg.qpos[idx]), np.asarray(seg.qvel[idx])

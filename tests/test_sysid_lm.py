@@ -4,6 +4,7 @@ import jax
 import numpy as np
 import pytest
 
+from conftest import near_table_segments
 from diffmjx import sysid
 from experiments.common import mjx
 
@@ -15,13 +16,9 @@ HORIZON = 4
 @pytest.fixture(scope="module")
 def setup():
     """Eight sliding training segments near the table (seeded), the quick preset's simulation with CFD."""
-    tosses, train_names, _, _ = sysid.load_split(sysid.DataConfig(horizon=HORIZON))
-    seg = sysid.segments(tosses, train_names, HORIZON)
-    near = seg.qpos[:, :, 2].min(1) < 0.06
-    sliding = np.linalg.norm(seg.qvel[:, 0, :2], axis=1) > 0.2
-    idx = np.random.default_rng(0).choice(np.flatnonzero(near & sliding), 8, replace=False)
+    qpos, qvel = near_table_segments(8, HORIZON)
     cfg = sysid.SysidConfig.load("quick", ["cfd.enabled=true", "train.inits={side_length: 0.095}"])
-    return cfg, np.asarray(seg.qpos[idx]), np.asarray(seg.qvel[idx])
+    return cfg, qpos, qvel
 
 
 def test_residuals_square_to_the_segment_loss(setup):

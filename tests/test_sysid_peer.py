@@ -13,6 +13,7 @@ import pytest
 
 from diffmjx import sysid
 from diffmjx.sysid import CubeParams, fit_mujoco_sysid
+from conftest import near_table_segments
 
 pytest.importorskip("tabulate", reason='mujoco.sysid needs its extras: pip install "mujoco[sysid]"')
 
@@ -24,12 +25,7 @@ TRUE_SIDE = 0.1048
 @pytest.fixture(scope="module")
 def near_table():
     """20 training segments that come within 6 cm of the table while sliding (seeded choice)."""
-    tosses, train_names, _, _ = sysid.load_split(sysid.DataConfig(horizon=HORIZON))
-    seg = sysid.segments(tosses, train_names, HORIZON)
-    near = seg.qpos[:, :, 2].min(1) < 0.06
-    sliding = np.linalg.norm(seg.qvel[:, 0, :2], axis=1) > 0.2
-    idx = np.random.default_rng(0).choice(np.flatnonzero(near & sliding), 20, replace=False)
-    return seg.qpos[idx], seg.qvel[idx]
+    return near_table_segments(20, HORIZON)
 
 
 def _reference_loss(params, qpos, qvel, velocity_weight=0.0, iterations=2):
