@@ -86,8 +86,8 @@ def stages(cfg: Config, remat_iterations: bool = True) -> list[tuple[str, object
     floor = cfg.solver.impedance_floor
     if floor != MINIMP:
         out.append(("impedance_floor", lambda m, d: constraint.with_impedance_floor(m, d, floor)))
-    gradient, s = cfg.solver.gradient, cfg.solver
-    out.append(("solve", lambda m, d: solver.solve(solve_model(m, s), d, gradient, remat_iterations)))
+    sc = cfg.solver
+    out.append(("solve", lambda m, d: solver.solve(solve_model(m, sc), d, sc.gradient, remat_iterations)))
     out.append(("sensor_acc", _mjx.sensor_acc))
     return out
 
@@ -151,13 +151,14 @@ def forward_unchecked(m, d, cfg: Config):
         return d.replace(qacc=d.qacc_smooth)
     if cfg.solver.impedance_floor != MINIMP:
         d = constraint.with_impedance_floor(m, d, cfg.solver.impedance_floor)
+    ms = solve_model(m, cfg.solver)  # the solve's budget; every other stage keeps m
     if cfg.cfd.enabled:
         # contacts from distance: CFD rows on the same positions and velocities
         rows = constraint.from_distance(m, cfd_contacts(m, d, cfg), cfg.cfd, cfg.solver.impedance_floor)
-        d_cfd = solver.solve(solve_model(m, cfg.solver), rows, cfg.solver.gradient)
+        d_cfd = solver.solve(ms, rows, cfg.solver.gradient)
         if cfg.cfd.in_forward:
             return _mjx.sensor_acc(m, d_cfd)
-        d = solver.solve(solve_model(m, cfg.solver), d, cfg.solver.gradient)
+        d = solver.solve(ms, d, cfg.solver.gradient)
         # straight-through: MJX's accelerations forward, CFD's derivatives backward; the constraint
         # force as well, which MJX's Euler (with Euler damping, MuJoCo's default) and implicit
         # integrators turn into the acceleration again (M^-1 (qfrc_smooth + qfrc_constraint))
@@ -166,7 +167,7 @@ def forward_unchecked(m, d, cfg: Config):
             qfrc_constraint=straight_through(d.qfrc_constraint, d_cfd.qfrc_constraint),
         )
         return _mjx.sensor_acc(m, d)
-    d = solver.solve(solve_model(m, cfg.solver), d, cfg.solver.gradient)
+    d = solver.solve(ms, d, cfg.solver.gradient)
     return _mjx.sensor_acc(m, d)
 
 
