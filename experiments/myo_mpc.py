@@ -1,8 +1,10 @@
-"""Model-predictive control of MyoSuite's 39-muscle hand: gradient MPC (with and without contacts from
-distance), predictive sampling and the hybrid, on the baoding ball swap (paper Sec. 5.2, Fig. 12).
+"""Model-predictive control of MyoSuite's muscle models: gradient MPC (with and without contacts from
+distance), predictive sampling and the hybrid, on the baoding ball swap and bionic tennis (paper
+Sec. 5.2, Figs. 12-13).
 
-    python -m experiments.myo_mpc [--preset quick|paper] [--set planner.KEY=VALUE ...] [--methods ...]
-                                  [--plan-steps N]
+    python -m experiments.myo_mpc [--task baoding|tennis] [--preset quick|paper]
+                                  [--set planner.KEY=VALUE ...] [--methods ...] [--plan-steps N]
+    python -m experiments.myo_mpc --task T --check-horizon H   # the start gradient through H periods
 
 Task (a): swap the two balls in the MyoHand. Cost of a state: the distance of each ball to its
 target, the other ball's starting position, fixed in the frame of the third metacarpal (the palm).
@@ -11,10 +13,17 @@ Model settings of the paper's App. E.3: geom solref (0.02, 1), solimp (0, 0.95, 
 timestep 0.0025 s, Newton with 4 iterations and 16 line-search iterations, MJX's Euler step per
 control period. Every method runs the same number of plan steps from the same state.
 
-Writes docs/results/myo_mpc_baoding.csv (cost of every executed state per method),
-myo_mpc_baoding_summary.csv (final and mean cost, wall time per plan step, JIT time) and
-myo_mpc_baoding.png (cost over time). The model comes from the installed MyoSuite package;
-nothing is downloaded.
+Task (c), bionic tennis (:func:`bionic_tennis`): MyoSuite's MyoArm with the modular prosthetic limb
+(``myoarm_bionic_bimanual.xml``, 63 muscles and 17 motors). A racket is welded to the prosthetic
+palm; a ball flies sideways past the racket face, 3 cm clear of it, and misses both hands. Cost of
+a state: the ball's distance to a goal in front of the muscle hand's fingers, nothing else. The
+ball reaches the goal only if the racket hits it, so without contacts from distance the cost's
+gradient is exactly zero at the start (the study measures it: ``--check-horizon``).
+
+Writes docs/results/myo_mpc_<task>.csv (cost of every executed state per method),
+myo_mpc_<task>_summary.csv (final and mean cost, wall time per plan step, JIT time) and
+myo_mpc_<task>.png (cost over time); ``--check-horizon`` writes myo_mpc_<task>_horizon.csv. The
+models come from the installed MyoSuite package; nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -32,9 +41,15 @@ import diffmjx
 from diffmjx import mpc
 from experiments import common
 
-RUNS = {  # preset -> plan steps and the planner preset
-    "quick": {"plan_steps": 6, "planner": "quick", "overrides": ("horizon=16", "execute=4", "iterations=6")},
-    "paper": {"plan_steps": 32, "planner": "paper", "overrides": ()},
+RUNS = {  # task -> preset -> plan steps and the planner preset
+    "baoding": {
+        "quick": {"plan_steps": 6, "planner": "quick", "overrides": ("horizon=16", "execute=4", "iterations=6")},
+        "paper": {"plan_steps": 32, "planner": "paper", "overrides": ()},
+    },
+    "tennis": {  # the ball passes the racket within 0.1 s: the quick horizon covers it
+        "quick": {"plan_steps": 6, "planner": "quick", "overrides": ("horizon=40", "execute=8", "iterations=6")},
+        "paper": {"plan_steps": 32, "planner": "paper", "overrides": ()},
+    },
 }
 METHODS = {  # name -> (planner overrides, contacts from distance)
     "gradient": (("kind=gradient",), False),
@@ -43,6 +58,8 @@ METHODS = {  # name -> (planner overrides, contacts from distance)
     "sampling 256": (("kind=sampling", "samples=256"), False),
     "hybrid + CFD": (("kind=hybrid", "samples=64"), True),
 }
+DEFAULT_METHODS = {"baoding": list(METHODS), "tennis": ["gradient", "gradient + CFD", "sampling 64"]}
+CFD_SOLIMP = "cfd.solimp=[0.0, 0.1, 1.0, 1.0, 4.0]"  # App. E.3's CFD tuple (w_c = 1 m)
 SOLIMP = (0.0, 0.95, 0.001, 0.5, 2.0)
 SOLIMP_CFD = (0.1, 0.95, 0.001, 0.5, 2.0)
 PALM = "thirdmc"
@@ -81,6 +98,90 @@ def baoding(cfd: bool):
     return mj, mx, d0, cost
 
 
+TENNIS_HAND = ("firstmc", "proximal_thumb", "distal_thumb", "secondmc", "proxph2", "midph2", "distph2", "thirdmc",
+               "proxph3", "midph3", "distph3", "fourthmc", "proxph4", "midph4", "distph4", "fifthmc", "proxph5",
+               "midph5", "distph5")  # fmt: skip
+"""Bodies of the muscle hand whose capsules the tennis ball can touch."""
+TENNIS_BALL = {"pos": (0.124, 0.214, 0.56), "vel": (0.0, -1.5, 0.0), "radius": 0.033, "mass": 0.058}
+"""Start of the tennis ball (world frame, model at ``qpos0``): 7 cm in front of the racket face, moving
+sideways along it; it passes the face 2.9 cm clear."""
+TENNIS_GOAL = (-0.15, 0.06, 0.62)
+"""The goal: in front of the muscle hand's fingers, 27 cm from the ball's start across the racket."""
+
+
+def bionic_tennis(cfd: bool):
+    """MyoArm + prosthesis with a racket, a ball flying past it, and the ball-to-goal cost.
+
+    Built with ``mujoco.MjSpec`` from MyoSuite's ``myoarm_bionic_bimanual.xml`` (MyoChallenge 2024):
+
+    - the task's box (``manip_object``) is removed;
+    - every collision of the original model is switched off (contype and conaffinity 0, its
+      explicit pairs and excludes deleted). Stock MJX has no cylinder-mesh collision, and the
+      arm's self-contacts (ellipsoids and meshes) would cost far more than the task needs;
+    - a racket (a 14 x 18 x 1.6 cm box head on a capsule handle) is welded to the prosthetic palm,
+      30 cm out along the fingers, its face towards the muscle hand;
+    - a ball (r 3.3 cm, 58 g) on a free joint, with explicit contact pairs only to the racket head
+      (solref (-100000, 0): stiff and undamped, a bouncy strings bed), the floor and the muscle
+      hand's 19 capsules (solref (0.02, 1)); solimp App. E.3's, with CFD (0.1, 0.95, ...);
+    - App. E.3's options: timestep 0.0025 s, Newton, 4 iterations, 16 line-search iterations.
+
+    Returns:
+        ``(mj, mx, d0, cost)``; ``d0`` starts at ``qpos0`` with the ball's velocity set.
+    """
+    import mujoco
+    from myosuite.core.model_builder import ModelBuilder
+    from myosuite.envs.myo.tasks.challenge import _ASSETS_ROOT
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _, spec = ModelBuilder.from_xml_file(str(_ASSETS_ROOT / "arm" / "myoarm_bionic_bimanual.xml")).build()
+    for item in (*spec.pairs, *spec.excludes):
+        spec.delete(item)
+    spec.delete(spec.body("manip_object"))
+    for g in spec.geoms:
+        g.contype, g.conaffinity = 0, 0
+    racket = spec.body("prosthesis/palm").add_body(name="racket", pos=[0.0, -0.30, 0.0])
+    racket.add_geom(name="racket_head", type=mujoco.mjtGeom.mjGEOM_BOX, size=[0.07, 0.09, 0.008], mass=0.15,
+                    rgba=[0.8, 0.2, 0.2, 1])  # fmt: skip
+    racket.add_geom(name="racket_handle", type=mujoco.mjtGeom.mjGEOM_CAPSULE, fromto=[0, 0.09, 0, 0, 0.24, 0],
+                    size=[0.012, 0, 0], mass=0.1)  # fmt: skip
+    ball = spec.worldbody.add_body(name="ball", pos=list(TENNIS_BALL["pos"]))
+    ball.add_freejoint(name="ball")
+    ball.add_geom(name="ball", type=mujoco.mjtGeom.mjGEOM_SPHERE, size=[TENNIS_BALL["radius"], 0, 0],
+                  mass=TENNIS_BALL["mass"], rgba=[0.8, 0.9, 0.2, 1])  # fmt: skip
+    spec.worldbody.add_site(name="tennis_goal", pos=list(TENNIS_GOAL), size=[0.02, 0, 0], rgba=[0, 1, 0, 0.5])
+    for g in (*racket.geoms, *ball.geoms):  # only the explicit pairs below may collide
+        g.contype, g.conaffinity = 0, 0
+    solimp = list(SOLIMP_CFD if cfd else SOLIMP)
+    friction = [1.0, 1.0, 0.005, 0.0001, 0.0001]
+    spec.add_pair(geomname1="ball", geomname2="racket_head", condim=3, solref=[-100000.0, 0.0], solimp=solimp,
+                  friction=friction)  # fmt: skip
+    spec.add_pair(geomname1="ball", geomname2="floor", condim=3, solref=[0.02, 1.0], solimp=solimp, friction=friction)
+    hand = [g for g in spec.geoms if g.type == mujoco.mjtGeom.mjGEOM_CAPSULE and g.parent.name in TENNIS_HAND]
+    for k, g in enumerate(hand):
+        g.name = g.name or f"tennis_hand_capsule{k}"
+        spec.add_pair(geomname1="ball", geomname2=g.name, condim=3, solref=[0.02, 1.0], solimp=solimp,
+                      friction=friction)  # fmt: skip
+    spec.option.timestep = 0.0025
+    spec.option.solver = mujoco.mjtSolver.mjSOL_NEWTON
+    spec.option.iterations, spec.option.ls_iterations = 4, 16
+    mj = spec.compile()
+    mx = common.mjx.put_model(mj)
+    adr = int(mj.jnt_dofadr[mj.joint("ball").id])
+    qvel = np.zeros(mj.nv)
+    qvel[adr : adr + 3] = TENNIS_BALL["vel"]
+    d0 = common.mjx.make_data(mx).replace(qpos=jnp.asarray(mj.qpos0), qvel=jnp.asarray(qvel))
+    ball_body, goal = mj.body("ball").id, jnp.asarray(TENNIS_GOAL)
+
+    def cost(d, ctrl):
+        return jnp.sqrt(jnp.sum((d.xpos[ball_body] - goal) ** 2) + 1e-12)
+
+    return mj, mx, d0, cost
+
+
+TASKS = {"baoding": baoding, "tennis": bionic_tennis}
+
+
 def _read(path: Path) -> list[dict]:
     import csv
 
@@ -99,19 +200,23 @@ def _free_joints(mj):
     return [int(mj.jnt_qposadr[j]) for j in range(mj.njnt) if mj.jnt_type[j] == 0]
 
 
-def run(preset: str, methods, overrides, out: Path, seed: int = 0, plan_steps: int | None = None):
-    spec = dict(RUNS[preset])
+def _sim(cfd: bool) -> diffmjx.Config:
+    sim = diffmjx.Config().override("integrator.solver=mjx_euler", "collision.smooth=true", *common.PINNED)
+    return sim.override("cfd.enabled=true", CFD_SOLIMP) if cfd else sim
+
+
+def run(task: str, preset: str, methods, overrides, out: Path, seed: int = 0, plan_steps: int | None = None):
+    spec = dict(RUNS[task][preset])
     if plan_steps is not None:
         spec["plan_steps"] = plan_steps
+    csv, summary_csv = out / f"myo_mpc_{task}.csv", out / f"myo_mpc_{task}_summary.csv"
     # keep the other methods' results of an earlier run, so methods can be run one at a time
-    rows = [r for r in _read(out / "myo_mpc_baoding.csv") if r["method"] not in methods]
-    summary = [r for r in _read(out / "myo_mpc_baoding_summary.csv") if r["method"] not in methods]
+    rows = [r for r in _read(csv) if r["method"] not in methods]
+    summary = [r for r in _read(summary_csv) if r["method"] not in methods]
     for name in methods:
         extra, cfd = METHODS[name]
-        mj, mx, d0, cost = baoding(cfd)
-        sim = diffmjx.Config().override("integrator.solver=mjx_euler", "collision.smooth=true", *common.PINNED)
-        if cfd:
-            sim = sim.override("cfd.enabled=true", "cfd.solimp=[0.0, 0.1, 1.0, 1.0, 4.0]")
+        mj, mx, d0, cost = TASKS[task](cfd)
+        sim = _sim(cfd)
         cfg = mpc.PlannerConfig.load(spec["planner"], [*spec["overrides"], *extra, *overrides])
         steps = spec["plan_steps"] * cfg.execute
         t = time.perf_counter()
@@ -128,21 +233,21 @@ def run(preset: str, methods, overrides, out: Path, seed: int = 0, plan_steps: i
         })  # fmt: skip
         print(f"{name:16s} cost {c0:.4f} -> {res.cost[-1]:.4f}  plan step {np.median(res.plan_time_s):.1f} s  "
               f"JIT {res.jit_time_s:.0f} s")  # fmt: skip
-        common.write_csv(out / "myo_mpc_baoding.csv", rows)
-        common.write_csv(out / "myo_mpc_baoding_summary.csv", summary)
-    plot(rows, out / "myo_mpc_baoding.png")
+        common.write_csv(csv, rows)
+        common.write_csv(summary_csv, summary)
+    plot(rows, out / f"myo_mpc_{task}.png", TITLES[task])
 
 
-def check_horizon(horizon: int, out: Path):
-    """Gradient of the swap cost through ``horizon`` periods from rest, with and without contacts
-    from distance: is it finite, and how large? Writes myo_mpc_horizon.csv."""
+def check_horizon(task: str, horizon: int, out: Path):
+    """Gradient of the task's cost through ``horizon`` periods of a constant plan, with and without
+    contacts from distance: is it finite, how large, and what does it cost? Writes
+    myo_mpc_<task>_horizon.csv."""
     rows = []
     for cfd in (False, True):
-        mj, mx, d0, cost = baoding(cfd)
-        sim = diffmjx.Config().override("integrator.solver=mjx_euler", "collision.smooth=true", *common.PINNED)
-        if cfd:
-            sim = sim.override("cfd.enabled=true", "cfd.solimp=[0.0, 0.1, 1.0, 1.0, 4.0]")
-        u = jnp.full((horizon, mx.nu), 0.05)
+        mj, mx, d0, cost = TASKS[task](cfd)
+        sim = _sim(cfd)
+        lo, hi = mpc.ctrl_bounds(mx)
+        u = jnp.clip(jnp.full((horizon, mx.nu), 0.05), lo, hi)
         fn = jax.jit(jax.value_and_grad(lambda u: mpc.plan_cost(mx, d0, u, cost, sim)[0]))
         t = time.perf_counter()
         fn = fn.lower(u).compile()
@@ -151,14 +256,18 @@ def check_horizon(horizon: int, out: Path):
         value, g = jax.block_until_ready(fn(u))
         run_s = time.perf_counter() - t
         g = np.asarray(g)
-        rows.append({"cfd": cfd, "horizon": horizon, "cost": float(value), "finite": int(np.isfinite(g).sum()),
-                     "entries": g.size, "grad_norm": float(np.linalg.norm(g[np.isfinite(g)])), "jit_s": jit_s,
-                     "run_s": run_s})  # fmt: skip
+        rows.append({"task": task, "cfd": cfd, "horizon": horizon, "cost": float(value),
+                     "finite": int(np.isfinite(g).sum()), "entries": g.size, "nonzero": int(np.sum(g != 0)),
+                     "grad_norm": float(np.linalg.norm(g[np.isfinite(g)])), "jit_s": jit_s, "run_s": run_s})  # fmt: skip
         print(rows[-1])
-        common.write_csv(out / "myo_mpc_horizon.csv", rows)
+        common.write_csv(out / f"myo_mpc_{task}_horizon.csv", rows)
 
 
-def plot(rows, path: Path):
+TITLES = {"baoding": ("MyoHand baoding swap, closed loop", "cost: ball distances to targets (m)"),
+          "tennis": ("Bionic tennis, closed loop", "cost: ball distance to goal (m)")}  # fmt: skip
+
+
+def plot(rows, path: Path, title=TITLES["baoding"]):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -170,16 +279,18 @@ def plot(rows, path: Path):
         c = [r["cost"] for r in rows if r["method"] == name]
         ax.plot(t, c, label=name, ls="--" if name.startswith("sampling") else "-")
     ax.set_xlabel("simulated time (s)")
-    ax.set_ylabel("cost: ball distances to targets (m)")
-    ax.set_title("MyoHand baoding swap, closed loop")
+    ax.set_ylabel(title[1])
+    ax.set_title(title[0])
     ax.legend()
     common.save_figure(fig, path)
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--preset", choices=sorted(RUNS), default="quick")
-    p.add_argument("--methods", nargs="+", choices=sorted(METHODS), default=list(METHODS))
+    p.add_argument("--task", choices=sorted(TASKS), default="baoding")
+    p.add_argument("--preset", choices=("quick", "paper"), default="quick")
+    p.add_argument("--methods", nargs="+", choices=sorted(METHODS), default=None,
+                   help="default: every method for baoding; gradient with and without CFD and sampling 64 for tennis")
     p.add_argument("--set", action="append", default=[], metavar="planner.KEY=VALUE", help="planner overrides")
     p.add_argument("--out", type=Path, default=common.RESULTS)
     p.add_argument("--seed", type=int, default=0)
@@ -189,9 +300,10 @@ def main(argv=None):
     args = p.parse_args(argv)
     common.setup()
     if args.check_horizon:
-        check_horizon(args.check_horizon, args.out)
+        check_horizon(args.task, args.check_horizon, args.out)
         return
-    run(args.preset, args.methods, args.set, args.out, args.seed, args.plan_steps)
+    methods = DEFAULT_METHODS[args.task] if args.methods is None else args.methods
+    run(args.task, args.preset, methods, args.set, args.out, args.seed, args.plan_steps)
 
 
 if __name__ == "__main__":

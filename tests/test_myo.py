@@ -176,3 +176,34 @@ def test_muscle_gradient_through_the_baoding_hand_is_finite_and_matches_differen
     for i, j in [(0, 0), (0, 20), (steps - 1, 38), (2, 5)]:
         fd = (f(u.at[i, j].add(h)) - f(u.at[i, j].add(-h))) / (2 * h)
         np.testing.assert_allclose(g[i, j], float(fd), rtol=1e-5)
+
+
+def test_bionic_tennis_scene_misses_both_hands_and_compiles_for_mjx():
+    """The tennis task's premise, on the C engine: with relaxed muscles and the prosthesis holding
+    its zero pose the ball flies past the racket (closest approach 1-5 cm) and touches nothing, so
+    a ball-only cost has no contact to learn from. Its collision pairs are the ball's alone, and
+    the MJX model builds (no unsupported cylinder-mesh pairs are left)."""
+    import mujoco
+
+    from diffmjx.collision import driver
+    from experiments import myo_mpc
+
+    mj, mx, d0, cost = myo_mpc.bionic_tennis(cfd=False)
+    assert mj.opt.timestep == 0.0025 and mj.opt.iterations == 4 and mj.opt.ls_iterations == 16
+    assert mj.nu == 80 and int(np.sum(mj.actuator_dyntype == mujoco.mjtDyn.mjDYN_MUSCLE)) == 63
+    ball = mj.geom("ball").id
+    assert not np.any((mj.geom_contype != 0) | (mj.geom_conaffinity != 0))
+    assert np.all((mj.pair_geom1 == ball) | (mj.pair_geom2 == ball)) and mj.npair == 21
+    driver.check_model(mx)
+    d = mujoco.MjData(mj)
+    d.qpos[:], d.qvel[:] = np.asarray(d0.qpos), np.asarray(d0.qvel)
+    goal = np.asarray(myo_mpc.TENNIS_GOAL)
+    head = mj.geom("racket_head").id
+    closest, costs = np.inf, []
+    for _ in range(80):  # 0.2 s, past the racket
+        mujoco.mj_step(mj, d)
+        assert d.ncon == 0
+        closest = min(closest, mujoco.mj_geomDistance(mj, d, ball, head, 1.0, None))
+        costs.append(np.linalg.norm(d.xpos[mj.body("ball").id] - goal))
+    assert 0.01 < closest < 0.05
+    assert 0.25 < costs[0] and min(costs) > 0.25  # the ball never comes near the goal on its own
