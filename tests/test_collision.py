@@ -309,3 +309,89 @@ def test_plane_cylinder_deepest_keeps_the_far_end_in_contact():
     assert n_active == [2, 1]
     with pytest.raises(ValueError, match=r"collision.plane_cylinder.*deepest, mjx"):
         cfg.override("collision.plane_cylinder=both")
+
+
+_SPHERE_CYLINDER_XML = """
+<mujoco>
+  <worldbody>
+    <geom name="cyl" type="cylinder" size="0.1 0.05" pos="0.01 -0.02 0.3" euler="20 -10 35"/>
+    <body name="ball"><freejoint/><geom name="ball" type="sphere" size="0.02"/></body>
+  </worldbody>
+</mujoco>
+"""
+
+
+def _ball_cylinder_qpos(mj, local):
+    """Ball centre at ``local`` in the cylinder's frame."""
+    import mujoco
+
+    d = mujoco.MjData(mj)
+    mujoco.mj_kinematics(mj, d)
+    g = mj.geom("cyl").id
+    q = np.zeros(mj.nq)
+    q[:3] = d.geom_xpos[g] + d.geom_xmat[g].reshape(3, 3) @ np.asarray(local)
+    q[3] = 1.0
+    return q
+
+
+# ball centres in the cylinder's frame (radius 0.1, half height 0.05; ball radius 0.02): beside the
+# side, above the cap, off the rim, just penetrating the cap, on the axis (MJX's distance search
+# gives a NaN derivative just above a cap), deep inside nearer the side, exactly on the rim
+SPHERE_CYLINDER_POSES = {
+    "side": (0.13, 0.02, 0.01),
+    "cap": (0.03, -0.04, 0.08),
+    "rim": (0.11, 0.03, 0.07),
+    "cap_penetrating": (0.02, 0.01, 0.065),
+    "axis": (0.0, 0.0, 0.0745),
+    "inside_near_side": (0.085, 0.0, 0.0),
+    "on_rim": (0.1, 0.0, 0.05),
+}
+
+
+@pytest.fixture(scope="module")
+def sphere_cylinder_scene():
+    import mujoco
+
+    mj = mujoco.MjModel.from_xml_string(_SPHERE_CYLINDER_XML)
+    mx = mjx.put_model(mj)
+    d0 = mjx.make_data(mx)
+
+    def contact(qpos):
+        c = collision.detect(mx, d0.replace(qpos=qpos), None, plane_box="deepest")
+        return c.dist[0], c.pos[0], c.frame[0]
+
+    return mj, jax.jit(contact), jax.jit(jax.jacrev(lambda q: contact(q)[0]))
+
+
+@pytest.mark.parametrize("pose", list(SPHERE_CYLINDER_POSES))
+def test_sphere_cylinder_is_exact_with_finite_derivatives(sphere_cylinder_scene, pose):
+    """DiffMJX's closed-form sphere-cylinder: the distance equals MuJoCo's C engine
+    (``mj_geomDistance``; skipped where the ball is deep inside, which the C engine does not
+    resolve), the normal points from the ball into the cylinder, and the derivative of the
+    distance is finite and equals central differences (skipped exactly on the rim, where the
+    distance has a kink)."""
+    import mujoco
+
+    mj, contact, jac = sphere_cylinder_scene
+    q = _ball_cylinder_qpos(mj, SPHERE_CYLINDER_POSES[pose])
+    dist, pos, frame = (np.asarray(x) for x in contact(q))
+    d = mujoco.MjData(mj)
+    d.qpos[:] = q
+    mujoco.mj_kinematics(mj, d)
+    fromto = np.zeros(6)
+    c_dist = mujoco.mj_geomDistance(mj, d, mj.geom("ball").id, mj.geom("cyl").id, 1.0, fromto)
+    if pose != "inside_near_side":
+        assert dist == pytest.approx(c_dist, abs=1e-6)
+    if dist > 1e-6:  # the normal points from the ball's nearest point to the cylinder's
+        along = fromto[3:] - fromto[:3]
+        np.testing.assert_allclose(frame[0], along / np.linalg.norm(along), atol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(frame, axis=1), 1.0, atol=1e-12)
+    g = np.asarray(jac(jnp.asarray(q)))
+    assert np.all(np.isfinite(g))
+    if pose != "on_rim":
+        h = 1e-7
+        for i in range(3):
+            e = np.zeros(mj.nq)
+            e[i] = h
+            fd = (float(contact(q + e)[0]) - float(contact(q - e)[0])) / (2 * h)
+            assert g[i] == pytest.approx(fd, abs=1e-6)

@@ -25,6 +25,7 @@ from diffmjx.collision.pairs import (
     plane_cylinder,
     plane_cylinder_deepest,
     sphere_capsule,
+    sphere_cylinder,
 )
 from diffmjx.config import PLANE_BOX_RULES, PLANE_CYLINDER_RULES
 
@@ -73,6 +74,10 @@ def table(sharpness: float | None, plane_box: str = "mjx", plane_cylinder: str =
             types: collider(ncon=ncon)(functools.partial(fn, sharpness=sharpness))
             for types, collider, ncon, fn in _SMOOTHED
         }
+    # MJX's sphere-cylinder is a signed-distance search with NaN derivatives at some poses
+    out[(_G.SPHERE, _G.CYLINDER)] = _mjx.primitive_collider(ncon=1)(
+        functools.partial(sphere_cylinder, sharpness=sharpness)
+    )
     if plane_box == "deepest":
         out[(_G.PLANE, _G.BOX)] = _mjx.convex_collider(ncon=4)(plane_box_deepest)
     if plane_cylinder == "deepest":

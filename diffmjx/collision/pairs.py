@@ -182,6 +182,45 @@ def sphere_capsule(sphere, cap, sharpness):
     return dist, pos, smooth_frame(n, 4.0 / (sharpness * cap.size[0]))
 
 
+def sphere_cylinder(sphere, cyl, sharpness=None):
+    """Sphere-cylinder in closed form, with finite derivatives everywhere.
+
+    MJX collides this pair by a signed-distance search whose derivative is NaN at some poses
+    (seen with a ball 5 mm above a cylinder's cap), and the NaN reaches every other contact's
+    gradient through the zero cotangents of the backward pass. Here, in the cylinder's frame,
+    the nearest surface point is on the side, a cap or the rim; a centre inside the cylinder
+    takes the nearer of side and cap. Every square root and division is guarded (double where),
+    on the axis and on the rim included. The friction frame is MJX's ``make_frame`` (``sharpness``
+    None) or its blended form.
+    """
+    radius, half, rho = cyl.size[0], cyl.size[1], sphere.size[0]
+    p = cyl.mat.T @ (sphere.pos - cyl.pos)
+    r2 = p[0] * p[0] + p[1] * p[1]
+    off_axis = r2 > 1e-24
+    r = jnp.sqrt(jnp.where(off_axis, r2, 1.0))
+    radial = jnp.where(off_axis, jnp.array([p[0], p[1], 0.0]) / r, jnp.array([1.0, 0.0, 0.0]))
+    r = jnp.where(off_axis, r, 0.0)
+    axial = jnp.array([0.0, 0.0, 1.0]) * jnp.where(p[2] >= 0.0, 1.0, -1.0)
+    out_r, out_h = r - radius, jnp.abs(p[2]) - half
+    # side, cap or inside: the larger of the two signed gaps, along its direction
+    face_s = jnp.maximum(out_r, out_h)
+    face_n = jnp.where(out_r >= out_h, radial, axial)
+    # rim: the nearest point of the rim circle
+    delta = p - (radial * radius + axial * half)
+    d2 = jnp.dot(delta, delta)
+    apart = d2 > 1e-24
+    rim_s = jnp.sqrt(jnp.where(apart, d2, 1.0))
+    rim_n = jnp.where(apart, delta / rim_s, unit(radial + axial))
+    rim_s = jnp.where(apart, rim_s, 0.0)
+    on_rim = (out_r > 0.0) & (out_h > 0.0)
+    s = jnp.where(on_rim, rim_s, face_s)
+    n = -(cyl.mat @ jnp.where(on_rim, rim_n, face_n))  # from the sphere towards the cylinder
+    dist = s - rho
+    pos = sphere.pos + n * (rho + 0.5 * dist)
+    frame = _mjx.make_frame(n) if sharpness is None else smooth_frame(n, 4.0 / (sharpness * radius))
+    return dist, pos, frame
+
+
 def capsule_capsule(cap1, cap2, sharpness):
     """Capsule-capsule: closest points between the axes, MJX's end-point case split blended.
 
