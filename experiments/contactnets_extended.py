@@ -92,7 +92,7 @@ def run(preset: str, overrides, out: Path, fresh: bool = False, progress: bool =
     def judge(params):
         return {"subset_loss": float(loss_fn(params, sub_q, sub_v)), "val_traj_err_mm": sysid.trajectory_error(params, val, cfg)}
 
-    rows, hist = [], []
+    rows, hist, adam = [], [], {}
     default = sysid.CubeParams()
     rows.append({"method": "none (default parameters)", "start": "pre-tuned", "fit_wall_s": 0.0, "steps": 0,
                  **_param_cols(default), **common.stage("sysid-ext-judge", (key, "default"), lambda: judge(default), fresh)})  # fmt: skip
@@ -106,6 +106,7 @@ def run(preset: str, overrides, out: Path, fresh: bool = False, progress: bool =
             return res, time.perf_counter() - t
 
         res, wall = common.stage("sysid-ext-adam", (key, name), fit, fresh)
+        adam[name] = res.params
         h = res.history
         hist += [{"method": "Adam", "start": name, "step": int(s), "wall_s": float(w), "loss": float(ls)}
                  for s, w, ls in zip(h.step, np.cumsum(h.wall_s), h.loss, strict=True)]  # fmt: skip
@@ -140,10 +141,7 @@ def run(preset: str, overrides, out: Path, fresh: bool = False, progress: bool =
     common.write_csv(out / "contactnets_extended_history.csv", hist)
     _plot(rows, hist, out / "contactnets_extended.png")
     best = min((r for r in rows if r["method"] == "Adam"), key=lambda r: r["subset_loss"])
-    fitted = sysid.CubeParams(side_length=best["side_mm"] / 1e3, mass=best["mass_kg"], friction=best["friction"],
-                              solref=np.array([best["solref0"], best["solref1"]]),
-                              solimp=np.array([best[f"solimp{i}"] for i in range(5)]))  # fmt: skip
-    _plot_rollouts(val[:3], {"default parameters": default, f"Adam from {best['start']}": fitted}, cfg,
+    _plot_rollouts(val[:3], {"default parameters": default, f"Adam from {best['start']}": adam[best["start"]]}, cfg,
                    out / "contactnets_rollouts.png")  # fmt: skip
     print(f"\n{'method':<46} {'start':<10} {'side mm':>8} {'friction':>8} {'subset loss':>12} {'val err mm':>10} {'wall s':>8}")
     for r in rows:

@@ -138,8 +138,6 @@ def bionic_tennis(cfd: bool):
     for item in (*spec.pairs, *spec.excludes):
         spec.delete(item)
     spec.delete(spec.body("manip_object"))
-    for g in spec.geoms:
-        g.contype, g.conaffinity = 0, 0
     racket = spec.body("prosthesis/palm").add_body(name="racket", pos=[0.0, -0.30, 0.0])
     racket.add_geom(name="racket_head", type=mujoco.mjtGeom.mjGEOM_BOX, size=[0.07, 0.09, 0.008], mass=0.15,
                     rgba=[0.8, 0.2, 0.2, 1])  # fmt: skip
@@ -150,18 +148,20 @@ def bionic_tennis(cfd: bool):
     ball.add_geom(name="ball", type=mujoco.mjtGeom.mjGEOM_SPHERE, size=[TENNIS_BALL["radius"], 0, 0],
                   mass=TENNIS_BALL["mass"], rgba=[0.8, 0.9, 0.2, 1])  # fmt: skip
     spec.worldbody.add_site(name="tennis_goal", pos=list(TENNIS_GOAL), size=[0.02, 0, 0], rgba=[0, 1, 0, 0.5])
-    for g in (*racket.geoms, *ball.geoms):  # only the explicit pairs below may collide
+    for g in spec.geoms:  # only the explicit pairs below may collide
         g.contype, g.conaffinity = 0, 0
     solimp = list(SOLIMP_CFD if cfd else SOLIMP)
-    friction = [1.0, 1.0, 0.005, 0.0001, 0.0001]
-    spec.add_pair(geomname1="ball", geomname2="racket_head", condim=3, solref=[-100000.0, 0.0], solimp=solimp,
-                  friction=friction)  # fmt: skip
-    spec.add_pair(geomname1="ball", geomname2="floor", condim=3, solref=[0.02, 1.0], solimp=solimp, friction=friction)
+
+    def ball_pair(other: str, solref=(0.02, 1.0)):
+        spec.add_pair(geomname1="ball", geomname2=other, condim=3, solref=list(solref), solimp=solimp,
+                      friction=[1.0, 1.0, 0.005, 0.0001, 0.0001])  # fmt: skip
+
+    ball_pair("racket_head", solref=(-100000.0, 0.0))
+    ball_pair("floor")
     hand = [g for g in spec.geoms if g.type == mujoco.mjtGeom.mjGEOM_CAPSULE and g.parent.name in TENNIS_HAND]
     for k, g in enumerate(hand):
         g.name = g.name or f"tennis_hand_capsule{k}"
-        spec.add_pair(geomname1="ball", geomname2=g.name, condim=3, solref=[0.02, 1.0], solimp=solimp,
-                      friction=friction)  # fmt: skip
+        ball_pair(g.name)
     spec.option.timestep = 0.0025
     spec.option.solver = mujoco.mjtSolver.mjSOL_NEWTON
     spec.option.iterations, spec.option.ls_iterations = 4, 16

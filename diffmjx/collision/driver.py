@@ -74,7 +74,7 @@ def table(sharpness: float | None, plane_box: str = "mjx", plane_cylinder: str =
             types: collider(ncon=ncon)(functools.partial(fn, sharpness=sharpness))
             for types, collider, ncon, fn in _SMOOTHED
         }
-    # MJX's sphere-cylinder is a signed-distance search with NaN derivatives at some poses
+    # MJX's sphere-cylinder is a signed-distance search whose derivative is NaN (pairs.sphere_cylinder)
     out[(_G.SPHERE, _G.CYLINDER)] = _mjx.primitive_collider(ncon=1)(
         functools.partial(sphere_cylinder, sharpness=sharpness)
     )

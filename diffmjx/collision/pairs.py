@@ -185,8 +185,8 @@ def sphere_capsule(sphere, cap, sharpness):
 def sphere_cylinder(sphere, cyl, sharpness=None):
     """Sphere-cylinder in closed form, with finite derivatives everywhere.
 
-    MJX collides this pair by a signed-distance search whose derivative is NaN at some poses
-    (seen with a ball 5 mm above a cylinder's cap), and the NaN reaches every other contact's
+    MJX collides this pair by a signed-distance search whose derivative was NaN at every pose
+    we checked (beside, above, inside, on the axis, on the rim), and the NaN reaches every other contact's
     gradient through the zero cotangents of the backward pass. Here, in the cylinder's frame,
     the nearest surface point is on the side, a cap or the rim; a centre inside the cylinder
     takes the nearer of side and cap. Every square root and division is guarded (double where),
