@@ -254,31 +254,55 @@ def _sample(m, d, nominal, cost, key, dt0, cfg: PlannerConfig, sim: Config):
     return cands[best], costs[best], costs
 
 
-def _descend(m, d, plan, cost, dt0, cfg: PlannerConfig, sim: Config, start_cost=jnp.inf):
-    lo, hi = ctrl_bounds(m)
+class _Descent(NamedTuple):
+    """Carry of the gradient iterations: the iterate, Adam's state, and the lowest-cost plan seen."""
+
+    u: jax.Array
+    opt_state: typing.Any
+    best_u: jax.Array
+    best_c: jax.Array
+
+
+def _optimizer(cfg: PlannerConfig):
     steps = [optax.adam(cfg.learning_rate, b1=0.9, b2=0.999)]
     if cfg.clip_norm is not None:
         steps.insert(0, optax.clip_by_global_norm(cfg.clip_norm))
-    opt = optax.chain(*steps)
-    value_and_grad = jax.value_and_grad(lambda u: plan_cost(m, d, u, cost, sim, dt0)[0])
+    return optax.chain(*steps)
 
-    def iterate(carry, _):
-        u, state, best_u, best_c = carry
-        c, g = value_and_grad(u)
-        finite = jnp.isfinite(c) & jnp.all(jnp.isfinite(g))
-        better = finite & (c < best_c)
-        best_u, best_c = jnp.where(better, u, best_u), jnp.where(better, c, best_c)
-        update, new_state = opt.update(jnp.where(finite, g, 0.0), state, u)
-        u_new = jnp.clip(optax.apply_updates(u, update), lo, hi)
-        u = jnp.where(finite, u_new, u)
-        state = jax.tree.map(lambda a, b: jnp.where(finite, a, b), new_state, state)
-        return (u, state, best_u, best_c), (c, finite)
 
-    init = (plan, opt.init(plan), plan, jnp.asarray(start_cost, plan.dtype))
-    (u, _, best_u, best_c), (trace, finite) = jax.lax.scan(iterate, init, None, cfg.iterations)
-    last = plan_cost(m, d, u, cost, sim, dt0)[0]  # the final iterate, never evaluated in the loop
-    better = jnp.isfinite(last) & (last < best_c)
-    return jnp.where(better, u, best_u), jnp.where(better, last, best_c), trace, jnp.sum(~finite)
+def _start(m, d, nominal, cost, key, dt0, cfg: PlannerConfig, sim: Config):
+    """The plan the gradient iterations start from (the best sample for ``sampling`` and
+    ``hybrid``), as a :class:`_Descent` carry, and the sample costs (empty for ``gradient``)."""
+    if cfg.kind == "gradient":
+        u, c, costs = nominal, jnp.asarray(jnp.inf, nominal.dtype), jnp.zeros((0,), nominal.dtype)
+    else:
+        u, c, costs = _sample(m, d, nominal, cost, key, dt0, cfg, sim)
+    return _Descent(u, _optimizer(cfg).init(u), u, c), costs
+
+
+def _step(m, d, carry: _Descent, cost, dt0, cfg: PlannerConfig, sim: Config):
+    """One gradient iteration: evaluate the iterate and its gradient, remember it if it is the
+    cheapest so far, take a clipped Adam step and clip to the control ranges. A non-finite cost or
+    gradient skips the step. Returns ``(carry, (cost of the iterate, finite))``."""
+    lo, hi = ctrl_bounds(m)
+    opt = _optimizer(cfg)
+    u, state, best_u, best_c = carry
+    c, g = jax.value_and_grad(lambda u: plan_cost(m, d, u, cost, sim, dt0)[0])(u)
+    finite = jnp.isfinite(c) & jnp.all(jnp.isfinite(g))
+    better = finite & (c < best_c)
+    best_u, best_c = jnp.where(better, u, best_u), jnp.where(better, c, best_c)
+    update, new_state = opt.update(jnp.where(finite, g, 0.0), state, u)
+    u_new = jnp.clip(optax.apply_updates(u, update), lo, hi)
+    u = jnp.where(finite, u_new, u)
+    state = jax.tree.map(lambda a, b: jnp.where(finite, a, b), new_state, state)
+    return _Descent(u, state, best_u, best_c), (c, finite)
+
+
+def _finish(m, d, carry: _Descent, cost, dt0, sim: Config):
+    """The lowest-cost plan, after evaluating the last iterate (never evaluated by a step)."""
+    last = plan_cost(m, d, carry.u, cost, sim, dt0)[0]
+    better = jnp.isfinite(last) & (last < carry.best_c)
+    return jnp.where(better, carry.u, carry.best_u), jnp.where(better, last, carry.best_c)
 
 
 def make_planner(cfg: PlannerConfig | None = None, sim: Config | None = None) -> Planner:
@@ -298,15 +322,13 @@ def make_planner(cfg: PlannerConfig | None = None, sim: Config | None = None) ->
     sim = Config() if sim is None else sim
 
     def plan(m, d, nominal, cost, key, dt0=None):
+        carry, costs = _start(m, d, nominal, cost, key, dt0, cfg, sim)
         if cfg.kind == "sampling":
-            best, best_c, costs = _sample(m, d, nominal, cost, key, dt0, cfg, sim)
-            return best, {"cost": best_c, "trace": costs, "skipped": jnp.asarray(0)}
-        if cfg.kind == "hybrid":
-            start, start_c, _ = _sample(m, d, nominal, cost, key, dt0, cfg, sim)
-            best, best_c, trace, skipped = _descend(m, d, start, cost, dt0, cfg, sim, start_c)
-            return best, {"cost": best_c, "trace": trace, "skipped": skipped}
-        best, best_c, trace, skipped = _descend(m, d, nominal, cost, dt0, cfg, sim)
-        return best, {"cost": best_c, "trace": trace, "skipped": skipped}
+            return carry.best_u, {"cost": carry.best_c, "trace": costs, "skipped": jnp.asarray(0)}
+        step = lambda c, _: _step(m, d, c, cost, dt0, cfg, sim)  # noqa: E731
+        carry, (trace, finite) = jax.lax.scan(step, carry, None, cfg.iterations)
+        best, best_c = _finish(m, d, carry, cost, dt0, sim)
+        return best, {"cost": best_c, "trace": trace, "skipped": jnp.sum(~finite)}
 
     return Planner(cfg, sim, plan)
 
@@ -339,7 +361,12 @@ def closed_loop(m, d0, cost, planner: Planner, steps: int, key, *, init=None, pr
     plan = jnp.clip(jnp.zeros((cfg.horizon, m.nu), dtype), lo, hi) if init is None else jnp.asarray(init, dtype)
     if plan.shape != (cfg.horizon, m.nu):
         raise ValueError(f"init must have shape (horizon, nu) = ({cfg.horizon}, {m.nu}); got {plan.shape}")
-    plan_fn = jax.jit(lambda d, u, k, dt: planner.plan(m, d, u, cost, k, dt))
+    # One program per piece, the gradient iterations looped here: a rollout's gradient nested in a
+    # scan over iterations compiled for over 14 min on MyoArm (107 s on its own; docs/mpc.md).
+    start_fn = jax.jit(lambda d, u, k, dt: _start(m, d, u, cost, k, dt, cfg, sim)[0])
+    step_fn = jax.jit(lambda d, c, dt: _step(m, d, c, cost, dt, cfg, sim)[0])
+    finish_fn = jax.jit(lambda d, c, dt: _finish(m, d, c, cost, dt, sim))
+    iterations = 0 if cfg.kind == "sampling" else cfg.iterations
     execute = cfg.execute
 
     def run(d, u, dt):
@@ -352,7 +379,13 @@ def closed_loop(m, d0, cost, planner: Planner, steps: int, key, *, init=None, pr
         d0, plan, dt = replicate((d0, plan, dt))
     t0 = time.perf_counter()
     key, sub = jax.random.split(key)
-    plan_c = plan_fn.lower(d0, plan, sub, dt).compile()
+    start_c = start_fn.lower(d0, plan, sub, dt).compile()
+    carry = jax.eval_shape(start_fn, d0, plan, sub, dt)
+    if cfg.shard and len(jax.devices()) > 1:  # the carry is passed replicated, like the state
+        rep = jax.sharding.NamedSharding(jax.sharding.Mesh(np.asarray(jax.devices()), ("batch",)), jax.sharding.PartitionSpec())
+        carry = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=rep), carry)
+    step_c = step_fn.lower(d0, carry, dt).compile() if iterations else None
+    finish_c = finish_fn.lower(d0, carry, dt).compile() if iterations else None
     exec_c = exec_fn.lower(d0, plan[:execute], dt).compile()
     jit_time = time.perf_counter() - t0
 
@@ -365,10 +398,18 @@ def closed_loop(m, d0, cost, planner: Planner, steps: int, key, *, init=None, pr
         if cfg.shard:
             d, plan, dt, sub = replicate((d, plan, dt, sub))
         t = time.perf_counter()
-        plan, info = plan_c(d, plan, sub, dt)
+        carry = start_c(d, plan, sub, dt)
+        carry = replicate(carry) if cfg.shard else carry
+        if iterations:
+            for _ in range(iterations):
+                carry = step_c(d, replicate(carry) if cfg.shard else carry, dt)
+            carry = replicate(carry) if cfg.shard else carry
+            plan, plan_c = finish_c(d, carry, dt)
+        else:
+            plan, plan_c = carry.best_u, carry.best_c
         jax.block_until_ready(plan)
         plan_times.append(time.perf_counter() - t)
-        plan_costs.append(float(info["cost"]))
+        plan_costs.append(float(plan_c))
         u = plan[:execute]
         d, traj = exec_c(d, u, dt)
         n = min(execute, steps - done)

@@ -90,6 +90,22 @@ def test_gradient_planner_keeps_its_lowest_cost_iterate(slider):
     np.testing.assert_allclose(float(mpc.plan_cost(mx, d0, plan, cost, SIM)[0]), float(info["cost"]), rtol=1e-12)
 
 
+@pytest.mark.parametrize("kind", ["gradient", "hybrid"])
+def test_closed_loop_iterations_equal_the_one_program_plan(slider, kind):
+    """closed_loop runs the gradient iterations as a Python loop over one compiled step (a scan of
+    a large model's gradient compiles far slower); its first plan is planner.plan's."""
+    mx, d0 = slider
+    cfg = mpc.PlannerConfig(kind=kind, horizon=8, execute=4, iterations=4, learning_rate=0.3, samples=4)
+    planner = mpc.make_planner(cfg, SIM)
+    key = jax.random.PRNGKey(5)
+    out = mpc.closed_loop(mx, d0, cost, planner, steps=4, key=key, progress=False)
+    _, sub = jax.random.split(key)
+    _, sub = jax.random.split(_)  # closed_loop's key for its first plan step
+    plan, info = jax.jit(lambda d, k: planner.plan(mx, d, jnp.zeros((8, 1)), cost, k))(d0, sub)
+    np.testing.assert_allclose(out.plan_cost[0], float(info["cost"]), rtol=1e-12)
+    np.testing.assert_allclose(out.ctrl, np.asarray(plan)[:4], rtol=1e-12, atol=1e-15)
+
+
 def test_coloured_noise_has_unit_variance_and_brown_correlation():
     white = np.asarray(mpc.coloured_noise(jax.random.PRNGKey(1), (400, 64, 2), 0.0))
     brown = np.asarray(mpc.coloured_noise(jax.random.PRNGKey(1), (400, 64, 2), 2.0))
