@@ -321,13 +321,13 @@ _SPHERE_CYLINDER_XML = """
 """
 
 
-def _ball_cylinder_qpos(mj, local):
-    """Ball centre at ``local`` in the cylinder's frame."""
+def _ball_cylinder_qpos(mj, local, geom="cyl"):
+    """Ball centre at ``local`` in the frame of the fixed geom ``geom``."""
     import mujoco
 
     d = mujoco.MjData(mj)
     mujoco.mj_kinematics(mj, d)
-    g = mj.geom("cyl").id
+    g = mj.geom(geom).id
     q = np.zeros(mj.nq)
     q[:3] = d.geom_xpos[g] + d.geom_xmat[g].reshape(3, 3) @ np.asarray(local)
     q[3] = 1.0
@@ -395,3 +395,71 @@ def test_sphere_cylinder_is_exact_with_finite_derivatives(sphere_cylinder_scene,
             e[i] = h
             fd = (float(contact(q + e)[0]) - float(contact(q - e)[0])) / (2 * h)
             assert g[i] == pytest.approx(fd, abs=1e-6)
+
+
+_SPHERE_BOX_XML = """
+<mujoco>
+  <worldbody>
+    <geom name="box" type="box" size="0.1 0.06 0.04" pos="0.01 -0.02 0.3" euler="20 -10 35"/>
+    <body name="ball"><freejoint/><geom name="ball" type="sphere" size="0.02"/></body>
+  </worldbody>
+</mujoco>
+"""
+# ball centres in the box's frame (half sizes 0.1, 0.06, 0.04; ball radius 0.02): 3 cm off a face
+# (the tennis ball beside the racket), off an edge, off a corner, 30 cm away (MJX reports 1 for all
+# four), touching a face, just penetrating a face, deep inside nearer the smallest face
+SPHERE_BOX_POSES = {
+    "face": (0.02, 0.01, 0.09),
+    "edge": (0.12, 0.08, 0.0),
+    "corner": (0.13, -0.07, 0.06),
+    "far": (0.0, 0.3, 0.1),
+    "touching": (0.03, 0.02, 0.06),
+    "penetrating": (-0.05, 0.0, 0.055),
+    "inside": (0.02, 0.01, 0.03),
+}
+
+
+@pytest.fixture(scope="module")
+def sphere_box_scene():
+    import mujoco
+
+    mj = mujoco.MjModel.from_xml_string(_SPHERE_BOX_XML)
+    mx = mjx.put_model(mj)
+    d0 = mjx.make_data(mx)
+
+    def contact(qpos):
+        c = collision.detect(mx, d0.replace(qpos=qpos), None, plane_box="deepest")
+        return c.dist[0], c.pos[0], c.frame[0]
+
+    return mj, jax.jit(contact), jax.jit(jax.jacrev(lambda q: contact(q)[0]))
+
+
+@pytest.mark.parametrize("pose", list(SPHERE_BOX_POSES))
+def test_sphere_box_gives_the_true_distance_apart_and_touching(sphere_box_scene, pose):
+    """DiffMJX's closed-form sphere-box: the signed distance equals MuJoCo's C engine
+    (``mj_geomDistance``) apart and touching, where MJX reports 1 for every separated pose (so
+    contacts from distance would see nothing); the normal points from the ball into the box; the
+    derivative equals central differences."""
+    import mujoco
+
+    mj, contact, jac = sphere_box_scene
+    q = _ball_cylinder_qpos(mj, SPHERE_BOX_POSES[pose], geom="box")
+    dist, pos, frame = (np.asarray(x) for x in contact(q))
+    d = mujoco.MjData(mj)
+    d.qpos[:] = q
+    mujoco.mj_kinematics(mj, d)
+    fromto = np.zeros(6)
+    c_dist = mujoco.mj_geomDistance(mj, d, mj.geom("ball").id, mj.geom("box").id, 1.0, fromto)
+    assert dist == pytest.approx(c_dist, abs=1e-6)
+    if dist > 1e-6:  # the normal points from the ball's nearest point to the box's
+        along = fromto[3:] - fromto[:3]
+        np.testing.assert_allclose(frame[0], along / np.linalg.norm(along), atol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(frame, axis=1), 1.0, atol=1e-12)
+    g = np.asarray(jac(jnp.asarray(q)))
+    assert np.all(np.isfinite(g)) and np.any(g != 0)
+    h = 1e-7
+    for i in range(3):
+        e = np.zeros(mj.nq)
+        e[i] = h
+        fd = (float(contact(q + e)[0]) - float(contact(q - e)[0])) / (2 * h)
+        assert g[i] == pytest.approx(fd, abs=1e-6)

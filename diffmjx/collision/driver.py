@@ -24,6 +24,7 @@ from diffmjx.collision.pairs import (
     plane_capsule,
     plane_cylinder,
     plane_cylinder_deepest,
+    sphere_box,
     sphere_capsule,
     sphere_cylinder,
 )
@@ -78,6 +79,8 @@ def table(sharpness: float | None, plane_box: str = "mjx", plane_cylinder: str =
     out[(_G.SPHERE, _G.CYLINDER)] = _mjx.primitive_collider(ncon=1)(
         functools.partial(sphere_cylinder, sharpness=sharpness)
     )
+    # MJX's sphere-box reports distance 1 for any separated pose: no contacts from distance
+    out[(_G.SPHERE, _G.BOX)] = _mjx.primitive_collider(ncon=1)(functools.partial(sphere_box, sharpness=sharpness))
     if plane_box == "deepest":
         out[(_G.PLANE, _G.BOX)] = _mjx.convex_collider(ncon=4)(plane_box_deepest)
     if plane_cylinder == "deepest":

@@ -221,6 +221,34 @@ def sphere_cylinder(sphere, cyl, sharpness=None):
     return dist, pos, frame
 
 
+def sphere_box(sphere, box, sharpness=None):
+    """Sphere-box in closed form: the true signed distance, apart or touching.
+
+    MJX collides this pair as a sphere against a convex mesh and reports distance 1 for every
+    separated pose, so contacts from distance see no sphere near a box (a ball beside a racket
+    gets no row and no gradient). Here, in the box's frame, a centre outside the box is nearest
+    to the clamped point (face, edge or corner; the square root double-where guarded), and a
+    centre inside is pushed out through the face of least depth, as MuJoCo's C engine does. The
+    friction frame is MJX's ``make_frame`` (``sharpness`` None) or its blended form.
+    """
+    half, rho = box.size, sphere.size[0]
+    p = box.mat.T @ (sphere.pos - box.pos)
+    delta = p - jnp.clip(p, -half, half)
+    d2 = jnp.dot(delta, delta)
+    outside = d2 > 1e-24
+    s_out = jnp.sqrt(jnp.where(outside, d2, 1.0))
+    n_out = jnp.where(outside, delta / s_out, 0.0)
+    gap = jnp.abs(p) - half  # all negative inside: the face of least depth has the largest
+    axis = jnp.argmax(gap)
+    n_in = jax.nn.one_hot(axis, 3, dtype=p.dtype) * jnp.where(p[axis] >= 0.0, 1.0, -1.0)
+    s = jnp.where(outside, s_out, gap[axis])
+    n = -(box.mat @ jnp.where(outside, n_out, n_in))  # from the sphere towards the box
+    dist = s - rho
+    pos = sphere.pos + n * (rho + 0.5 * dist)
+    frame = _mjx.make_frame(n) if sharpness is None else smooth_frame(n, 4.0 / (sharpness * rho))
+    return dist, pos, frame
+
+
 def capsule_capsule(cap1, cap2, sharpness):
     """Capsule-capsule: closest points between the axes, MJX's end-point case split blended.
 
