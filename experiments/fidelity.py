@@ -71,6 +71,7 @@ FAMILIES = {
     "capsule-box": ("capsule", "box"),
     "box-box": ("box", "box"),
     "readme": None,
+    "sphere-cylinder": ("sphere", "cylinder"),  # appended: a family's index seeds its shots
 }
 QUICK_FAMILIES = ("box-plane", "capsule-plane", "cylinder-plane", "sphere-box", "capsule-capsule", "readme")
 
@@ -103,7 +104,7 @@ _SIZE_RANGES = {  # MuJoCo size fields, each uniform in [lo, hi] (m)
     "cylinder": ((0.03, 0.06), (0.02, 0.05)),
     "ellipsoid": ((0.03, 0.07),) * 3,
 }
-_TARGET_SIZES = {"sphere": (0.08,), "capsule": (0.05, 0.15), "box": (0.15, 0.15, 0.05)}
+_TARGET_SIZES = {"sphere": (0.08,), "capsule": (0.05, 0.15), "box": (0.15, 0.15, 0.05), "cylinder": (0.1, 0.05)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,7 +138,8 @@ def scene(family: str, seed: int) -> Scene:
     top = 0.0
     if target != "plane":
         tsize = np.array(_TARGET_SIZES[target])
-        half_height = tsize[2] if target == "box" else tsize[0]  # a capsule lies on its side
+        # a box and a cylinder stand upright; a capsule lies on its side
+        half_height = tsize[2] if target == "box" else tsize[1] if target == "cylinder" else tsize[0]
         euler = ' euler="0 90 0"' if target == "capsule" else ""  # a capsule lies on the floor
         geoms.append(f'<geom name="target" type="{target}" size="{_fmt(tsize)}" pos="0 0 {half_height:.6g}"{euler}/>')
         top = 2 * half_height
