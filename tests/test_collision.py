@@ -463,3 +463,88 @@ def test_sphere_box_gives_the_true_distance_apart_and_touching(sphere_box_scene,
         e[i] = h
         fd = (float(contact(q + e)[0]) - float(contact(q - e)[0])) / (2 * h)
         assert g[i] == pytest.approx(fd, abs=1e-6)
+
+
+_CAPSULE_BOX_XML = """
+<mujoco>
+  <worldbody>
+    <geom name="box" type="box" size="0.1 0.06 0.04" pos="0.01 -0.02 0.3" euler="20 -10 35"/>
+    <body name="cap"><freejoint/><geom name="cap" type="capsule" size="0.01 0.03"/></body>
+  </worldbody>
+</mujoco>
+"""
+# capsule centre and axis in the box's frame (half sizes 0.1, 0.06, 0.04; capsule radius 0.01, half
+# length 0.03): apart off a face (tilted), off an edge, off a corner, lying parallel to a face, far
+# away (MJX reports 1 for all five), and lying on a face pressed in 2 mm (MJX's manifold kept)
+CAPSULE_BOX_POSES = {
+    "face": ((0.02, 0.01, 0.09), (0.3, 0.2, 1.0)),
+    "edge": ((0.14, 0.09, 0.0), (0.0, 0.0, 1.0)),
+    "corner": ((0.13, -0.08, 0.07), (1.0, -1.0, 1.0)),
+    "parallel": ((0.0, 0.0, 0.07), (1.0, 0.0, 0.0)),
+    "far": ((0.0, 0.3, 0.1), (0.0, 1.0, 0.2)),
+    "pressed": ((0.0, 0.0, 0.048), (1.0, 0.0, 0.0)),
+}
+
+
+@pytest.fixture(scope="module")
+def capsule_box_scene():
+    import mujoco
+
+    mj = mujoco.MjModel.from_xml_string(_CAPSULE_BOX_XML)
+    mx = mjx.put_model(mj)
+    d0 = mjx.make_data(mx)
+
+    def contact(qpos, rule="deepest"):  # "mjx": MJX's own collision stage
+        c = collision.detect(mx, d0.replace(qpos=qpos), None, plane_box=rule, plane_cylinder=rule)
+        return c.dist, c.pos, c.frame
+
+    return (mj, jax.jit(contact), jax.jit(functools.partial(contact, rule="mjx")),
+            jax.jit(jax.jacrev(lambda q: contact(q)[0][0])))  # fmt: skip
+
+
+def _capsule_box_qpos(mj, centre, axis):
+    import mujoco
+
+    q = _ball_cylinder_qpos(mj, centre, geom="box")
+    d = mujoco.MjData(mj)
+    mujoco.mj_kinematics(mj, d)
+    world_axis = d.geom_xmat[mj.geom("box").id].reshape(3, 3) @ (np.asarray(axis) / np.linalg.norm(axis))
+    quat = np.zeros(4)
+    mujoco.mju_quatZ2Vec(quat, world_axis)
+    q[3:7] = quat
+    return q
+
+
+@pytest.mark.parametrize("pose", list(CAPSULE_BOX_POSES))
+def test_capsule_box_gives_the_true_distance_apart_and_mjx_manifold_touching(capsule_box_scene, pose):
+    """DiffMJX's capsule-box: apart, the first contact's distance equals MuJoCo's C engine
+    (``mj_geomDistance``; MJX reports 1) with the normal from the capsule into the box and a
+    derivative equal to central differences; touching, both contacts are MJX's own."""
+    import mujoco
+
+    mj, contact, stock, jac = capsule_box_scene
+    q = _capsule_box_qpos(mj, *CAPSULE_BOX_POSES[pose])
+    dist, pos, frame = (np.asarray(x) for x in contact(jnp.asarray(q)))
+    s_dist, s_pos, s_frame = (np.asarray(x) for x in stock(jnp.asarray(q)))
+    d = mujoco.MjData(mj)
+    d.qpos[:] = q
+    mujoco.mj_kinematics(mj, d)
+    fromto = np.zeros(6)
+    c_dist = mujoco.mj_geomDistance(mj, d, mj.geom("cap").id, mj.geom("box").id, 1.0, fromto)
+    if pose == "pressed":
+        assert c_dist < 0
+        np.testing.assert_allclose(dist, s_dist, atol=1e-12)
+        np.testing.assert_allclose(pos, s_pos, atol=1e-12)
+        return
+    assert np.all(s_dist == 1.0)  # what MJX reports apart
+    assert dist[0] == pytest.approx(c_dist, abs=1e-6) and dist[1] == 1.0
+    along = fromto[3:] - fromto[:3]
+    np.testing.assert_allclose(frame[0, 0], along / np.linalg.norm(along), atol=1e-5)
+    g = np.asarray(jac(jnp.asarray(q)))
+    assert np.all(np.isfinite(g)) and np.any(g != 0)
+    h = 1e-7
+    for i in range(3):
+        e = np.zeros(mj.nq)
+        e[i] = h
+        fd = (float(contact(q + e)[0][0]) - float(contact(q - e)[0][0])) / (2 * h)
+        assert g[i] == pytest.approx(fd, abs=1e-6)

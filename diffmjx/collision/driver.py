@@ -18,6 +18,7 @@ import numpy as np
 from diffmjx import _mjx
 from diffmjx.collision.box_box import box_box
 from diffmjx.collision.pairs import (
+    capsule_box,
     capsule_capsule,
     plane_box,
     plane_box_deepest,
@@ -79,8 +80,9 @@ def table(sharpness: float | None, plane_box: str = "mjx", plane_cylinder: str =
     out[(_G.SPHERE, _G.CYLINDER)] = _mjx.primitive_collider(ncon=1)(
         functools.partial(sphere_cylinder, sharpness=sharpness)
     )
-    # MJX's sphere-box reports distance 1 for any separated pose: no contacts from distance
+    # MJX's sphere-box and capsule-box report distance 1 for any separated pose: no contacts from distance
     out[(_G.SPHERE, _G.BOX)] = _mjx.primitive_collider(ncon=1)(functools.partial(sphere_box, sharpness=sharpness))
+    out[(_G.CAPSULE, _G.BOX)] = _mjx.convex_collider(ncon=2)(functools.partial(capsule_box, sharpness=sharpness))
     if plane_box == "deepest":
         out[(_G.PLANE, _G.BOX)] = _mjx.convex_collider(ncon=4)(plane_box_deepest)
     if plane_cylinder == "deepest":

@@ -249,6 +249,62 @@ def sphere_box(sphere, box, sharpness=None):
     return dist, pos, frame
 
 
+def _segment_box_nearest(a, b, half, iterations: int = 48):
+    """Parameter t in [0, 1] of the point of segment a-b (box frame) nearest to the box
+    ``|x_i| <= half_i``, by golden-section search on the squared distance (convex in t). No
+    derivative flows through t: at the minimiser the distance's derivative in t is zero (or t
+    sits on an end), so the distance's derivative is right without it."""
+    a, b, half = jax.lax.stop_gradient((a, b, half))
+
+    def gap2(t):
+        p = a + t * (b - a)
+        delta = p - jnp.clip(p, -half, half)
+        return jnp.dot(delta, delta)
+
+    g = 0.5 * (jnp.sqrt(5.0) - 1.0)
+
+    def shrink(_, ends):
+        lo, hi = ends
+        t1, t2 = hi - g * (hi - lo), lo + g * (hi - lo)
+        left = gap2(t1) <= gap2(t2)
+        return jnp.where(left, lo, t1), jnp.where(left, t2, hi)
+
+    lo, hi = jax.lax.fori_loop(0, iterations, shrink, (jnp.zeros_like(a[0]), jnp.ones_like(a[0])))
+    ends = jnp.array([0.0, 0.5 * (lo + hi), 1.0], dtype=a.dtype)
+    return ends[jnp.argmin(jax.vmap(gap2)(ends))]
+
+
+def capsule_box(cap, box, sharpness=None):
+    """Capsule-box: MJX's two-point manifold when touching, the true distance when apart.
+
+    MJX's capsule-box (capsule against a convex mesh) reports distance 1 for both contacts of
+    every separated pose, so contacts from distance see no capsule near a box. Here, when the
+    capsule's axis is farther than its radius from the box, the first contact is the nearest
+    point pair (the axis point nearest the box by :func:`_segment_box_nearest`, its distance
+    double-where guarded) and the second keeps MJX's (distance 1); when it is closer, both are
+    MJX's. At the switch both first contacts are at distance 0 on the surface. ``box`` is
+    MJX's ``ConvexInfo`` of the box.
+    """
+    axis = cap.mat[:, 2] * cap.size[1]
+    a, b = box.mat.T @ (cap.pos - axis - box.pos), box.mat.T @ (cap.pos + axis - box.pos)
+    t = _segment_box_nearest(a, b, box.size)
+    p = a + t * (b - a)
+    delta = p - jnp.clip(p, -box.size, box.size)
+    d2 = jnp.dot(delta, delta)
+    apart = d2 > cap.size[0] ** 2
+    s = jnp.sqrt(jnp.where(apart, d2, 1.0))
+    n = -(box.mat @ jnp.where(apart, delta / s, jnp.array([0.0, 0.0, 1.0], dtype=p.dtype)))  # capsule to box
+    dist_apart = jnp.where(apart, s, cap.size[0]) - cap.size[0]
+    pos_apart = box.pos + box.mat @ p + n * (cap.size[0] + 0.5 * dist_apart)
+    dist, pos, normal = _mjx.capsule_convex_raw(cap, box)
+    dist = dist.at[0].set(jnp.where(apart, dist_apart, dist[0]))
+    pos = pos.at[0].set(jnp.where(apart, pos_apart, pos[0]))
+    normal = normal.at[0].set(jnp.where(apart, n, normal[0]))
+    if sharpness is None:
+        return dist, pos, jax.vmap(_mjx.make_frame)(normal)
+    return dist, pos, jax.vmap(lambda v: smooth_frame(v, 4.0 / (sharpness * cap.size[0])))(normal)
+
+
 def capsule_capsule(cap1, cap2, sharpness):
     """Capsule-capsule: closest points between the axes, MJX's end-point case split blended.
 
