@@ -2,7 +2,7 @@
 distance), predictive sampling and the hybrid, on the baoding ball swap and bionic tennis (paper
 Sec. 5.2, Figs. 12-13).
 
-    python -m experiments.myo_mpc [--task baoding|tennis] [--preset quick|paper]
+    python -m experiments.myo_mpc [--task baoding|die|tennis] [--preset quick|paper]
                                   [--set planner.KEY=VALUE ...] [--methods ...] [--plan-steps N]
     python -m experiments.myo_mpc --task T --check-horizon H   # the start gradient through H periods
 
@@ -13,6 +13,11 @@ Model settings of the paper's App. E.3: geom solref (0.02, 1), solimp (0, 0.95, 
 timestep 0.0025 s, Newton with 4 iterations and 16 line-search iterations, MJX's Euler step per
 control period. Every method runs the same number of plan steps from the same state.
 
+Task (b), die reorientation (:func:`die_reorient`): MyoSuite's die in the MyoHand's palm, turned
+to a fixed goal orientation while held where it starts. Two kinds of pair stock MJX cannot collide
+are switched off (the world's unreachable cylinder and the fingernail ellipsoids; see the
+function). Only the in-hand variant is built: the model's table is 1.4 m below the palm.
+
 Task (c), bionic tennis (:func:`bionic_tennis`): MyoSuite's MyoArm with the modular prosthetic limb
 (``myoarm_bionic_bimanual.xml``, 63 muscles and 17 motors). A racket is welded to the prosthetic
 palm; a ball flies sideways past the racket face, 3 cm clear of it, and misses both hands. Cost of
@@ -22,7 +27,8 @@ gradient is exactly zero at the start (the study measures it: ``--check-horizon`
 
 Writes docs/results/myo_mpc_<task>.csv (cost of every executed state per method),
 myo_mpc_<task>_summary.csv (final and mean cost, wall time per plan step, JIT time) and
-myo_mpc_<task>.png (cost over time); ``--check-horizon`` writes myo_mpc_<task>_horizon.csv. The
+myo_mpc_<task>.png (cost over time), with ``_paper`` after the task's name for the paper preset;
+``--check-horizon`` writes myo_mpc_<task>_horizon.csv. The
 models come from the installed MyoSuite package; nothing is downloaded.
 """
 
@@ -50,6 +56,10 @@ RUNS = {  # task -> preset -> plan steps and the planner preset
         "quick": {"plan_steps": 6, "planner": "quick", "overrides": ("horizon=40", "execute=8", "iterations=6")},
         "paper": {"plan_steps": 32, "planner": "paper", "overrides": ()},
     },
+    "die": {  # the relaxed hand lets the die sink 9 cm in 1 s: 6 plan steps of 8 periods, 0.12 s
+        "quick": {"plan_steps": 6, "planner": "quick", "overrides": ("horizon=16", "execute=8", "iterations=6")},
+        "paper": {"plan_steps": 32, "planner": "paper", "overrides": ()},
+    },
 }
 METHODS = {  # name -> (planner overrides, contacts from distance)
     "gradient": (("kind=gradient",), False),
@@ -58,7 +68,8 @@ METHODS = {  # name -> (planner overrides, contacts from distance)
     "sampling 256": (("kind=sampling", "samples=256"), False),
     "hybrid + CFD": (("kind=hybrid", "samples=64"), True),
 }
-DEFAULT_METHODS = {"baoding": list(METHODS), "tennis": ["gradient", "gradient + CFD", "sampling 64"]}
+DEFAULT_METHODS = {"baoding": list(METHODS), "tennis": ["gradient", "gradient + CFD", "sampling 64"],
+                   "die": ["gradient", "gradient + CFD", "sampling 64"]}
 CFD_SOLIMP = "cfd.solimp=[0.0, 0.1, 1.0, 1.0, 4.0]"  # App. E.3's CFD tuple (w_c = 1 m)
 SOLIMP = (0.0, 0.95, 0.001, 0.5, 2.0)
 SOLIMP_CFD = (0.1, 0.95, 0.001, 0.5, 2.0)
@@ -179,7 +190,70 @@ def bionic_tennis(cfd: bool):
     return mj, mx, d0, cost
 
 
-TASKS = {"baoding": baoding, "tennis": bionic_tennis}
+DIE_GOAL_EULER = (0.4, -0.3, 0.6)
+"""Goal orientation of the die (intrinsic xyz Euler angles, rad): a fixed draw inside MyoSuite's
+demo task's +-45 degree range; the goal position is the die's start."""
+
+
+def die_reorient(cfd: bool):
+    """MyoHand holding MyoSuite's die (``myohand_die.xml``, MyoChallenge 2022) and the
+    reorientation cost.
+
+    - The die is MyoSuite's: a rounded cube of 12 edge capsules and 3 boxes on three slide and
+      three hinge joints. The hand starts in MyoSuite's reset pose (every joint 0, the forearm
+      turned palm up, ``qpos[0] = -1.5``), the die resting in the palm.
+    - Switched off (contype and conaffinity 0), because stock MJX has no cylinder-box or
+      ellipsoid-box collision: the world's cylinder (its top 1.4 m below the palm; the die's slide
+      joints stop it 0.25 m below its start, so it can never reach it), and the five fingernail
+      ellipsoids (2 mm thick, on the backs of the distal phalanges, whose capsules cover the
+      fingertips).
+    - App. E.3's contact and solver settings as for baoding.
+
+    Cost of a state: ``10 * |p - p_goal| + 2 sqrt(1 - <q, q_goal>^2)``, the die's position error in
+    m (goal: where it starts) and the chord of its rotation error (2 sin(angle / 2), rad for
+    small angles; the weights of MyoSuite's ``sparse`` reward, -10 pos - rot).
+
+    Returns:
+        ``(mj, mx, d0, cost)``.
+    """
+    import mujoco
+    from myosuite.core.model_builder import ModelBuilder
+    from myosuite.envs.myo.tasks.challenge import _ASSETS_ROOT
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _, spec = ModelBuilder.from_xml_file(str(_ASSETS_ROOT / "hand" / "myohand_die.xml")).build()
+    for g in spec.geoms:  # pairs stock MJX cannot collide: world cylinder-box, ellipsoid-box
+        if g.type == mujoco.mjtGeom.mjGEOM_ELLIPSOID or (g.type == mujoco.mjtGeom.mjGEOM_CYLINDER and g.parent.name == "world"):
+            g.contype, g.conaffinity = 0, 0
+    spec.option.timestep = 0.0025
+    spec.option.solver = mujoco.mjtSolver.mjSOL_NEWTON
+    spec.option.iterations, spec.option.ls_iterations = 4, 16
+    mj = spec.compile()
+    mj.geom_solref[:] = (0.02, 1.0)
+    mj.geom_solimp[:] = SOLIMP_CFD if cfd else SOLIMP
+    qpos = mj.qpos0.copy()
+    qpos[0] = -1.5
+    mx = common.mjx.put_model(mj)
+    d0 = common.mjx.make_data(mx).replace(qpos=jnp.asarray(qpos))
+    die = mj.body("Object").id
+    dc = mujoco.MjData(mj)
+    dc.qpos[:] = qpos
+    mujoco.mj_forward(mj, dc)
+    goal_pos = jnp.asarray(dc.xpos[die])
+    goal_quat = np.zeros(4)
+    mujoco.mju_euler2Quat(goal_quat, np.asarray(DIE_GOAL_EULER), "xyz")
+    goal_quat = jnp.asarray(goal_quat)
+
+    def cost(d, ctrl):
+        pos = jnp.sqrt(jnp.sum((d.xpos[die] - goal_pos) ** 2) + 1e-12)
+        rot = 2.0 * jnp.sqrt(jnp.maximum(1.0 - jnp.dot(d.xquat[die], goal_quat) ** 2, 0.0) + 1e-12)
+        return 10.0 * pos + rot
+
+    return mj, mx, d0, cost
+
+
+TASKS = {"baoding": baoding, "tennis": bionic_tennis, "die": die_reorient}
 
 
 def _read(path: Path) -> list[dict]:
@@ -209,7 +283,8 @@ def run(task: str, preset: str, methods, overrides, out: Path, seed: int = 0, pl
     spec = dict(RUNS[task][preset])
     if plan_steps is not None:
         spec["plan_steps"] = plan_steps
-    csv, summary_csv = out / f"myo_mpc_{task}.csv", out / f"myo_mpc_{task}_summary.csv"
+    stem = f"myo_mpc_{task}" if preset == "quick" else f"myo_mpc_{task}_{preset}"  # presets never overwrite each other
+    csv, summary_csv = out / f"{stem}.csv", out / f"{stem}_summary.csv"
     # keep the other methods' results of an earlier run, so methods can be run one at a time
     rows = [r for r in _read(csv) if r["method"] not in methods]
     summary = [r for r in _read(summary_csv) if r["method"] not in methods]
@@ -235,7 +310,7 @@ def run(task: str, preset: str, methods, overrides, out: Path, seed: int = 0, pl
               f"JIT {res.jit_time_s:.0f} s")  # fmt: skip
         common.write_csv(csv, rows)
         common.write_csv(summary_csv, summary)
-    plot(rows, out / f"myo_mpc_{task}.png", TITLES[task])
+    plot(rows, out / f"{stem}.png", TITLES[task])
 
 
 def check_horizon(task: str, horizon: int, out: Path):
@@ -264,7 +339,8 @@ def check_horizon(task: str, horizon: int, out: Path):
 
 
 TITLES = {"baoding": ("MyoHand baoding swap, closed loop", "cost: ball distances to targets (m)"),
-          "tennis": ("Bionic tennis, closed loop", "cost: ball distance to goal (m)")}  # fmt: skip
+          "tennis": ("Bionic tennis, closed loop", "cost: ball distance to goal (m)"),
+          "die": ("MyoHand die reorientation, closed loop", "cost: 10 x position error (m) + rotation chord")}  # fmt: skip
 
 
 def plot(rows, path: Path, title=TITLES["baoding"]):

@@ -1,5 +1,6 @@
 """MyoSuite's 39-muscle baoding hand runs through diffmjx.rollout (muscle models, tendon wrapping)."""
 
+import types
 import warnings
 
 import jax
@@ -207,3 +208,33 @@ def test_bionic_tennis_scene_misses_both_hands_and_compiles_for_mjx():
         costs.append(np.linalg.norm(d.xpos[mj.body("ball").id] - goal))
     assert 0.01 < closest < 0.05
     assert 0.25 < costs[0] and min(costs) > 0.25  # the ball never comes near the goal on its own
+
+
+def test_die_scene_holds_the_die_in_contact_and_compiles_for_mjx():
+    """The die task's premise, on the C engine: the die starts resting in the palm (touching the
+    hand within 10 periods) and, with relaxed muscles, the hand lets it sink, so the cost grows and
+    a planner has work to do. The pairs stock MJX lacks (world cylinder-box, ellipsoid-box) are
+    switched off and the MJX model builds."""
+    import mujoco
+
+    from diffmjx.collision import driver
+    from experiments import myo_mpc
+
+    mj, mx, d0, cost = myo_mpc.die_reorient(cfd=False)
+    assert mj.nu == 39 and mj.opt.timestep == 0.0025 and mj.opt.iterations == 4
+    ellipsoid = mj.geom_type == mujoco.mjtGeom.mjGEOM_ELLIPSOID
+    assert ellipsoid.sum() == 5 and not np.any(mj.geom_contype[ellipsoid] | mj.geom_conaffinity[ellipsoid])
+    driver.check_model(mx)
+    d = mujoco.MjData(mj)
+    d.qpos[:] = np.asarray(d0.qpos)
+    die = mj.body("Object").id
+    mujoco.mj_forward(mj, d)
+    start = d.xpos[die].copy()
+    c0 = float(cost(types.SimpleNamespace(xpos=jnp.asarray(d.xpos), xquat=jnp.asarray(d.xquat)), None))
+    assert 0.5 < c0 < 1.0  # the goal orientation is ~45 degrees away; the position error is 0
+    touching = []
+    for _ in range(200):  # 0.5 s
+        mujoco.mj_step(mj, d)
+        touching.append(any(die in (mj.geom_bodyid[c.geom1], mj.geom_bodyid[c.geom2]) for c in d.contact))
+    assert all(touching[10:])  # held by the hand throughout
+    assert 0.03 < start[2] - d.xpos[die][2] < 0.1  # ... which sinks under gravity
