@@ -321,7 +321,7 @@ _SPHERE_CYLINDER_XML = """
 """
 
 
-def _ball_cylinder_qpos(mj, local, geom="cyl"):
+def _ball_qpos(mj, local, geom="cyl"):
     """Ball centre at ``local`` in the frame of the fixed geom ``geom``."""
     import mujoco
 
@@ -348,11 +348,12 @@ SPHERE_CYLINDER_POSES = {
 }
 
 
-@pytest.fixture(scope="module")
-def sphere_cylinder_scene():
+def _ball_scene(xml):
+    """A ball on a free joint beside a fixed geom: the model, the ball's first contact
+    (distance, position, frame) through DiffMJX's collision stage, and the distance's Jacobian."""
     import mujoco
 
-    mj = mujoco.MjModel.from_xml_string(_SPHERE_CYLINDER_XML)
+    mj = mujoco.MjModel.from_xml_string(xml)
     mx = mjx.put_model(mj)
     d0 = mjx.make_data(mx)
 
@@ -363,6 +364,41 @@ def sphere_cylinder_scene():
     return mj, jax.jit(contact), jax.jit(jax.jacrev(lambda q: contact(q)[0]))
 
 
+def _check_ball_contact(scene, other, q, exact=True, differentiable=True):
+    """The ball's contact with geom ``other`` at ``q`` against the C engine: distance equal to
+    ``mj_geomDistance`` (if ``exact``), normal from the ball's nearest point to the other geom's,
+    unit frame, finite Jacobian equal to central differences (if ``differentiable``)."""
+    import mujoco
+
+    mj, contact, jac = scene
+    dist, pos, frame = (np.asarray(x) for x in contact(q))
+    d = mujoco.MjData(mj)
+    d.qpos[:] = q
+    mujoco.mj_kinematics(mj, d)
+    fromto = np.zeros(6)
+    c_dist = mujoco.mj_geomDistance(mj, d, mj.geom("ball").id, mj.geom(other).id, 1.0, fromto)
+    if exact:
+        assert dist == pytest.approx(c_dist, abs=1e-6)
+    if dist > 1e-6:
+        along = fromto[3:] - fromto[:3]
+        np.testing.assert_allclose(frame[0], along / np.linalg.norm(along), atol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(frame, axis=1), 1.0, atol=1e-12)
+    g = np.asarray(jac(jnp.asarray(q)))
+    assert np.all(np.isfinite(g)) and np.any(g != 0)
+    if differentiable:
+        h = 1e-7
+        for i in range(3):
+            e = np.zeros(mj.nq)
+            e[i] = h
+            fd = (float(contact(q + e)[0]) - float(contact(q - e)[0])) / (2 * h)
+            assert g[i] == pytest.approx(fd, abs=1e-6)
+
+
+@pytest.fixture(scope="module")
+def sphere_cylinder_scene():
+    return _ball_scene(_SPHERE_CYLINDER_XML)
+
+
 @pytest.mark.parametrize("pose", list(SPHERE_CYLINDER_POSES))
 def test_sphere_cylinder_is_exact_with_finite_derivatives(sphere_cylinder_scene, pose):
     """DiffMJX's closed-form sphere-cylinder: the distance equals MuJoCo's C engine
@@ -370,31 +406,9 @@ def test_sphere_cylinder_is_exact_with_finite_derivatives(sphere_cylinder_scene,
     resolve), the normal points from the ball into the cylinder, and the derivative of the
     distance is finite and equals central differences (skipped exactly on the rim, where the
     distance has a kink)."""
-    import mujoco
-
-    mj, contact, jac = sphere_cylinder_scene
-    q = _ball_cylinder_qpos(mj, SPHERE_CYLINDER_POSES[pose])
-    dist, pos, frame = (np.asarray(x) for x in contact(q))
-    d = mujoco.MjData(mj)
-    d.qpos[:] = q
-    mujoco.mj_kinematics(mj, d)
-    fromto = np.zeros(6)
-    c_dist = mujoco.mj_geomDistance(mj, d, mj.geom("ball").id, mj.geom("cyl").id, 1.0, fromto)
-    if pose != "inside_near_side":
-        assert dist == pytest.approx(c_dist, abs=1e-6)
-    if dist > 1e-6:  # the normal points from the ball's nearest point to the cylinder's
-        along = fromto[3:] - fromto[:3]
-        np.testing.assert_allclose(frame[0], along / np.linalg.norm(along), atol=1e-5)
-    np.testing.assert_allclose(np.linalg.norm(frame, axis=1), 1.0, atol=1e-12)
-    g = np.asarray(jac(jnp.asarray(q)))
-    assert np.all(np.isfinite(g))
-    if pose != "on_rim":
-        h = 1e-7
-        for i in range(3):
-            e = np.zeros(mj.nq)
-            e[i] = h
-            fd = (float(contact(q + e)[0]) - float(contact(q - e)[0])) / (2 * h)
-            assert g[i] == pytest.approx(fd, abs=1e-6)
+    mj = sphere_cylinder_scene[0]
+    q = _ball_qpos(mj, SPHERE_CYLINDER_POSES[pose])
+    _check_ball_contact(sphere_cylinder_scene, "cyl", q, exact=pose != "inside_near_side", differentiable=pose != "on_rim")
 
 
 _SPHERE_BOX_XML = """
@@ -421,17 +435,7 @@ SPHERE_BOX_POSES = {
 
 @pytest.fixture(scope="module")
 def sphere_box_scene():
-    import mujoco
-
-    mj = mujoco.MjModel.from_xml_string(_SPHERE_BOX_XML)
-    mx = mjx.put_model(mj)
-    d0 = mjx.make_data(mx)
-
-    def contact(qpos):
-        c = collision.detect(mx, d0.replace(qpos=qpos), None, plane_box="deepest")
-        return c.dist[0], c.pos[0], c.frame[0]
-
-    return mj, jax.jit(contact), jax.jit(jax.jacrev(lambda q: contact(q)[0]))
+    return _ball_scene(_SPHERE_BOX_XML)
 
 
 @pytest.mark.parametrize("pose", list(SPHERE_BOX_POSES))
@@ -440,29 +444,8 @@ def test_sphere_box_gives_the_true_distance_apart_and_touching(sphere_box_scene,
     (``mj_geomDistance``) apart and touching, where MJX reports 1 for every separated pose (so
     contacts from distance would see nothing); the normal points from the ball into the box; the
     derivative equals central differences."""
-    import mujoco
-
-    mj, contact, jac = sphere_box_scene
-    q = _ball_cylinder_qpos(mj, SPHERE_BOX_POSES[pose], geom="box")
-    dist, pos, frame = (np.asarray(x) for x in contact(q))
-    d = mujoco.MjData(mj)
-    d.qpos[:] = q
-    mujoco.mj_kinematics(mj, d)
-    fromto = np.zeros(6)
-    c_dist = mujoco.mj_geomDistance(mj, d, mj.geom("ball").id, mj.geom("box").id, 1.0, fromto)
-    assert dist == pytest.approx(c_dist, abs=1e-6)
-    if dist > 1e-6:  # the normal points from the ball's nearest point to the box's
-        along = fromto[3:] - fromto[:3]
-        np.testing.assert_allclose(frame[0], along / np.linalg.norm(along), atol=1e-5)
-    np.testing.assert_allclose(np.linalg.norm(frame, axis=1), 1.0, atol=1e-12)
-    g = np.asarray(jac(jnp.asarray(q)))
-    assert np.all(np.isfinite(g)) and np.any(g != 0)
-    h = 1e-7
-    for i in range(3):
-        e = np.zeros(mj.nq)
-        e[i] = h
-        fd = (float(contact(q + e)[0]) - float(contact(q - e)[0])) / (2 * h)
-        assert g[i] == pytest.approx(fd, abs=1e-6)
+    q = _ball_qpos(sphere_box_scene[0], SPHERE_BOX_POSES[pose], geom="box")
+    _check_ball_contact(sphere_box_scene, "box", q)
 
 
 _CAPSULE_BOX_XML = """
@@ -505,7 +488,7 @@ def capsule_box_scene():
 def _capsule_box_qpos(mj, centre, axis):
     import mujoco
 
-    q = _ball_cylinder_qpos(mj, centre, geom="box")
+    q = _ball_qpos(mj, centre, geom="box")
     d = mujoco.MjData(mj)
     mujoco.mj_kinematics(mj, d)
     world_axis = d.geom_xmat[mj.geom("box").id].reshape(3, 3) @ (np.asarray(axis) / np.linalg.norm(axis))
