@@ -222,11 +222,16 @@ def replicate(tree):
     Returns:
         The same pytree, replicated over a 1-D mesh of all devices.
     """
+    sharding = _replicated()
+    return tree if sharding is None else jax.device_put(tree, sharding)
+
+
+def _replicated():
+    """Replicated sharding over a 1-D mesh of all devices; None with one device."""
     devices = jax.devices()
     if len(devices) < 2:
-        return tree
-    mesh = jax.sharding.Mesh(np.asarray(devices), ("batch",))
-    return jax.device_put(tree, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
+        return None
+    return jax.sharding.NamedSharding(jax.sharding.Mesh(np.asarray(devices), ("batch",)), jax.sharding.PartitionSpec())
 
 
 def _shard_samples(x, cfg: PlannerConfig):
@@ -381,9 +386,10 @@ def closed_loop(m, d0, cost, planner: Planner, steps: int, key, *, init=None, pr
     key, sub = jax.random.split(key)
     start_c = start_fn.lower(d0, plan, sub, dt).compile()
     carry = jax.eval_shape(start_fn, d0, plan, sub, dt)
-    if cfg.shard and len(jax.devices()) > 1:  # the carry is passed replicated, like the state
-        rep = jax.sharding.NamedSharding(jax.sharding.Mesh(np.asarray(jax.devices()), ("batch",)), jax.sharding.PartitionSpec())
+    rep = _replicated() if cfg.shard else None
+    if rep is not None:  # the carry is passed replicated, like the state
         carry = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=rep), carry)
+    keep = replicate if cfg.shard else (lambda tree: tree)
     step_c = step_fn.lower(d0, carry, dt).compile() if iterations else None
     finish_c = finish_fn.lower(d0, carry, dt).compile() if iterations else None
     exec_c = exec_fn.lower(d0, plan[:execute], dt).compile()
@@ -399,14 +405,9 @@ def closed_loop(m, d0, cost, planner: Planner, steps: int, key, *, init=None, pr
             d, plan, dt, sub = replicate((d, plan, dt, sub))
         t = time.perf_counter()
         carry = start_c(d, plan, sub, dt)
-        carry = replicate(carry) if cfg.shard else carry
-        if iterations:
-            for _ in range(iterations):
-                carry = step_c(d, replicate(carry) if cfg.shard else carry, dt)
-            carry = replicate(carry) if cfg.shard else carry
-            plan, plan_c = finish_c(d, carry, dt)
-        else:
-            plan, plan_c = carry.best_u, carry.best_c
+        for _ in range(iterations):
+            carry = step_c(d, keep(carry), dt)
+        plan, plan_c = finish_c(d, keep(carry), dt) if iterations else (carry.best_u, carry.best_c)
         jax.block_until_ready(plan)
         plan_times.append(time.perf_counter() - t)
         plan_costs.append(float(plan_c))
