@@ -25,13 +25,14 @@ with contextlib.redirect_stdout(io.StringIO()):
     )
     from mujoco.mjx._src import math as mjx_math
     from mujoco.mjx._src import solver as mjx_solver
-    from mujoco.mjx._src.types import ConeType, DisableBit, GeomType, JointType, SolverType
+    from mujoco.mjx._src.types import ConeType, DisableBit, DynType, GeomType, JointType, SolverType
 
 __all__ = [
     "MJX_COLLISION_TABLE",
     "ConeType",
     "Data",
     "DisableBit",
+    "DynType",
     "GeomType",
     "JointType",
     "Model",

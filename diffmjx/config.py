@@ -1,7 +1,7 @@
 """Typed, validated configuration for DiffMJX.
 
 Every knob lives in a frozen dataclass section (``integrator``, ``solver``,
-``collision``, ``cfd``) gathered in :class:`Config`. Values are checked on
+``collision``, ``cfd``, ``muscle``) gathered in :class:`Config`. Values are checked on
 construction: a bad value raises :class:`ValueError` naming the dotted field
 (``integrator.solver``) and what is allowed.
 
@@ -34,6 +34,7 @@ __all__ = [
     "CollisionConfig",
     "Config",
     "IntegratorConfig",
+    "MuscleConfig",
     "SolverConfig",
     "add_cli_arguments",
     "config_from_args",
@@ -291,11 +292,38 @@ class CFDConfig(_Section):
                 raise ValueError(f"cfd.solimp[{i}] ({_SOLIMP_MEANINGS[i]}) must be {allowed}, got {self.solimp[i]!r}")
 
 
+@dataclasses.dataclass(frozen=True)
+class MuscleConfig(_Section):
+    """Smooth surrogates for MuJoCo's muscle actuators (paper App. C.1).
+
+    MuJoCo's muscle activation follows ``act_dot = (u - act) / tau`` with the time constant
+    switching from the activation one (``u > act``) to the deactivation one (``u < act``). At
+    ``u = act`` that switch is a kink: ``act_dot`` is continuous but its derivative in ``u`` and
+    ``act`` jumps by a factor ``tau_deact / tau_act`` (4 for MyoSuite's 0.01 / 0.04 s), so a
+    gradient through a plan that holds a muscle near its activation flips between two values.
+    MuJoCo's own ``tausmooth`` actuator attribute replaces the switch by a quintic blend over
+    ``|u - act| < tausmooth / 2``; the muscle force curves (length, velocity, passive) are C1
+    already and need no surrogate.
+
+    Attributes:
+        tausmooth: width of the time-constant blend, in units of control (>= 0), applied to every
+            muscle actuator. None (the default): each actuator keeps the model's own ``tausmooth``
+            (MuJoCo's default 0, the hard switch), so the forward equals the C engine's. A value
+            gives the forward of the same model with ``tausmooth`` set to it in MJCF, which the C
+            engine reproduces exactly (``docs/muscles.md`` measures how far that moves a hand).
+    """
+
+    _section = "muscle"
+
+    tausmooth: float | None = _knob(None, ge=0)
+
+
 _SECTIONS: dict[str, type[_Section]] = {
     "integrator": IntegratorConfig,
     "solver": SolverConfig,
     "collision": CollisionConfig,
     "cfd": CFDConfig,
+    "muscle": MuscleConfig,
 }
 
 
@@ -307,6 +335,7 @@ class Config:
     solver: SolverConfig = dataclasses.field(default_factory=SolverConfig)
     collision: CollisionConfig = dataclasses.field(default_factory=CollisionConfig)
     cfd: CFDConfig = dataclasses.field(default_factory=CFDConfig)
+    muscle: MuscleConfig = dataclasses.field(default_factory=MuscleConfig)
 
     def __post_init__(self) -> None:
         for name, cls in _SECTIONS.items():

@@ -27,6 +27,7 @@ __all__ = [
     "clamp_act",
     "forward",
     "forward_unchecked",
+    "muscle_model",
     "stages",
     "straight_through",
     "vector_field",
@@ -80,7 +81,7 @@ def stages(cfg: Config, remat_iterations: bool = True) -> list[tuple[str, object
         ("sensor_pos", _mjx.sensor_pos),
         ("fwd_velocity", _mjx.fwd_velocity),
         ("sensor_vel", _mjx.sensor_vel),
-        ("fwd_actuation", _mjx.fwd_actuation),
+        ("fwd_actuation", lambda m, d: _mjx.fwd_actuation(muscle_model(m, cfg.muscle), d)),
         ("fwd_acceleration", _mjx.fwd_acceleration),
     ]
     floor = cfg.solver.impedance_floor
@@ -139,13 +140,29 @@ def solve_model(m, s):
     return m.replace(opt=m.opt.replace(iterations=it, tolerance=tol))
 
 
+def muscle_model(m, mc):
+    """``m`` with every muscle actuator's ``tausmooth`` set to ``mc.tausmooth`` (the
+    :class:`diffmjx.config.MuscleConfig`); ``m`` itself when that is None or no actuator is a muscle.
+
+    MJX reads ``tausmooth`` from ``actuator_dynprm[:, 2]`` as the C engine does, so the result is
+    exactly the model an MJCF ``tausmooth`` attribute would give.
+    """
+    if mc.tausmooth is None:
+        return m
+    muscles = np.flatnonzero(np.asarray(m.actuator_dyntype) == _mjx.DynType.MUSCLE)
+    if muscles.size == 0:
+        return m
+    dynprm = jnp.asarray(m.actuator_dynprm).at[muscles, 2].set(mc.tausmooth)
+    return m.replace(actuator_dynprm=dynprm)
+
+
 def forward_unchecked(m, d, cfg: Config):
     """:func:`forward` without the up-front checks (they ran once, before tracing)."""
     d = _mjx.fwd_position_with(m, d, _collide(cfg), tendon.tendon, constraint.make_constraint)
     d = _mjx.sensor_pos(m, d)
     d = _mjx.fwd_velocity(m, d)
     d = _mjx.sensor_vel(m, d)
-    d = _mjx.fwd_actuation(m, d)
+    d = _mjx.fwd_actuation(muscle_model(m, cfg.muscle), d)
     d = _mjx.fwd_acceleration(m, d)
     if _mjx.efc(d).J.size == 0:
         return d.replace(qacc=d.qacc_smooth)

@@ -5,6 +5,8 @@ Sec. 5.2, Figs. 12-13).
     python -m experiments.myo_mpc [--task baoding|die|tennis] [--preset quick|paper]
                                   [--set planner.KEY=VALUE ...] [--methods ...] [--plan-steps N]
     python -m experiments.myo_mpc --task T --check-horizon H   # the start gradient through H periods
+    python -m experiments.myo_mpc --task T --gradient-modes    # plan-step cost: unroll/implicit, remat
+    python -m experiments.myo_mpc --task T --check-tausmooth   # how far muscle.tausmooth moves the task
 
 Task (a): swap the two balls in the MyoHand. Cost of a state: the distance of each ball to its
 target, the other ball's starting position, fixed in the frame of the third metacarpal (the palm).
@@ -28,13 +30,15 @@ gradient is exactly zero at the start (the study measures it: ``--check-horizon`
 Writes docs/results/myo_mpc_<task>.csv (cost of every executed state per method),
 myo_mpc_<task>_summary.csv (final and mean cost, wall time per plan step, JIT time) and
 myo_mpc_<task>.png (cost over time), with ``_paper`` after the task's name for the paper preset;
-``--check-horizon`` writes myo_mpc_<task>_horizon.csv. The
+``--check-horizon`` writes myo_mpc_<task>_horizon.csv, ``--gradient-modes``
+myo_mpc_<task>_gradient_modes.csv and ``--check-tausmooth`` myo_mpc_<task>_tausmooth.csv. The
 models come from the installed MyoSuite package; nothing is downloaded.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import time
 import warnings
 from pathlib import Path
@@ -338,6 +342,90 @@ def check_horizon(task: str, horizon: int, out: Path):
         common.write_csv(out / f"myo_mpc_{task}_horizon.csv", rows)
 
 
+GRADIENT_MODES = {  # name -> simulation overrides on top of the study's pinned setting
+    "unroll": (),
+    "implicit": ("solver.gradient=implicit",),
+    "unroll + remat": ("integrator.remat=true",),
+    "implicit + remat": ("solver.gradient=implicit", "integrator.remat=true"),
+}
+
+
+def gradient_modes(task: str, plan_steps: int, out: Path, seed: int = 0):
+    """What the solver gradient (unrolled iterations or implicit at the solution) and remat (recompute
+    each period's forward in the backward pass) cost per plan step of gradient MPC without CFD, and
+    whether they change the plan: the quick preset's planner for ``plan_steps`` plan steps in each
+    mode, and the start gradient's relative distance to the unrolled one. Writes
+    myo_mpc_<task>_gradient_modes.csv."""
+    mj, mx, d0, cost = TASKS[task](False)
+    spec = RUNS[task]["quick"]
+    cfg = mpc.PlannerConfig.load(spec["planner"], [*spec["overrides"], "kind=gradient"])
+    lo, hi = mpc.ctrl_bounds(mx)
+    u0 = jnp.clip(jnp.full((cfg.horizon, mx.nu), 0.05), lo, hi)
+    rows, g_ref = [], None
+    for name, extra in GRADIENT_MODES.items():
+        sim = _sim(False).override(*extra)
+        g = np.asarray(jax.jit(jax.grad(lambda u: mpc.plan_cost(mx, d0, u, cost, sim)[0]))(u0))
+        g_ref = g if g_ref is None else g_ref
+        t = time.perf_counter()
+        res = mpc.closed_loop(mx, d0, cost, mpc.make_planner(cfg, sim), plan_steps * cfg.execute,
+                              jax.random.PRNGKey(seed))  # fmt: skip
+        rows.append({
+            "task": task, "mode": name, "overrides": " ".join(extra), "horizon": cfg.horizon,
+            "iterations": cfg.iterations, "plan_steps": plan_steps, "plan_step_s": float(np.median(res.plan_time_s)),
+            "jit_s": res.jit_time_s, "wall_s": time.perf_counter() - t, "final_cost": float(res.cost[-1]),
+            "start_grad_rel_diff": float(np.linalg.norm(g - g_ref) / np.linalg.norm(g_ref)),
+        })  # fmt: skip
+        print(rows[-1])
+        common.write_csv(out / f"myo_mpc_{task}_gradient_modes.csv", rows)
+
+
+TAUSMOOTH_WIDTHS = (0.0, 0.01, 0.05, 0.1, 0.2, 0.5)
+
+
+def check_tausmooth(task: str, out: Path, periods: int = 200, seed: int = 0):
+    """How far the muscle surrogate ``muscle.tausmooth`` moves the task's motion: MuJoCo's C engine
+    (Euler, the task's settings) driven by the same brown-noise controls (the sampling planner's
+    noise around 0.3, clipped to the control range) with each width set on every muscle, against the
+    hard switch (width 0): largest activation difference and largest distance between the same
+    body's positions (any body: bones, balls, die) over ``periods`` periods. The forward of ``muscle.tausmooth=w`` equals the C engine with
+    ``tausmooth=w`` (tests/test_muscle_smoothing.py), so this is also DiffMJX's deviation from the
+    unsmoothed model. Writes myo_mpc_<task>_tausmooth.csv."""
+    import mujoco
+
+    mj, mx, d0, _ = TASKS[task](False)
+    lo, hi = (np.asarray(b) for b in mpc.ctrl_bounds(mx))
+    noise = np.asarray(mpc.coloured_noise(jax.random.PRNGKey(seed), (periods, mj.nu), 2.0))
+    ctrls = np.clip(0.3 + 0.3 * noise, lo, hi)
+    muscles = np.flatnonzero(mj.actuator_dyntype == mujoco.mjtDyn.mjDYN_MUSCLE)
+
+    def simulate(width, jitter=0.0):
+        m = copy.copy(mj)
+        m.actuator_dynprm[muscles, 2] = width
+        d = mujoco.MjData(m)
+        d.qpos[:], d.qvel[:], d.act[:] = np.asarray(d0.qpos), np.asarray(d0.qvel), np.asarray(d0.act)
+        acts, pos = [], []
+        for u in np.clip(ctrls + jitter, lo, hi):
+            d.ctrl[:] = u
+            mujoco.mj_step(m, d)
+            acts.append(d.act[muscles].copy())
+            pos.append(d.xpos.copy())
+        return np.array(acts), np.array(pos)
+
+    hard_act, hard_pos = simulate(0.0)
+    rows = []
+    # the first row is no surrogate but the hard switch with every control moved by 1e-9: how much
+    # the task's own sensitivity (chaos) amplifies a perturbation, to read the other rows against
+    for w, jitter in ((0.0, 1e-9), *((w, 0.0) for w in TAUSMOOTH_WIDTHS)):
+        act, pos = simulate(w, jitter)
+        rows.append({
+            "task": task, "tausmooth": w, "ctrl_jitter": jitter, "periods": periods, "time_s": periods * mj.opt.timestep,
+            "muscles": muscles.size, "max_act_diff": float(np.abs(act - hard_act).max()),
+            "max_body_pos_diff_m": float(np.linalg.norm(pos - hard_pos, axis=-1).max()),
+        })  # fmt: skip
+        print(rows[-1])
+    common.write_csv(out / f"myo_mpc_{task}_tausmooth.csv", rows)
+
+
 TITLES = {"baoding": ("MyoHand baoding swap, closed loop", "cost: ball distances to targets (m)"),
           "tennis": ("Bionic tennis, closed loop", "cost: ball distance to goal (m)"),
           "die": ("MyoHand die reorientation, closed loop", "cost: 10 x position error (m) + rotation chord")}  # fmt: skip
@@ -373,10 +461,20 @@ def main(argv=None):
     p.add_argument("--plan-steps", type=int, default=None, help="plan steps per method (default: the preset's)")
     p.add_argument("--check-horizon", type=int, default=None, metavar="H",
                    help="only check the gradient through H periods (finite? how long?) and exit")
+    p.add_argument("--gradient-modes", action="store_true",
+                   help="only time gradient MPC per plan step with the unrolled / implicit solver gradient and remat")
+    p.add_argument("--check-tausmooth", action="store_true",
+                   help="only measure how far muscle.tausmooth moves the task's motion in the C engine")
     args = p.parse_args(argv)
     common.setup()
     if args.check_horizon:
         check_horizon(args.task, args.check_horizon, args.out)
+        return
+    if args.gradient_modes:
+        gradient_modes(args.task, args.plan_steps or 2, args.out, args.seed)
+        return
+    if args.check_tausmooth:
+        check_tausmooth(args.task, args.out)
         return
     methods = DEFAULT_METHODS[args.task] if args.methods is None else args.methods
     run(args.task, args.preset, methods, args.set, args.out, args.seed, args.plan_steps)
