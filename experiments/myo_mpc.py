@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import os
 import time
 import warnings
 from pathlib import Path
@@ -288,10 +289,11 @@ def run(task: str, preset: str, methods, overrides, out: Path, seed: int = 0, pl
     if plan_steps is not None:
         spec["plan_steps"] = plan_steps
     stem = f"myo_mpc_{task}" if preset == "quick" else f"myo_mpc_{task}_{preset}"  # presets never overwrite each other
-    csv, summary_csv = out / f"{stem}.csv", out / f"{stem}_summary.csv"
+    csv, summary_csv, qpos_csv = out / f"{stem}.csv", out / f"{stem}_summary.csv", out / f"{stem}_qpos.csv"
     # keep the other methods' results of an earlier run, so methods can be run one at a time
     rows = [r for r in _read(csv) if r["method"] not in methods]
     summary = [r for r in _read(summary_csv) if r["method"] not in methods]
+    qpos_rows = [r for r in _read(qpos_csv) if r["method"] not in methods]
     for name in methods:
         extra, cfd = METHODS[name]
         mj, mx, d0, cost = TASKS[task](cfd)
@@ -304,6 +306,8 @@ def run(task: str, preset: str, methods, overrides, out: Path, seed: int = 0, pl
         c0 = float(jax.jit(lambda d: cost(diffmjx.forward(mx, d, sim), d.ctrl))(d0))
         for k, c in enumerate(np.r_[c0, res.cost]):
             rows.append({"method": name, "step": k, "time_s": k * mj.opt.timestep, "cost": float(c)})
+        for k, q in enumerate(np.vstack([np.asarray(d0.qpos)[None], res.qpos])):  # the frame strip's input
+            qpos_rows.append({"method": name, "step": k, **{f"q{i}": repr(float(v)) for i, v in enumerate(q)}})
         summary.append({
             "method": name, "horizon": cfg.horizon, "execute": cfg.execute, "iterations": cfg.iterations,
             "samples": cfg.samples if cfg.kind != "gradient" else 0, "plan_steps": spec["plan_steps"],
@@ -314,7 +318,9 @@ def run(task: str, preset: str, methods, overrides, out: Path, seed: int = 0, pl
               f"JIT {res.jit_time_s:.0f} s")  # fmt: skip
         common.write_csv(csv, rows)
         common.write_csv(summary_csv, summary)
+        common.write_csv(qpos_csv, qpos_rows)
     plot(rows, out / f"{stem}.png", TITLES[task])
+    frame_strip(task, preset, out)
 
 
 def check_horizon(task: str, horizon: int, out: Path):
@@ -426,6 +432,83 @@ def check_tausmooth(task: str, out: Path, periods: int = 200, seed: int = 0):
     common.write_csv(out / f"myo_mpc_{task}_tausmooth.csv", rows)
 
 
+VIEWS = {  # task -> free camera: look at a body (or a fixed point) from (distance m, azimuth deg, elevation deg)
+    "baoding": ("thirdmc", 0.32, 150.0, -35.0),
+    "die": ("thirdmc", 0.35, 150.0, -35.0),
+    "tennis": ((-0.01, 0.14, 0.59), 1.1, 90.0, -50.0),  # between the ball's start and the goal, from above
+}
+GL_BACKENDS = ("egl", "osmesa")  # tried in turn when MUJOCO_GL is not set
+
+
+def frame_strip(task: str, preset: str, out: Path, frames: int = 5) -> Path | None:
+    """Render the executed behaviour of every method of a finished run (``<stem>_qpos.csv``) as a
+    strip of ``frames`` frames per method, evenly spaced from start to end, into
+    ``<stem>_frames.png``. MuJoCo picks its OpenGL backend when it is imported, so each backend
+    is tried in a child process (``MUJOCO_GL`` if set, else EGL, then OSMesa); where none works the
+    strip is skipped with a message and None is returned, and nothing else of the study is lost."""
+    import subprocess
+    import sys
+
+    stem = f"myo_mpc_{task}" if preset == "quick" else f"myo_mpc_{task}_{preset}"
+    if not (out / f"{stem}_qpos.csv").exists():
+        print(f"frame strip skipped: no executed trajectories in {out / f'{stem}_qpos.csv'} (run the study first)")
+        return None
+    backends = (os.environ["MUJOCO_GL"],) if os.environ.get("MUJOCO_GL") else GL_BACKENDS
+    errors = []
+    for gl in backends:
+        cmd = [sys.executable, "-m", "experiments.myo_mpc", "--task", task, "--preset", preset, "--out", str(out),
+               "--render-frames", str(frames)]  # fmt: skip
+        env = {**os.environ, "MUJOCO_GL": gl}
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+        if done.returncode == 0:
+            print(done.stdout.strip())
+            return out / f"{stem}_frames.png"
+        errors.append(f"{gl}: {(done.stderr.strip().splitlines() or ['failed'])[-1]}")
+    print("frame strip skipped: offscreen rendering does not work here (" + "; ".join(errors) + "). "
+          "Install EGL or OSMesa (e.g. apt-get install libosmesa6) and rerun with --frames.")  # fmt: skip
+    return None
+
+
+def render_frames(task: str, preset: str, out: Path, frames: int) -> Path:
+    """The child process of :func:`frame_strip` (OpenGL backend already chosen by MUJOCO_GL)."""
+    import matplotlib
+    import mujoco
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    stem = f"myo_mpc_{task}" if preset == "quick" else f"myo_mpc_{task}_{preset}"
+    rows = _read(out / f"{stem}_qpos.csv")
+    mj = TASKS[task](False)[0]
+    body, distance, azimuth, elevation = VIEWS[task]
+    renderer = mujoco.Renderer(mj, 240, 320)
+    data = mujoco.MjData(mj)
+    cam = mujoco.MjvCamera()
+    cam.distance, cam.azimuth, cam.elevation = distance, azimuth, elevation
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    fig, axes = plt.subplots(len(methods), frames, figsize=(2.2 * frames, 1.8 * len(methods)), squeeze=False)
+    for i, name in enumerate(methods):
+        traj = [r for r in rows if r["method"] == name]
+        for j, k in enumerate(np.linspace(0, len(traj) - 1, frames).round().astype(int)):
+            data.qpos[:] = [float(traj[k][f"q{n}"]) for n in range(mj.nq)]
+            mujoco.mj_forward(mj, data)
+            cam.lookat[:] = data.xpos[mj.body(body).id] if isinstance(body, str) else body
+            renderer.update_scene(data, camera=cam)
+            ax = axes[i, j]
+            ax.imshow(renderer.render())
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if i == 0:
+                ax.set_title(f"t = {k * mj.opt.timestep:.3f} s", fontsize=8)
+            if j == 0:
+                ax.set_ylabel(name, fontsize=8)
+    fig.suptitle(f"{TITLES[task][0]}: executed behaviour", fontsize=9)
+    path = out / f"{stem}_frames.png"
+    common.save_figure(fig, path)
+    print(f"frame strip: {path} ({len(methods)} methods x {frames} frames, MUJOCO_GL={os.environ.get('MUJOCO_GL')})")
+    return path
+
+
 TITLES = {"baoding": ("MyoHand baoding swap, closed loop", "cost: ball distances to targets (m)"),
           "tennis": ("Bionic tennis, closed loop", "cost: ball distance to goal (m)"),
           "die": ("MyoHand die reorientation, closed loop", "cost: 10 x position error (m) + rotation chord")}  # fmt: skip
@@ -463,6 +546,9 @@ def main(argv=None):
                    help="only check the gradient through H periods (finite? how long?) and exit")
     p.add_argument("--gradient-modes", action="store_true",
                    help="only time gradient MPC per plan step with the unrolled / implicit solver gradient and remat")
+    p.add_argument("--frames", action="store_true",
+                   help="only render the frame strip of the last run's executed behaviour (offscreen OpenGL)")
+    p.add_argument("--render-frames", type=int, default=None, help=argparse.SUPPRESS)  # frame_strip's child
     p.add_argument("--check-tausmooth", action="store_true",
                    help="only measure how far muscle.tausmooth moves the task's motion in the C engine")
     args = p.parse_args(argv)
@@ -475,6 +561,12 @@ def main(argv=None):
         return
     if args.check_tausmooth:
         check_tausmooth(args.task, args.out)
+        return
+    if args.render_frames:
+        render_frames(args.task, args.preset, args.out, args.render_frames)
+        return
+    if args.frames:
+        frame_strip(args.task, args.preset, args.out)
         return
     methods = DEFAULT_METHODS[args.task] if args.methods is None else args.methods
     run(args.task, args.preset, methods, args.set, args.out, args.seed, args.plan_steps)
