@@ -25,6 +25,7 @@ import yaml
 
 __all__ = [
     "ADJOINTS",
+    "BOX_BOX_RULES",
     "BUDGET_POLICIES",
     "DEFAULT_PRESET",
     "GRADIENTS",
@@ -50,6 +51,7 @@ BUDGET_POLICIES = ("flag", "raise")
 GRADIENTS = ("auto", "unroll", "implicit")
 PLANE_BOX_RULES = ("deepest", "mjx")
 PLANE_CYLINDER_RULES = ("deepest", "mjx")
+BOX_BOX_RULES = ("clipped", "mjx")
 
 DEFAULT_PRESET = Path(__file__).parent / "presets" / "default.yaml"
 """The defaults written out as YAML, one comment per field."""
@@ -247,6 +249,14 @@ class CollisionConfig(_Section):
             on its side always has both ends in contact; ``mjx``, MJX's rule, the far disk's point
             only while the axis is within 1 mm of parallel, which makes the force jump when a
             cylinder lands on its side deeper than that.
+        box_box: box-box contacts without smoothing: ``clipped``, as MuJoCo's C engine builds
+            them, the reference face from the box whose axis separates least and every distinct
+            penetrating point of the clipped polygon (up to four) at its true depth; ``mjx``,
+            MJX's rule, which references the lower box's face whichever box owns the axis (a
+            tilted corner on a larger box comes out up to 1 / cos(tilt) too deep) and repeats
+            points to fill four slots (one corner is four contacts, and the count changes when
+            the next corner touches: the force jumps). With ``smooth`` on, box-box uses the
+            smoothed blend of MJX's rule whatever this says.
     """
 
     _section = "collision"
@@ -255,6 +265,7 @@ class CollisionConfig(_Section):
     sharpness: float = _knob(10000.0, gt=0)
     plane_box: str = _knob("deepest", choices=PLANE_BOX_RULES)
     plane_cylinder: str = _knob("deepest", choices=PLANE_CYLINDER_RULES)
+    box_box: str = _knob("clipped", choices=BOX_BOX_RULES)
 
 
 @dataclasses.dataclass(frozen=True)

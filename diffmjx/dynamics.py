@@ -94,13 +94,13 @@ def stages(cfg: Config, remat_iterations: bool = True) -> list[tuple[str, object
 
 
 def _collide(cfg: Config):
-    """The collision stage: MJX's (None) unless ``collision.smooth``, ``collision.plane_box`` or
-    ``collision.plane_cylinder`` asks for DiffMJX's functions."""
+    """The collision stage: MJX's (None) unless ``collision.smooth``, ``collision.plane_box``,
+    ``collision.plane_cylinder`` or ``collision.box_box`` asks for DiffMJX's functions."""
     c = cfg.collision
-    if not c.smooth and c.plane_box == "mjx" and c.plane_cylinder == "mjx":
+    if not c.smooth and c.plane_box == "mjx" and c.plane_cylinder == "mjx" and c.box_box == "mjx":
         return None
     sharp = c.sharpness if c.smooth else None
-    return lambda m, d: collision.collide(m, d, sharp, c.plane_box, c.plane_cylinder)
+    return lambda m, d: collision.collide(m, d, sharp, c.plane_box, c.plane_cylinder, c.box_box)
 
 
 def forward(m, d, cfg: Config | None = None):

@@ -32,7 +32,7 @@ RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 # defaults pin them, so a rerun reproduces the figures.
 PINNED = ("integrator.adjoint=checkpoint", "integrator.rtol=1e-5", "integrator.atol=1e-5",
           "solver.impedance_floor=1e-4", "solver.min_iterations=0", "solver.max_tolerance=1",
-          "solver.gradient=unroll", "collision.plane_box=mjx", "collision.plane_cylinder=mjx")  # fmt: skip
+          "solver.gradient=unroll", "collision.plane_box=mjx", "collision.plane_cylinder=mjx", "collision.box_box=mjx")  # fmt: skip
 
 CUBE_TOSS = dict(qz0=0.2, vy0=-0.1, u0=-2.0, horizon=100)
 

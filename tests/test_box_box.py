@@ -1,4 +1,5 @@
-"""Smoothed box-box collision: converges to MJX's, keeps stacked corners, smooth gradients, physics."""
+"""Box-box collision: the smoothed blend converges to MJX's, keeps stacked corners, has smooth
+gradients; the clipped rule (the default without smoothing) equals MuJoCo's C engine."""
 
 import functools
 
@@ -152,3 +153,70 @@ def test_box_dropped_on_box_physics_does_not_move():
     np.testing.assert_allclose(smooth[:3], c_engine[:3], atol=1.5e-3)  # measured 0.6 mm
     # and no farther from the C engine than MJX's own box-box
     assert np.linalg.norm(smooth - c_engine) <= np.linalg.norm(hard - c_engine)
+
+
+# ---- collision.box_box=clipped (the default without smoothing) against MuJoCo's C engine ----
+
+_CORNERS = np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)])
+
+
+def _box_on_box(rng, big: bool):
+    """A random box pressed 0.1-3 mm into a fixed box: the fidelity family's 30 x 30 x 10 cm target
+    (``big``) or a box of the same scale as the thrown one. Returns the C model and a qpos."""
+    import mujoco
+
+    s1 = np.array([0.15, 0.15, 0.05]) if big else rng.uniform(0.03, 0.07, 3)
+    s2 = rng.uniform(0.03, 0.07, 3)
+    mj = mujoco.MjModel.from_xml_string(f"""<mujoco><worldbody>
+      <geom type="box" size="{s1[0]} {s1[1]} {s1[2]}" pos="0 0 {s1[2]}"/>
+      <body><freejoint/><geom type="box" size="{s2[0]} {s2[1]} {s2[2]}"/></body>
+    </worldbody></mujoco>""")
+    quat = rng.normal(size=4)
+    if rng.uniform() < 0.3:  # nearly face down: polygons of up to four corners
+        quat = np.array([1.0, 0, 0, 0]) + rng.normal(scale=0.02, size=4)
+    d = mujoco.MjData(mj)
+    d.qpos[:] = [*rng.uniform(-0.03, 0.03, 2) * (1.0 if big else 0.3), 1.0, *quat / np.linalg.norm(quat)]
+    mujoco.mj_kinematics(mj, d)
+    low = ((_CORNERS * s2) @ d.geom_xmat[1].reshape(3, 3).T)[:, 2].min()
+    d.qpos[2] = 2 * s1[2] - low - rng.uniform(1e-4, 3e-3)
+    return mj, d.qpos.copy()
+
+
+def _same_as_c_engine(mj, qpos, rule):
+    """Do the active contacts of ``collision.box_box=rule`` equal the C engine's (distance and
+    position to 1e-9 m, one to one)?"""
+    import mujoco
+
+    from diffmjx.collision import driver
+
+    mx = mjx.put_model(mj)
+    c = driver.detect(mx, mjx.make_data(mx).replace(qpos=jnp.asarray(qpos)), None, "mjx", "mjx", rule)
+    dist, pos = np.asarray(c.dist), np.asarray(c.pos)
+    d = mujoco.MjData(mj)
+    d.qpos[:] = qpos
+    mujoco.mj_forward(mj, d)
+    ours = sorted(tuple(np.r_[dist[j], pos[j]]) for j in range(len(dist)) if dist[j] < 0)
+    ref = sorted(tuple(np.r_[d.contact[k].dist, d.contact[k].pos]) for k in range(d.ncon))
+    return len(ours) == len(ref) and all(np.abs(np.subtract(a, b)).max() < 1e-9 for a, b in zip(ours, ref))
+
+
+def test_clipped_box_box_equals_the_c_engine_for_a_box_on_a_larger_box():
+    """The fidelity family's geometry (a small box landing on a large box's top): the C engine's
+    contacts exactly, at every pose; MJX's rule at almost none (measured: 0 of 12), because it
+    references the small box's tilted face (depth 1 / cos(tilt) too large) and repeats a lone corner
+    four times."""
+    rng = np.random.default_rng(0)
+    poses = [_box_on_box(rng, big=True) for _ in range(12)]
+    assert all(_same_as_c_engine(mj, q, "clipped") for mj, q in poses)
+    assert sum(_same_as_c_engine(mj, q, "mjx") for mj, q in poses) <= 3
+
+
+def test_clipped_box_box_mostly_equals_the_c_engine_for_boxes_of_one_scale():
+    """Boxes of the same scale: the C engine's contacts at most poses (measured 11 of 12 for this
+    seed, 17 of 20 in a wider probe; MJX's rule 0 of 12). Where they differ the C engine keeps more
+    than four polygon points, or builds several points on an edge-edge axis, or picks another of
+    two near-tied axes."""
+    rng = np.random.default_rng(1)
+    poses = [_box_on_box(rng, big=False) for _ in range(12)]
+    assert sum(_same_as_c_engine(mj, q, "clipped") for mj, q in poses) >= 9
+    assert sum(_same_as_c_engine(mj, q, "mjx") for mj, q in poses) <= 3

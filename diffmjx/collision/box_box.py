@@ -186,3 +186,122 @@ def box_box(b1, b2, sharpness):
     n = b2.mat @ n
     frame = smooth_frame(n, 4.0 / (sharpness * size))
     return dist, pos, jnp.stack([frame] * 4)
+
+
+_EDGE_DEGENERATE = 1e-6  # MJX: edge-edge axes with |e1 x e2|^2 below this are not candidates
+_SAME_POINT = 1e-9  # m: clipped points closer than this are one polygon vertex (clipping reports each twice)
+
+
+def _farthest_four(pts, depth, valid):
+    """Up to four distinct valid points: the deepest, then each time the one farthest from those
+    already taken. Returns indices (4,) and whether each slot holds a new point (4,).
+
+    With four or fewer distinct valid points every one of them is taken, whatever their order, so
+    the contact set changes only when a point starts or stops penetrating (at depth 0)."""
+    idx = [jnp.argmax(jnp.where(valid, depth, -jnp.inf))]
+    gap = jnp.sum((pts - pts[idx[0]]) ** 2, axis=1)
+    new = [valid[idx[0]]]
+    for _ in range(3):
+        score = jnp.where(valid, gap, -1.0)
+        k = jnp.argmax(score)
+        idx.append(k)
+        new.append(valid[k] & (score[k] > _SAME_POINT**2))
+        gap = jnp.minimum(gap, jnp.sum((pts - pts[k]) ** 2, axis=1))
+    return jnp.stack(idx), jnp.stack(new)
+
+
+def _segment_closest(p0, d0, p1, d1):
+    """Closest points of the segments ``p0 + s d0`` and ``p1 + t d1``, s, t in [-1, 1]."""
+    r = p0 - p1
+    a, b, c, e, f = d0 @ d0, d0 @ d1, d1 @ d1, d0 @ r, d1 @ r
+    den = a * c - b * b
+    s = jnp.clip(jnp.where(den > 1e-12, (b * f - c * e) / jnp.where(den > 1e-12, den, 1.0), 0.0), -1.0, 1.0)
+    t = jnp.clip((b * s + f) / c, -1.0, 1.0)
+    s = jnp.clip((b * t - e) / a, -1.0, 1.0)
+    return p0 + s * d0, p1 + t * d1
+
+
+def box_box_clipped(b1, b2, sharpness=None):
+    """Box-box as MuJoCo's C engine builds it: the reference face is the face of the box whose
+    axis separates least, and every distinct penetrating point of the clipped polygon is a contact.
+
+    MJX's ``box_box`` differs in two ways that change the physics (``docs/collision.md``):
+
+    - It takes the reference face from the box below the other along the winning axis, not from
+      the box that owns the axis. A box's face axis and its opposite tie, and the lower index
+      wins, so for a box resting on a corner or an edge on a larger box MJX often measures the
+      depth along the small box's tilted face normal: the corner is reported ``1 / cos(tilt)``
+      too deep (45 % at 46 degrees), at the wrong point.
+    - It always fills four slots, repeating points when the clipped polygon has fewer: one
+      penetrating corner is four identical contacts (four times the stiffness at touchdown), and
+      when a second corner touches, the first drops to two or three copies, so the force jumps.
+
+    Here a face axis's own box is the reference; the incident face is clipped against it with
+    MJX's clipping; up to four distinct points that penetrate are contacts (the deepest, then
+    farthest-point picks: with four or fewer they are all kept, so a point enters or leaves only
+    at zero depth), each at its true depth along the reference normal and placed midway between
+    the two surfaces, as the C engine does; unused slots get MJX's sentinel distance 1. When an
+    edge-edge axis separates least (MJX's preference for a nearly parallel face axis kept), the
+    contact is the closest pair of the two support edges, at the axis's overlap. Differences from
+    the C engine left: it keeps up to eight polygon points (here four; a polygon of more, e.g. a
+    box turned on another's face, is reduced) and builds several edge-edge points.
+
+    ``sharpness`` is accepted for the collision table's signature and ignored: nothing is blended.
+    """
+    rot = b2.mat.T @ b1.mat  # box 1's axes (columns) in box 2's frame
+    shift = b2.mat.T @ (b1.pos - b2.pos)
+    faces_a, normals_a, verts_a = shift + b1.face @ rot.T, b1.face_normal @ rot.T, shift + b1.vert @ rot.T
+    faces_b, normals_b, verts_b = b2.face, b2.face_normal, b2.vert
+    axes_a, axes_b = rot.T, jnp.eye(3, dtype=rot.dtype)  # rows
+    cross = jnp.cross(jnp.repeat(axes_a, 3, axis=0), jnp.tile(axes_b, (3, 1)))  # (9, 3): a_i x b_j at 3 i + j
+    cross_sq = jnp.sum(cross**2, axis=1)
+    degenerate = cross_sq < _EDGE_DEGENERATE
+    edge_axes = jnp.where(degenerate[:, None], axes_b[:1], cross) / jnp.sqrt(
+        jnp.where(degenerate, 1.0, cross_sq)
+    )[:, None]
+    axes = jnp.concatenate([axes_a, axes_b, edge_axes])  # (15, 3)
+    pa, pb = verts_a @ axes.T, verts_b @ axes.T
+    below = pa.max(0) - pb.min(0)  # overlap if box 1 is on the negative side
+    above = pb.max(0) - pa.min(0)
+    overlap = jnp.minimum(below, above) + jnp.concatenate([jnp.zeros(6), jnp.where(degenerate, 1e6, 0.0)])
+    n12 = jnp.where((below <= above)[:, None], axes, -axes)  # from box 1 towards box 2
+
+    face = jnp.argmin(overlap[:6])
+    best = jnp.argmin(overlap)
+    use_edge = (best >= 6) & (jnp.abs(axes[face] @ axes[best]) < _PREFER_FACE)
+    k = jnp.where(use_edge, best, face)
+    n = n12[k]
+
+    # face axis: its own box is the reference, its face that looks at the other box
+    own_a = k < 3
+    ref_n = jnp.where(own_a, n, -n)
+    ref_i = jnp.where(own_a, jnp.argmax(normals_a @ ref_n), jnp.argmax(normals_b @ ref_n))
+    inc_i = jnp.where(own_a, jnp.argmin(normals_b @ ref_n), jnp.argmin(normals_a @ ref_n))
+    ref_face = jnp.where(own_a, faces_a[ref_i], faces_b[ref_i])
+    ref_norm = jnp.where(own_a, normals_a[ref_i], normals_b[ref_i])
+    inc_face = jnp.where(own_a, faces_b[inc_i], faces_a[inc_i])
+    inc_norm = jnp.where(own_a, normals_b[inc_i], normals_a[inc_i])
+    incident, inside = _mjx.clip_polygon(ref_face, inc_face, ref_norm, inc_norm)
+    on_ref = _mjx.project_polygon(incident, ref_face[0], ref_norm)
+    depth = (on_ref - incident) @ ref_norm
+    idx, new = _farthest_four(on_ref, depth, inside & (depth > 0.0))
+    face_dist = jnp.where(new, -depth[idx], 1.0)
+    face_pos = on_ref[idx] - 0.5 * depth[idx][:, None] * ref_norm
+
+    # edge-edge axis: the support edge of each box along it
+    i, j = (k - 6) // 3, (k - 6) % 3
+    size_a, size_b = b1.size, b2.size
+    sgn_a = jnp.where(axes_a @ n >= 0, 1.0, -1.0)  # box 1's extreme towards box 2
+    sgn_b = jnp.where(axes_b @ n >= 0, -1.0, 1.0)  # box 2's extreme towards box 1
+    mask_a, mask_b = jnp.arange(3) != i, jnp.arange(3) != j
+    mid_a = shift + (jnp.where(mask_a, sgn_a * size_a, 0.0)) @ axes_a
+    mid_b = (jnp.where(mask_b, sgn_b * size_b, 0.0)) @ axes_b
+    ca, cb = _segment_closest(mid_a, size_a[i] * axes_a[i], mid_b, size_b[j] * axes_b[j])
+    edge_dist = jnp.array([-overlap[k], 1.0, 1.0, 1.0])
+    edge_pos = jnp.broadcast_to(0.5 * (ca + cb), (4, 3))
+
+    dist = jnp.where(use_edge, edge_dist, face_dist)
+    pos = jnp.where(use_edge, edge_pos, face_pos)
+    pos = b2.pos + pos @ b2.mat.T
+    normal = b2.mat @ n
+    return dist, pos, jnp.stack([_mjx.make_frame(normal)] * 4)

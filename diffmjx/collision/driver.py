@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from diffmjx import _mjx
-from diffmjx.collision.box_box import box_box
+from diffmjx.collision.box_box import box_box, box_box_clipped
 from diffmjx.collision.pairs import (
     capsule_box,
     capsule_capsule,
@@ -29,7 +29,7 @@ from diffmjx.collision.pairs import (
     sphere_capsule,
     sphere_cylinder,
 )
-from diffmjx.config import PLANE_BOX_RULES, PLANE_CYLINDER_RULES
+from diffmjx.config import BOX_BOX_RULES, PLANE_BOX_RULES, PLANE_CYLINDER_RULES
 
 __all__ = ["SMOOTHED_PAIRS", "check_model", "collide", "detect", "table"]
 
@@ -47,7 +47,7 @@ SMOOTHED_PAIRS = tuple(types for types, *_ in _SMOOTHED)
 """Geom-type pairs that have a smoothed collision function."""
 
 
-def table(sharpness: float | None, plane_box: str = "mjx", plane_cylinder: str = "mjx") -> dict:
+def table(sharpness: float | None, plane_box: str = "mjx", plane_cylinder: str = "mjx", box_box: str = "mjx") -> dict:
     """DiffMJX's collision functions, keyed by MJX geom-type pairs; other pairs keep MJX's.
 
     Arguments:
@@ -60,6 +60,10 @@ def table(sharpness: float | None, plane_box: str = "mjx", plane_cylinder: str =
         plane_cylinder: ``deepest`` replaces the plane-cylinder function by
             :func:`~diffmjx.collision.pairs.plane_cylinder_deepest` (smoothed under ``sharpness``);
             ``mjx`` keeps MJX's rule (``collision.plane_cylinder``).
+        box_box: ``clipped`` replaces MJX's box-box by
+            :func:`~diffmjx.collision.box_box.box_box_clipped` where nothing is smoothed
+            (``sharpness`` None); under smoothing the smoothed blend of MJX's rule is used
+            (``collision.box_box``).
 
     Returns:
         ``{(GeomType, GeomType): collider}``, each collider with MJX's signature and contact count.
@@ -70,6 +74,8 @@ def table(sharpness: float | None, plane_box: str = "mjx", plane_cylinder: str =
         raise ValueError(
             f"plane_cylinder={plane_cylinder!r} is invalid; allowed: {', '.join(PLANE_CYLINDER_RULES)}"
         )
+    if box_box not in BOX_BOX_RULES:
+        raise ValueError(f"box_box={box_box!r} is invalid; allowed: {', '.join(BOX_BOX_RULES)}")
     out = {}
     if sharpness is not None:
         out = {
@@ -88,6 +94,8 @@ def table(sharpness: float | None, plane_box: str = "mjx", plane_cylinder: str =
     if plane_cylinder == "deepest":
         fn = functools.partial(plane_cylinder_deepest, sharpness=sharpness)
         out[(_G.PLANE, _G.CYLINDER)] = _mjx.primitive_collider(ncon=3)(fn)
+    if box_box == "clipped" and sharpness is None:
+        out[(_G.BOX, _G.BOX)] = _mjx.convex_collider(ncon=4)(box_box_clipped)
     return out
 
 
@@ -121,7 +129,7 @@ def check_model(m) -> None:
             )
 
 
-def collide(m, d, sharpness: float | None, plane_box: str = "mjx", plane_cylinder: str = "mjx"):
+def collide(m, d, sharpness: float | None, plane_box: str = "mjx", plane_cylinder: str = "mjx", box_box: str = "mjx"):
     """Collision stage ``(m, d) -> d`` with DiffMJX's functions (:func:`table`) where we have them.
 
     Arguments:
@@ -130,13 +138,14 @@ def collide(m, d, sharpness: float | None, plane_box: str = "mjx", plane_cylinde
         sharpness: smoothing sharpness in 1/m (``collision.sharpness``); None: no smoothing.
         plane_box: ``collision.plane_box``.
         plane_cylinder: ``collision.plane_cylinder``.
+        box_box: ``collision.box_box``.
 
     Returns:
         ``d`` with its contacts (MJX's layout: grouped by condim, then by geom-type pair).
     """
     if _mjx.ncon(d) == 0:
         return d
-    smoothed = table(sharpness, plane_box, plane_cylinder)
+    smoothed = table(sharpness, plane_box, plane_cylinder, box_box)
     by_condim: dict[int, list] = {}
     for key, contact in _mjx.contact_groups(m, d).items():
         fn = smoothed.get(key.types) or _mjx.MJX_COLLISION_TABLE[key.types]
@@ -148,7 +157,9 @@ def collide(m, d, sharpness: float | None, plane_box: str = "mjx", plane_cylinde
     return _mjx.with_contact(d, jax.tree.map(lambda *x: jnp.concatenate(x), *contacts))
 
 
-def detect(m, d, sharpness: float | None = None, plane_box: str = "mjx", plane_cylinder: str = "mjx"):
+def detect(
+    m, d, sharpness: float | None = None, plane_box: str = "mjx", plane_cylinder: str = "mjx", box_box: str = "mjx"
+):
     """Contacts at ``d``'s positions: kinematics, then the collision stage.
 
     Arguments:
@@ -157,13 +168,14 @@ def detect(m, d, sharpness: float | None = None, plane_box: str = "mjx", plane_c
         sharpness: None for MJX's own collision functions, else the smoothed stage at this
             sharpness (1/m).
         plane_box: ``collision.plane_box``.
-        plane_cylinder: ``collision.plane_cylinder``; ``mjx`` for both rules with
-            ``sharpness=None`` (the defaults) is MJX's collision stage unchanged.
+        plane_cylinder: ``collision.plane_cylinder``.
+        box_box: ``collision.box_box``; ``mjx`` for the three rules with ``sharpness=None`` (the
+            defaults) is MJX's collision stage unchanged.
 
     Returns:
         The ``mjx`` contact struct (``dist``, ``pos``, ``frame``, ``geom``, ...), one entry per slot.
     """
     d = _mjx.kinematics(m, d)
-    stock = sharpness is None and plane_box == "mjx" and plane_cylinder == "mjx"
-    d = _mjx.collision(m, d) if stock else collide(m, d, sharpness, plane_box, plane_cylinder)
+    stock = sharpness is None and plane_box == "mjx" and plane_cylinder == "mjx" and box_box == "mjx"
+    d = _mjx.collision(m, d) if stock else collide(m, d, sharpness, plane_box, plane_cylinder, box_box)
     return _mjx.contact(d)
