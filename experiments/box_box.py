@@ -2,12 +2,13 @@
 
     python -m experiments.box_box [--quick] [--set KEY=VALUE ...]
 
-1. Drop (scenes/box_drop.xml, 0.6 s): the final pose with MJX's box-box and with the smoothed one,
-   against MuJoCo's C engine (its own box-box, RK4 at 1e-4 s) -> box_box_drop.csv.
+1. Drop (scenes/box_drop.xml, 0.6 s): the final pose with MJX's box-box, the smoothed one and the
+   clipped one (``collision.box_box=clipped``, the default without smoothing), against MuJoCo's C
+   engine (its own box-box, RK4 at 1e-4 s) -> box_box_drop.csv.
 2. Gradient of loss = final x + final qpos[6] (a quaternion entry) w.r.t. the initial y velocity,
-   over a sweep of vy0: DiffMJX's AD (the preset; checkpoint, and backsolve) with the smoothed and
-   with MJX's box-box, against central differences (step FD_STEP) of a REF_TOL solve with the same
-   collision function -> box_box_gradient.{csv,png}.
+   over a sweep of vy0: DiffMJX's AD (the preset; checkpoint, and backsolve) with the smoothed,
+   MJX's and the clipped box-box, against central differences (step FD_STEP) of a REF_TOL solve
+   with the same collision function -> box_box_gradient.{csv,png}.
 3. Cost: MJX's box-box vs the smoothed one on N_POSES random contact poses of scenes/box_pair.xml
    (vmapped): first call (trace + compile) and median run -> box_box_timing.csv.
 """
@@ -78,12 +79,19 @@ def _drop_loss(mx, cfg: diffmjx.Config):
     return loss
 
 
+RULES = {  # the study's box-box collision functions: name -> overrides
+    "MJX box-box": ("collision.smooth=false", "collision.box_box=mjx"),
+    "smoothed box-box": ("collision.smooth=true",),
+    "clipped box-box": ("collision.smooth=false", "collision.box_box=clipped"),
+}
+
+
 def drop_vs_c_engine(cfg: diffmjx.Config) -> list[dict]:
     mj, mx = common.load("box_drop")
     data = common.c_engine_rk4(mj, DROP_PERIODS * 0.01, 1e-4)
     rows = []
-    for name, smooth in (("MJX box-box", "false"), ("smoothed box-box", "true")):
-        q = np.asarray(jax.jit(_drop_fn(mx, cfg.override(f"collision.smooth={smooth}")))(0.0))
+    for name, rule in RULES.items():
+        q = np.asarray(jax.jit(_drop_fn(mx, cfg.override(*rule)))(0.0))
         rows.append(dict(collision=name, x=q[0], y=q[1], z=q[2], qw=q[3], qx=q[4], qy=q[5], qz=q[6],
                          position_off_c_engine_m=float(np.linalg.norm(q[:3] - data.qpos[:3])),
                          quaternion_off_c_engine=float(np.linalg.norm(q[3:] - data.qpos[3:]))))  # fmt: skip
@@ -97,21 +105,23 @@ def gradient_sweep(cfg: diffmjx.Config, quick: bool) -> list[dict]:
     _, mx = common.load("box_drop")
     vy0s = np.linspace(0.1, 0.5, 3 if quick else 9)
     tight = (f"integrator.rtol={REF_TOL}", f"integrator.atol={REF_TOL}")
-    methods = {
-        "MJX box-box, checkpoint": ("collision.smooth=false",),
-        "smoothed, checkpoint": ("collision.smooth=true",),
-        "smoothed, backsolve": ("collision.smooth=true", "integrator.adjoint=backsolve"),
+    methods = {  # name -> (collision rule, adjoint)
+        "MJX box-box, checkpoint": ("MJX box-box", "checkpoint"),
+        "smoothed, checkpoint": ("smoothed box-box", "checkpoint"),
+        "smoothed, backsolve": ("smoothed box-box", "backsolve"),
+        "clipped, checkpoint": ("clipped box-box", "checkpoint"),
+        "clipped, backsolve": ("clipped box-box", "backsolve"),
     }
-    refs = {}  # keyed by collision.smooth
-    for smooth in (False, True):
-        loss = jax.jit(_drop_loss(mx, cfg.override(f"collision.smooth={smooth}", *tight)))
-        refs[smooth] = np.array([(float(loss(v + FD_STEP)) - float(loss(v - FD_STEP))) / (2 * FD_STEP)
-                                 for v in tqdm(vy0s, desc=f"reference, smooth={smooth}")])  # fmt: skip
+    refs = {}  # keyed by collision rule
+    for rule in RULES:
+        loss = jax.jit(_drop_loss(mx, cfg.override(*RULES[rule], *tight)))
+        refs[rule] = np.array([(float(loss(v + FD_STEP)) - float(loss(v - FD_STEP))) / (2 * FD_STEP)
+                               for v in tqdm(vy0s, desc=f"reference, {rule}")])  # fmt: skip
     rows = []
-    for name, overrides in methods.items():
-        c = cfg.override(*overrides)
+    for name, (rule, adjoint) in methods.items():
+        c = cfg.override(*RULES[rule], f"integrator.adjoint={adjoint}")
         vg = jax.jit(jax.value_and_grad(_drop_loss(mx, c)))
-        for v, r in zip(tqdm(vy0s, desc=name), refs[c.collision.smooth], strict=True):
+        for v, r in zip(tqdm(vy0s, desc=name), refs[rule], strict=True):
             loss, grad = (float(x) for x in vg(v))
             rows.append(dict(method=name, vy0=v, loss=loss, grad=grad, ref_grad=r, rel_error=abs(grad - r) / abs(r)))
     return rows
