@@ -2,7 +2,7 @@
 distance), predictive sampling and the hybrid, on the baoding ball swap and bionic tennis (paper
 Sec. 5.2, Figs. 12-13).
 
-    python -m experiments.myo_mpc [--task baoding|die|tennis] [--preset quick|paper]
+    python -m experiments.myo_mpc [--task baoding|die|die_table|tennis] [--preset quick|paper]
                                   [--set planner.KEY=VALUE ...] [--methods ...] [--plan-steps N]
     python -m experiments.myo_mpc --task T --check-horizon H   # the start gradient through H periods
     python -m experiments.myo_mpc --task T --gradient-modes    # plan-step cost: unroll/implicit, remat
@@ -18,7 +18,9 @@ control period. Every method runs the same number of plan steps from the same st
 Task (b), die reorientation (:func:`die_reorient`): MyoSuite's die in the MyoHand's palm, turned
 to a fixed goal orientation while held where it starts. Two kinds of pair stock MJX cannot collide
 are switched off (the world's unreachable cylinder and the fingernail ellipsoids; see the
-function). Only the in-hand variant is built: the model's table is 1.4 m below the palm.
+function). The model's own table is that cylinder, 1.4 m below the palm, so the on-the-table
+variant (``--task die_table``) adds a box table under the hand turned palm down, the die resting
+on it 2 cm below the palm.
 
 Task (c), bionic tennis (:func:`bionic_tennis`): MyoSuite's MyoArm with the modular prosthetic limb
 (``myoarm_bionic_bimanual.xml``, 63 muscles and 17 motors). A racket is welded to the prosthetic
@@ -39,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import os
 import time
 import warnings
@@ -65,6 +68,10 @@ RUNS = {  # task -> preset -> plan steps and the planner preset
         "quick": {"plan_steps": 6, "planner": "quick", "overrides": ("horizon=16", "execute=8", "iterations=6")},
         "paper": {"plan_steps": 32, "planner": "paper", "overrides": ()},
     },
+    "die_table": {  # as the in-hand die: 6 plan steps of 8 periods (0.12 s), a 0.04 s horizon
+        "quick": {"plan_steps": 6, "planner": "quick", "overrides": ("horizon=16", "execute=8", "iterations=6")},
+        "paper": {"plan_steps": 32, "planner": "paper", "overrides": ()},
+    },
 }
 METHODS = {  # name -> (planner overrides, contacts from distance)
     "gradient": (("kind=gradient",), False),
@@ -74,7 +81,8 @@ METHODS = {  # name -> (planner overrides, contacts from distance)
     "hybrid + CFD": (("kind=hybrid", "samples=64"), True),
 }
 DEFAULT_METHODS = {"baoding": list(METHODS), "tennis": ["gradient", "gradient + CFD", "sampling 64"],
-                   "die": ["gradient", "gradient + CFD", "sampling 64"]}
+                   "die": ["gradient", "gradient + CFD", "sampling 64"],
+                   "die_table": ["gradient", "gradient + CFD", "sampling 64"]}
 CFD_SOLIMP = "cfd.solimp=[0.0, 0.1, 1.0, 1.0, 4.0]"  # App. E.3's CFD tuple (w_c = 1 m)
 SOLIMP = (0.0, 0.95, 0.001, 0.5, 2.0)
 SOLIMP_CFD = (0.1, 0.95, 0.001, 0.5, 2.0)
@@ -196,13 +204,15 @@ def bionic_tennis(cfd: bool):
 
 
 DIE_GOAL_EULER = (0.4, -0.3, 0.6)
+DIE_TABLE = (-0.205, -0.55, 1.307)  # the table's centre (x, y) and top (z), m: 2 cm of air under the palm
+DIE_HALF = 0.0289  # the die's half extent (box half sizes and edge capsules), m
 """Goal orientation of the die (intrinsic xyz Euler angles, rad): a fixed draw inside MyoSuite's
 demo task's +-45 degree range; the goal position is the die's start."""
 
 
-def die_reorient(cfd: bool):
-    """MyoHand holding MyoSuite's die (``myohand_die.xml``, MyoChallenge 2022) and the
-    reorientation cost.
+def die_reorient(cfd: bool, on_table: bool = False):
+    """MyoHand holding MyoSuite's die (``myohand_die.xml``, MyoChallenge 2022), or the die on a
+    table under the hand (``on_table``), and the reorientation cost.
 
     - The die is MyoSuite's: a rounded cube of 12 edge capsules and 3 boxes on three slide and
       three hinge joints. The hand starts in MyoSuite's reset pose (every joint 0, the forearm
@@ -213,6 +223,11 @@ def die_reorient(cfd: bool):
       ellipsoids (2 mm thick, on the backs of the distal phalanges, whose capsules cover the
       fingertips).
     - App. E.3's contact and solver settings as for baoding.
+
+    - On the table (:data:`DIE_TABLE`): the model's table is that unreachable cylinder, so a box
+      table (30 x 30 x 4 cm) is added under the hand; the forearm is turned palm down
+      (``qpos[0] = 1.5``) and the die rests on the table's top, 2 cm below the palm, touching no
+      finger at the start (with relaxed muscles the hand droops onto it after about 0.2 s).
 
     Cost of a state: ``10 * |p - p_goal| + 2 sqrt(1 - <q, q_goal>^2)``, the die's position error in
     m (goal: where it starts) and the chord of its rotation error (2 sin(angle / 2), rad for
@@ -231,6 +246,10 @@ def die_reorient(cfd: bool):
     for g in spec.geoms:  # pairs stock MJX cannot collide: world cylinder-box, ellipsoid-box
         if g.type == mujoco.mjtGeom.mjGEOM_ELLIPSOID or (g.type == mujoco.mjtGeom.mjGEOM_CYLINDER and g.parent.name == "world"):
             g.contype, g.conaffinity = 0, 0
+    cx, cy, top = DIE_TABLE
+    if on_table:
+        spec.worldbody.add_geom(name="table", type=mujoco.mjtGeom.mjGEOM_BOX, size=[0.15, 0.15, 0.02],
+                                pos=[cx, cy, top - 0.02], rgba=[0.6, 0.5, 0.4, 1.0])  # fmt: skip
     spec.option.timestep = 0.0025
     spec.option.solver = mujoco.mjtSolver.mjSOL_NEWTON
     spec.option.iterations, spec.option.ls_iterations = 4, 16
@@ -238,7 +257,10 @@ def die_reorient(cfd: bool):
     mj.geom_solref[:] = (0.02, 1.0)
     mj.geom_solimp[:] = SOLIMP_CFD if cfd else SOLIMP
     qpos = mj.qpos0.copy()
-    qpos[0] = -1.5
+    qpos[0] = 1.5 if on_table else -1.5  # palm down over the table, palm up holding the die
+    if on_table:  # the die's slide joints move it from its body position onto the table
+        start = np.array([cx, cy, top + DIE_HALF]) - mj.body("Object").pos
+        qpos[[mj.joint(n).qposadr[0] for n in ("OBJTx", "OBJTy", "OBJTz")]] = start
     mx = common.mjx.put_model(mj)
     d0 = common.mjx.make_data(mx).replace(qpos=jnp.asarray(qpos))
     die = mj.body("Object").id
@@ -258,7 +280,8 @@ def die_reorient(cfd: bool):
     return mj, mx, d0, cost
 
 
-TASKS = {"baoding": baoding, "tennis": bionic_tennis, "die": die_reorient}
+TASKS = {"baoding": baoding, "tennis": bionic_tennis, "die": die_reorient,
+         "die_table": functools.partial(die_reorient, on_table=True)}
 
 
 def _read(path: Path) -> list[dict]:
@@ -433,6 +456,7 @@ VIEWS = {  # task -> free camera: look at a body (or a fixed point) from (distan
     "baoding": ("thirdmc", 0.32, 150.0, -35.0),
     "die": ("thirdmc", 0.35, 150.0, -35.0),
     "tennis": ((-0.01, 0.14, 0.59), 1.1, 90.0, -50.0),  # between the ball's start and the goal, from above
+    "die_table": ("Object", 0.4, 150.0, -20.0),
 }
 GL_BACKENDS = ("egl", "osmesa")  # tried in turn when MUJOCO_GL is not set
 
@@ -508,7 +532,9 @@ def render_frames(task: str, preset: str, out: Path, frames: int) -> Path:
 
 TITLES = {"baoding": ("MyoHand baoding swap, closed loop", "cost: ball distances to targets (m)"),
           "tennis": ("Bionic tennis, closed loop", "cost: ball distance to goal (m)"),
-          "die": ("MyoHand die reorientation, closed loop", "cost: 10 x position error (m) + rotation chord")}  # fmt: skip
+          "die": ("MyoHand die reorientation, closed loop", "cost: 10 x position error (m) + rotation chord"),
+          "die_table": ("MyoHand die reorientation on a table, closed loop",
+                        "cost: 10 x position error (m) + rotation chord")}  # fmt: skip
 
 
 def plot(rows, path: Path, title=TITLES["baoding"]):

@@ -99,18 +99,26 @@ def _four_points(pts, dist, valid, normal, width, scale):
     return jnp.concatenate([jnp.stack([da, db]), dist_cd]), jnp.concatenate([jnp.stack([a, b]), pos_cd])
 
 
-def _candidate(axis, sign, faces_a, faces_b, normals_a, normals_b, width, scale):
-    """MJX's face manifold on one axis: four clipped reference points and their distances."""
-    da, db = normals_a @ axis, normals_b @ axis
-    a_ref = sign > 0  # box a's face most along the axis is the reference, b's most against it incident
-    ref, inc = jnp.where(a_ref, jnp.argmax(da), jnp.argmax(db)), jnp.where(a_ref, jnp.argmin(db), jnp.argmin(da))
+def _clip_faces(a_ref, ref, inc, faces_a, faces_b, normals_a, normals_b):
+    """MJX's clipping of one box's incident face ``inc`` against the other's reference face ``ref``
+    (box a's if ``a_ref``, else box b's): the clipped points projected onto the reference plane,
+    their penetration depths (positive: penetrating), which lie inside the clip, and the reference
+    normal."""
     ref_face = jnp.where(a_ref, faces_a[ref], faces_b[ref])
     ref_norm = jnp.where(a_ref, normals_a[ref], normals_b[ref])
     inc_face = jnp.where(a_ref, faces_b[inc], faces_a[inc])
     inc_norm = jnp.where(a_ref, normals_b[inc], normals_a[inc])
     incident, inside = _mjx.clip_polygon(ref_face, inc_face, ref_norm, inc_norm)
-    ref_pts = _mjx.project_polygon(incident, ref_face[0], ref_norm)
-    depth = (ref_pts - incident) @ ref_norm  # penetration of each clipped point
+    on_ref = _mjx.project_polygon(incident, ref_face[0], ref_norm)
+    return on_ref, (on_ref - incident) @ ref_norm, inside, ref_norm
+
+
+def _candidate(axis, sign, faces_a, faces_b, normals_a, normals_b, width, scale):
+    """MJX's face manifold on one axis: four clipped reference points and their distances."""
+    da, db = normals_a @ axis, normals_b @ axis
+    a_ref = sign > 0  # box a's face most along the axis is the reference, b's most against it incident
+    ref, inc = jnp.where(a_ref, jnp.argmax(da), jnp.argmax(db)), jnp.where(a_ref, jnp.argmin(db), jnp.argmin(da))
+    ref_pts, depth, inside, ref_norm = _clip_faces(a_ref, ref, inc, faces_a, faces_b, normals_a, normals_b)
     valid = inside & (depth > _VALID_DEPTH)
     # MJX: dist = -depth if valid else 1. Here points inside the clip polygon keep -depth also when
     # they do not penetrate (positive: inactive, continuous through zero); points outside it are
@@ -277,13 +285,7 @@ def box_box_clipped(b1, b2, sharpness=None):
     ref_n = jnp.where(own_a, n, -n)
     ref_i = jnp.where(own_a, jnp.argmax(normals_a @ ref_n), jnp.argmax(normals_b @ ref_n))
     inc_i = jnp.where(own_a, jnp.argmin(normals_b @ ref_n), jnp.argmin(normals_a @ ref_n))
-    ref_face = jnp.where(own_a, faces_a[ref_i], faces_b[ref_i])
-    ref_norm = jnp.where(own_a, normals_a[ref_i], normals_b[ref_i])
-    inc_face = jnp.where(own_a, faces_b[inc_i], faces_a[inc_i])
-    inc_norm = jnp.where(own_a, normals_b[inc_i], normals_a[inc_i])
-    incident, inside = _mjx.clip_polygon(ref_face, inc_face, ref_norm, inc_norm)
-    on_ref = _mjx.project_polygon(incident, ref_face[0], ref_norm)
-    depth = (on_ref - incident) @ ref_norm
+    on_ref, depth, inside, ref_norm = _clip_faces(own_a, ref_i, inc_i, faces_a, faces_b, normals_a, normals_b)
     idx, new = _farthest_four(on_ref, depth, inside & (depth > 0.0))
     face_dist = jnp.where(new, -depth[idx], 1.0)
     face_pos = on_ref[idx] - 0.5 * depth[idx][:, None] * ref_norm
