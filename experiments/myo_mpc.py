@@ -302,6 +302,12 @@ def _free_joints(mj):
     return [int(mj.jnt_qposadr[j]) for j in range(mj.njnt) if mj.jnt_type[j] == 0]
 
 
+def _stem(task: str, preset: str) -> str:
+    """Output file stem of a run: ``myo_mpc_<task>``, with ``_<preset>`` after it for presets other
+    than quick, so presets never overwrite each other."""
+    return f"myo_mpc_{task}" if preset == "quick" else f"myo_mpc_{task}_{preset}"
+
+
 def _sim(cfd: bool) -> diffmjx.Config:
     sim = diffmjx.Config().override("integrator.solver=mjx_euler", "collision.smooth=true", *common.PINNED)
     return sim.override("cfd.enabled=true", CFD_SOLIMP) if cfd else sim
@@ -311,7 +317,7 @@ def run(task: str, preset: str, methods, overrides, out: Path, seed: int = 0, pl
     spec = dict(RUNS[task][preset])
     if plan_steps is not None:
         spec["plan_steps"] = plan_steps
-    stem = f"myo_mpc_{task}" if preset == "quick" else f"myo_mpc_{task}_{preset}"  # presets never overwrite each other
+    stem = _stem(task, preset)
     csv, summary_csv, qpos_csv = out / f"{stem}.csv", out / f"{stem}_summary.csv", out / f"{stem}_qpos.csv"
     # keep the other methods' results of an earlier run, so methods can be run one at a time
     rows = [r for r in _read(csv) if r["method"] not in methods]
@@ -470,7 +476,7 @@ def frame_strip(task: str, preset: str, out: Path, frames: int = 5) -> Path | No
     import subprocess
     import sys
 
-    stem = f"myo_mpc_{task}" if preset == "quick" else f"myo_mpc_{task}_{preset}"
+    stem = _stem(task, preset)
     if not (out / f"{stem}_qpos.csv").exists():
         print(f"frame strip skipped: no executed trajectories in {out / f'{stem}_qpos.csv'} (run the study first)")
         return None
@@ -498,7 +504,7 @@ def render_frames(task: str, preset: str, out: Path, frames: int) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    stem = f"myo_mpc_{task}" if preset == "quick" else f"myo_mpc_{task}_{preset}"
+    stem = _stem(task, preset)
     rows = _read(out / f"{stem}_qpos.csv")
     mj = TASKS[task](False)[0]
     body, distance, azimuth, elevation = VIEWS[task]
