@@ -198,6 +198,7 @@ def box_box(b1, b2, sharpness):
 
 _EDGE_DEGENERATE = 1e-6  # MJX: edge-edge axes with |e1 x e2|^2 below this are not candidates
 _SAME_POINT = 1e-9  # m: clipped points closer than this are one polygon vertex (clipping reports each twice)
+_TIE_WIDTH = 1e-5  # m: the two boxes' best face axes hand the contact normal over within ~this of a tie
 
 
 def _farthest_four(pts, depth, valid):
@@ -250,7 +251,9 @@ def box_box_clipped(b1, b2, sharpness=None):
     at zero depth), each at its true depth along the reference normal and placed midway between
     the two surfaces, as the C engine does; unused slots get MJX's sentinel distance 1. When an
     edge-edge axis separates least (MJX's preference for a nearly parallel face axis kept), the
-    contact is the closest pair of the two support edges, at the axis's overlap. Differences from
+    contact is the closest pair of the two support edges, at the axis's overlap. Where the best
+    face axes of the two boxes nearly tie (within ~0.2 mm of overlap), the normal is handed over
+    between them continuously (the C engine's turns at once). Differences from
     the C engine left: it keeps up to eight polygon points (here four; a polygon of more, e.g. a
     box turned on another's face, is reduced) and builds several edge-edge points.
 
@@ -302,8 +305,17 @@ def box_box_clipped(b1, b2, sharpness=None):
     edge_dist = jnp.array([-overlap[k], 1.0, 1.0, 1.0])
     edge_pos = jnp.broadcast_to(0.5 * (ca + cb), (4, 3))
 
+    # When box 1's and box 2's best face axes separate about equally (a tilted box at the other's
+    # edge), the reference switches boxes. The points and depths carry over (they are the same
+    # polygon), but the normal would turn by the tilt at once: a jump in the contact force that no
+    # gradient sees. Hand it over continuously instead (equal to the winner's beyond ~20 widths).
+    fa, fb = jnp.argmin(overlap[:3]), 3 + jnp.argmin(overlap[3:6])
+    wa = jax.nn.sigmoid((overlap[fb] - overlap[fa]) / _TIE_WIDTH)
+    mixed = wa * n12[fa] + (1.0 - wa) * n12[fb]
+    mixed = mixed / jnp.maximum(jnp.linalg.norm(mixed), 1e-12)
+
     dist = jnp.where(use_edge, edge_dist, face_dist)
     pos = jnp.where(use_edge, edge_pos, face_pos)
     pos = b2.pos + pos @ b2.mat.T
-    normal = b2.mat @ n
+    normal = b2.mat @ jnp.where(use_edge, n, mixed)
     return dist, pos, jnp.stack([_mjx.make_frame(normal)] * 4)
