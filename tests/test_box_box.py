@@ -235,7 +235,7 @@ def test_clipped_normal_is_handed_over_between_the_boxes_continuously():
     from diffmjx.collision import driver
     from experiments import fidelity
 
-    mx = mjx.put_model(__import__("mujoco").MjModel.from_xml_string(fidelity.scene("box-box", 0).xml))
+    mx = fidelity._model(fidelity.scene("box-box", 0))
     a = np.array([0.13556138868383344, -0.14714757282122967, 0.1494447892426725, -0.43750671472477715,
                   -0.5520201199597854, 0.4596909380283538, -0.5408751272012138])  # fmt: skip
     b = np.array([0.13577128928752683, -0.14745564598130873, 0.1495134572716282, -0.4369898187753377,
