@@ -10,9 +10,10 @@ from experiments.common import cube_toss_loss, load
 @pytest.mark.parametrize(
     "overrides, cacheable",
     [
-        ((), True),
-        (("integrator.adjoint=backsolve",), True),  # its adjoint solve holds its first step too
-        (("integrator.on_budget_exhausted=raise",), False),  # that error is a host callback
+        ((), True),  # the defaults: backsolve, whose adjoint solve holds its first step too
+        # suite budget: the other two trace a second and third gradient program; run with -m slow
+        pytest.param(("integrator.adjoint=checkpoint",), True, marks=pytest.mark.slow),
+        pytest.param(("integrator.on_budget_exhausted=raise",), False, marks=pytest.mark.slow),  # a host callback
     ],
 )
 def test_gradient_program_has_no_host_callback(overrides, cacheable):

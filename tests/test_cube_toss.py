@@ -54,7 +54,11 @@ def sweep_truth(mx):
 # the adjoint ODE itself.
 @pytest.mark.parametrize(
     ("adjoint", "tol", "median_bound", "max_bound", "kink_step"),
-    [("checkpoint", 1e-8, 0.02, 0.15, "1e-7"), ("backsolve", 1e-7, 0.01, 0.05, "null")],
+    [
+        # suite budget: the default adjoint (backsolve) runs by default, checkpoint under -m slow
+        pytest.param("checkpoint", 1e-8, 0.02, 0.15, "1e-7", marks=pytest.mark.slow),
+        ("backsolve", 1e-7, 0.01, 0.05, "null"),
+    ],
 )
 def test_adaptive_gradient_median_error(mx, truth, sweep_truth, adjoint, tol, median_bound, max_bound, kink_step):
     cfg = FLOOR0.override(

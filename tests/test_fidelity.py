@@ -33,6 +33,7 @@ def first_bounce():
     return {rule: _errors("box-plane", [3], 3, f"collision.plane_box={rule}") for rule in ("deepest", "mjx")}
 
 
+@pytest.mark.slow  # suite budget: a rule's regression study; the defaults' tests below stay in the default run
 def test_plane_box_rule_fixes_the_first_bounce(first_bounce):
     # measured: 0.02 % with every penetrating corner a contact; 21 % with MJX's 1 mm skin, at any
     # tolerance and with either adjoint (a dropped corner comes back at depth: a force jump)
@@ -55,6 +56,7 @@ def test_defaults_converge_the_constraint_solve_in_resting_and_sliding_contact()
     assert _errors("capsule-plane", [1], fidelity.HORIZON)[0] < 0.01
 
 
+@pytest.mark.slow  # suite budget: a rule's regression study; the defaults' tests above stay in the default run
 def test_plane_cylinder_rule_fixes_a_cylinder_landing_on_its_side():
     # measured (cylinder-plane shot 0, docs/results/fidelity.csv): 0.00 % at the defaults; 17.8 % with
     # MJX's rule, whose far-end contact appears at depth as the axis levels off

@@ -64,7 +64,8 @@ def _do_nothing_cost(mx, d0, steps):
     return float(mpc.plan_cost(mx, d0, jnp.zeros((steps, 1)), cost, SIM)[0]) / steps
 
 
-@pytest.mark.parametrize("kind", ["gradient", "sampling", "hybrid"])
+# suite budget: hybrid (gradient steps on sampled plans) runs under -m slow
+@pytest.mark.parametrize("kind", ["gradient", "sampling", pytest.param("hybrid", marks=pytest.mark.slow)])
 def test_closed_loop_planners_drive_the_slider_to_its_target(slider, kind):
     mx, d0 = slider
     cfg = mpc.PlannerConfig.load("quick", [f"kind={kind}", "horizon=12", "execute=4", "iterations=6",
@@ -90,7 +91,7 @@ def test_gradient_planner_keeps_its_lowest_cost_iterate(slider):
     np.testing.assert_allclose(float(mpc.plan_cost(mx, d0, plan, cost, SIM)[0]), float(info["cost"]), rtol=1e-12)
 
 
-@pytest.mark.parametrize("kind", ["gradient", "hybrid"])
+@pytest.mark.parametrize("kind", ["gradient", pytest.param("hybrid", marks=pytest.mark.slow)])  # suite budget
 def test_closed_loop_iterations_equal_the_one_program_plan(slider, kind):
     """closed_loop runs the gradient iterations as a Python loop over one compiled step (a scan of
     a large model's gradient compiles far slower); its first plan is planner.plan's."""

@@ -22,6 +22,7 @@ def hand():
     return mj, mjx.put_model(mj)
 
 
+@pytest.mark.slow  # suite budget: the tendon-stage and muscle-gradient tests below cover the hand by default
 def test_fixed_step_rollout_of_the_baoding_hand_equals_mjx_step(hand):
     """MJX's tendon stage returns its wrap indices as int64 under x64 where make_data made int32;
     a fixed-step period keeps the dtypes it came in, so the MJX integrators run on muscle models

@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import diffmjx
 from experiments.common import PINNED, load, mjx
@@ -25,6 +26,7 @@ def _grad(remat: bool, periods: int):
     return float(compiled(1.0)), mem.temp_size_in_bytes + mem.argument_size_in_bytes + mem.output_size_in_bytes
 
 
+@pytest.mark.slow  # suite budget: two gradient programs of a long rollout
 def test_remat_keeps_the_gradient_and_flattens_memory():
     g_short, m_short = _grad(True, 20)
     g_long, m_long = _grad(True, 200)

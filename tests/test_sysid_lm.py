@@ -31,6 +31,7 @@ def test_residuals_square_to_the_segment_loss(setup):
     np.testing.assert_allclose(float(np.sum(np.asarray(r) ** 2)), float(loss), rtol=1e-12)
 
 
+@pytest.mark.slow  # suite budget: a full LM fit; the residual test above checks its objective in the default run
 def test_lm_reduces_the_loss_and_moves_the_side_towards_the_cube(setup):
     cfg, qpos, qvel = setup
     res = sysid.fit_lm(cfg, qpos, qvel, steps=4, progress=False)

@@ -175,6 +175,7 @@ print("RESULT " + json.dumps(out))
 """
 
 
+@pytest.mark.slow  # suite budget: a subprocess compiles both solvers again; the refusal below stays in the default run
 def test_sharded_loss_and_gradient_equal_unsharded():
     """Two forced host devices, a minibatch of 4 segments (flight, bounces, rest) split 2 + 2.
 

@@ -69,7 +69,8 @@ def fd_reference(scene):
     return sweep[1]
 
 
-@pytest.mark.parametrize("adjoint", ["checkpoint", "backsolve"])
+# suite budget: the default adjoint (backsolve) runs by default, checkpoint under -m slow
+@pytest.mark.parametrize("adjoint", [pytest.param("checkpoint", marks=pytest.mark.slow), "backsolve"])
 def test_gradient_wrt_initial_angular_velocity(scene, fd_reference, adjoint):
     _, mx = scene
     cfg = TIGHT.override(f"integrator.adjoint={adjoint}")
