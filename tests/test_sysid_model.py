@@ -185,8 +185,11 @@ def _gradient_and_differences(cfg, iterations):
 
 @pytest.mark.parametrize(
     ("cfg", "iterations"),
-    [(diffmjx.Config(), 2), (diffmjx.Config().override("integrator.solver=mjx_euler"), 4)],
-    ids=["default", "mjx_euler"],
+    [
+        pytest.param(diffmjx.Config(), 2, id="default"),
+        # suite budget: fixed-step MJX's gradient through the traced model runs under -m slow
+        pytest.param(diffmjx.Config().override("integrator.solver=mjx_euler"), 4, id="mjx_euler", marks=pytest.mark.slow),
+    ],
 )
 def test_rollout_gradient_matches_central_differences(cfg, iterations):
     value, grad, fd = _gradient_and_differences(cfg, iterations)

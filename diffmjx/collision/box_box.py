@@ -198,7 +198,8 @@ def box_box(b1, b2, sharpness):
 
 _EDGE_DEGENERATE = 1e-6  # MJX: edge-edge axes with |e1 x e2|^2 below this are not candidates
 _SAME_POINT = 1e-9  # m: clipped points closer than this are one polygon vertex (clipping reports each twice)
-_TIE_WIDTH = 1e-5  # m: the two boxes' best face axes hand the contact normal over within ~this of a tie
+_HANDOVER_WIDTH = 1e-4  # m of overlap difference: face-face and face-edge hand-overs run over this band
+_PARALLEL_WIDTH = 0.004  # of |cos|: the face-preference gate at _PREFER_FACE is handed over within this band
 
 
 def _farthest_four(pts, depth, valid):
@@ -251,11 +252,17 @@ def box_box_clipped(b1, b2, sharpness=None):
     at zero depth), each at its true depth along the reference normal and placed midway between
     the two surfaces, as the C engine does; unused slots get MJX's sentinel distance 1. When an
     edge-edge axis separates least (MJX's preference for a nearly parallel face axis kept), the
-    contact is the closest pair of the two support edges, at the axis's overlap. Where the best
-    face axes of the two boxes nearly tie (within ~0.2 mm of overlap), the normal is handed over
-    between them continuously (the C engine's turns at once). Differences from
-    the C engine left: it keeps up to eight polygon points (here four; a polygon of more, e.g. a
-    box turned on another's face, is reduced) and builds several edge-edge points.
+    contact is the closest pair of the two support edges, at the axis's overlap.
+
+    Two switches of the C engine's rule are handed over continuously instead, each over a band of
+    0.1 mm of overlap difference (``_HANDOVER_WIDTH``, a C1 step with compact support, so outside
+    the band the contacts are the C engine's): where the best face axes of the two boxes nearly
+    tie, the normal turns from one box's face normal to the other's; where the best edge-edge axis
+    overtakes the face axis, the polygon's depths scale down to zero while the edge point's scale
+    up, and so they do where the edge axis turns within MJX's 0.99 of the face axis (a band of
+    0.004 in the cosine). Differences from the C engine left: it keeps up to eight polygon points (here four; a
+    polygon of more, e.g. a box turned on another's face, is reduced), builds several edge-edge
+    points, and a four-point polygon gives up its shallowest point to the edge point at once.
 
     ``sharpness`` is accepted for the collision table's signature and ignored: nothing is blended.
     """
@@ -278,44 +285,60 @@ def box_box_clipped(b1, b2, sharpness=None):
     n12 = jnp.where((below <= above)[:, None], axes, -axes)  # from box 1 towards box 2
 
     face = jnp.argmin(overlap[:6])
-    best = jnp.argmin(overlap)
-    use_edge = (best >= 6) & (jnp.abs(axes[face] @ axes[best]) < _PREFER_FACE)
-    k = jnp.where(use_edge, best, face)
-    n = n12[k]
+    e = 6 + jnp.argmin(overlap[6:])  # the best edge-edge axis (degenerate ones are out by 1e6)
 
     # face axis: its own box is the reference, its face that looks at the other box
-    own_a = k < 3
+    n = n12[face]
+    own_a = face < 3
     ref_n = jnp.where(own_a, n, -n)
     ref_i = jnp.where(own_a, jnp.argmax(normals_a @ ref_n), jnp.argmax(normals_b @ ref_n))
     inc_i = jnp.where(own_a, jnp.argmin(normals_b @ ref_n), jnp.argmin(normals_a @ ref_n))
     on_ref, depth, inside, ref_norm = _clip_faces(own_a, ref_i, inc_i, faces_a, faces_b, normals_a, normals_b)
     idx, new = _farthest_four(on_ref, depth, inside & (depth > 0.0))
-    face_dist = jnp.where(new, -depth[idx], 1.0)
-    face_pos = on_ref[idx] - 0.5 * depth[idx][:, None] * ref_norm
+    face_depth = depth[idx]
+    face_pos = on_ref[idx] - 0.5 * face_depth[:, None] * ref_norm
 
-    # edge-edge axis: the support edge of each box along it
-    i, j = (k - 6) // 3, (k - 6) % 3
+    # edge-edge axis: the closest pair of the support edges of the two boxes along it
+    n_edge = n12[e]
+    i, j = (e - 6) // 3, (e - 6) % 3
     size_a, size_b = b1.size, b2.size
-    sgn_a = jnp.where(axes_a @ n >= 0, 1.0, -1.0)  # box 1's extreme towards box 2
-    sgn_b = jnp.where(axes_b @ n >= 0, -1.0, 1.0)  # box 2's extreme towards box 1
+    sgn_a = jnp.where(axes_a @ n_edge >= 0, 1.0, -1.0)  # box 1's extreme towards box 2
+    sgn_b = jnp.where(axes_b @ n_edge >= 0, -1.0, 1.0)  # box 2's extreme towards box 1
     mask_a, mask_b = jnp.arange(3) != i, jnp.arange(3) != j
     mid_a = shift + (jnp.where(mask_a, sgn_a * size_a, 0.0)) @ axes_a
     mid_b = (jnp.where(mask_b, sgn_b * size_b, 0.0)) @ axes_b
     ca, cb = _segment_closest(mid_a, size_a[i] * axes_a[i], mid_b, size_b[j] * axes_b[j])
-    edge_dist = jnp.array([-overlap[k], 1.0, 1.0, 1.0])
-    edge_pos = jnp.broadcast_to(0.5 * (ca + cb), (4, 3))
+    edge_pos = 0.5 * (ca + cb)
 
     # When box 1's and box 2's best face axes separate about equally (a tilted box at the other's
     # edge), the reference switches boxes. The points and depths carry over (they are the same
     # polygon), but the normal would turn by the tilt at once: a jump in the contact force that no
-    # gradient sees. Hand it over continuously instead (equal to the winner's beyond ~20 widths).
+    # gradient sees. Hand it over continuously instead, over an overlap band of _HANDOVER_WIDTH.
     fa, fb = jnp.argmin(overlap[:3]), 3 + jnp.argmin(overlap[3:6])
-    wa = jax.nn.sigmoid((overlap[fb] - overlap[fa]) / _TIE_WIDTH)
-    mixed = wa * n12[fa] + (1.0 - wa) * n12[fb]
-    mixed = mixed / jnp.maximum(jnp.linalg.norm(mixed), 1e-12)
+    wa = soft_step(overlap[fb] - overlap[fa], 0.0, _HANDOVER_WIDTH)
+    face_n = wa * n12[fa] + (1.0 - wa) * n12[fb]
+    face_n = face_n / jnp.maximum(jnp.linalg.norm(face_n), 1e-12)
 
-    dist = jnp.where(use_edge, edge_dist, face_dist)
-    pos = jnp.where(use_edge, edge_pos, face_pos)
+    # The face polygon and the edge-edge point are handed over the same way. Where the edge axis
+    # overtakes the face axis (a box tipping over the other's edge) the contact set would jump from
+    # the polygon to one point; instead, within the band, the polygon's depths scale down to zero
+    # while the edge point's scale up from zero, so each force fades in or out continuously (from
+    # zero at zero depth where solimp[0] = 0, as after a touchdown). The edge point takes a slot the
+    # polygon leaves free, else its shallowest point's (a polygon of four: the one jump left).
+    # MJX's preference for a face axis nearly parallel to the edge axis (|cos| >= 0.99) is handed
+    # over the same way, over _PARALLEL_WIDTH of |cos|: a box rocking on the other's edge crosses
+    # it in contact, and the hard gate turned the normal by 8 degrees at once.
+    parallel = soft_step(jnp.abs(axes[face] @ n_edge), _PREFER_FACE, _PARALLEL_WIDTH)
+    w_edge = soft_step(overlap[face] - overlap[e], 0.0, _HANDOVER_WIDTH) * (1.0 - parallel)
+    w_face = 1.0 - w_edge
+    used = new & (w_face > 0.0)
+    dist = jnp.where(used, -w_face * face_depth, 1.0)
+    slot = jnp.argmin(jnp.where(used, face_depth, -1.0))  # a free slot first, else the shallowest
+    put = w_edge > 0.0
+    edge_dist = -overlap[e]
+    edge_dist = jnp.where(edge_dist < 0.0, w_edge * edge_dist, edge_dist)  # separated: its distance
+    dist = dist.at[slot].set(jnp.where(put, edge_dist, dist[slot]))
+    pos = face_pos.at[slot].set(jnp.where(put, edge_pos, face_pos[slot]))
     pos = b2.pos + pos @ b2.mat.T
-    normal = b2.mat @ jnp.where(use_edge, n, mixed)
-    return dist, pos, jnp.stack([_mjx.make_frame(normal)] * 4)
+    normals = jnp.broadcast_to(face_n, (4, 3)).at[slot].set(jnp.where(put, n_edge, face_n))
+    return dist, pos, jax.vmap(lambda v: _mjx.make_frame(b2.mat @ v))(normals)
