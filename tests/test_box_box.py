@@ -226,27 +226,32 @@ def test_clipped_box_box_mostly_equals_the_c_engine_for_boxes_of_one_scale():
     assert _matches_c_engine("same scale", 1, "mjx") <= 3  # measured 1 of 12
 
 
+def _clipped_sweep(a, b, n=201):
+    """Contacts with the clipped box-box of the fidelity family's box-box scene at ``n`` poses
+    interpolated from qpos ``a`` to ``b`` (quaternion renormalised)."""
+    from diffmjx.collision import driver
+    from experiments import fidelity
+
+    mx = fidelity._model(fidelity.scene("box-box", 0))
+    s = np.linspace(0.0, 1.0, n)[:, None]
+    qpos = (1 - s) * a + s * b
+    qpos[:, 3:] /= np.linalg.norm(qpos[:, 3:], axis=1, keepdims=True)
+    d0 = mjx.make_data(mx)
+    detect = jax.vmap(lambda q: driver.detect(mx, d0.replace(qpos=q), None, "deepest", "deepest", "clipped"))
+    return jax.jit(detect)(jnp.asarray(qpos))
+
+
 def test_clipped_normal_is_handed_over_between_the_boxes_continuously():
     """The fidelity family's sliding shot: a box tilted by 2 degrees crosses the 30 x 30 x 10 cm
     target's corner, and its own face axis overtakes the target's as the least-separating one. The
     contact normal turns from the target's to the box's face normal over a band of the overlap
     difference, not at once (MJX's and the C engine's rule turn 2.05 degrees in one of 200 steps of
     this half millisecond: a force jump that AD does not see, 3.4 % of gradient error downstream)."""
-    from diffmjx.collision import driver
-    from experiments import fidelity
-
-    mx = fidelity._model(fidelity.scene("box-box", 0))
     a = np.array([0.13556138868383344, -0.14714757282122967, 0.1494447892426725, -0.43750671472477715,
                   -0.5520201199597854, 0.4596909380283538, -0.5408751272012138])  # fmt: skip
     b = np.array([0.13577128928752683, -0.14745564598130873, 0.1495134572716282, -0.4369898187753377,
                   -0.5525446927572963, 0.46023483930355347, -0.5402945062497627])  # fmt: skip
-    s = np.linspace(0.0, 1.0, 201)[:, None]
-    qpos = (1 - s) * a + s * b
-    qpos[:, 3:] /= np.linalg.norm(qpos[:, 3:], axis=1, keepdims=True)
-    d0 = mjx.make_data(mx)
-    c = jax.jit(jax.vmap(lambda q: driver.detect(mx, d0.replace(qpos=q), None, "deepest", "deepest", "clipped")))(
-        jnp.asarray(qpos)
-    )
+    c = _clipped_sweep(a, b)
     normal = np.asarray(c.frame)[:, 4, 0]  # slots 0-3: the floor; 4-7: the target
     assert (np.asarray(c.dist)[:, 4:] < 0).sum(1).min() == 2  # in contact throughout, two points
     turn = np.degrees(np.arccos(np.clip(np.sum(normal[1:] * normal[:-1], axis=1), -1.0, 1.0)))
@@ -261,21 +266,11 @@ def test_clipped_contacts_are_handed_over_at_the_face_preference_gate():
     8.1 degrees in one step of this 2 ms sweep, a force jump that made that shot's AD gradient 205 %
     off with the wrong sign. Here the edge point fades out while the face polygon's point fades in,
     so the depth-weighted normal sum_i (-dist_i) n_i moves by small steps only."""
-    from diffmjx.collision import driver
-    from experiments import fidelity
-
-    mx = fidelity._model(fidelity.scene("box-box", 0))
     a = np.array([-0.12176077439601536, -0.025227544751328743, 0.16086658469662748, -0.7525957761701536,
                   -0.22038093762588434, -0.6178354975613757, 0.05754248843304921])  # fmt: skip
     b = np.array([-0.12346526016203788, -0.025789481425777378, 0.1605915581254281, -0.7455998311287466,
                   -0.23028323406438725, -0.6229510796268941, 0.05461205289419659])  # fmt: skip
-    s = np.linspace(0.0, 1.0, 201)[:, None]
-    qpos = (1 - s) * a + s * b
-    qpos[:, 3:] /= np.linalg.norm(qpos[:, 3:], axis=1, keepdims=True)
-    d0 = mjx.make_data(mx)
-    c = jax.jit(jax.vmap(lambda q: driver.detect(mx, d0.replace(qpos=q), None, "deepest", "deepest", "clipped")))(
-        jnp.asarray(qpos)
-    )
+    c = _clipped_sweep(a, b)
     dist, normal = np.asarray(c.dist)[:, 4:], np.asarray(c.frame)[:, 4:, 0]  # slots 4-7: the target
     push = np.sum(np.where(dist < 0, -dist, 0.0)[:, :, None] * normal, axis=1)  # (201, 3), metres
     assert (dist < 0).any(1).all() and np.linalg.norm(push, axis=1).min() > 5e-4  # in contact throughout
