@@ -29,6 +29,10 @@ is the README snippet), four shots, the library defaults and checkpointed AD at 
 on a 2-core CPU). Finished (family, configuration) stages are saved (``experiments.common.stage``)
 so an interrupted run resumes.
 
+``--timeline FAMILY:SHOT`` shows where along one shot an error enters: AD of the position after
+each control period against central differences of the 1e-12 solve (writes
+``fidelity_timeline_<family>_<shot>.{csv,png}``; box-box shot 9 takes about 8 min).
+
 Run it on your own model: :func:`scene_xml` builds the XML, :func:`shots` the initial states, and
 :func:`measure` takes any ``mjx.Model``, initial states and loss weights.
 """
@@ -275,6 +279,91 @@ def measure(mx, cfg: diffmjx.Config, states: dict, ref: dict, horizon: int = HOR
                 exhausted=np.array([bool(s[2]) for s in stats]), run_s=np.array(run_s), jit_s=jit_s)  # fmt: skip
 
 
+def timeline(mx, cfg: diffmjx.Config, state: dict, horizon: int = HORIZON) -> dict:
+    """Where along one shot a gradient error enters: for every control period k, AD of
+    ``w . position(k)`` with ``cfg`` against central differences (two steps) of the 1e-12 solve.
+
+    ``state``: one shot (``qpos``, ``qvel``, ``w`` of :func:`shots`, unbatched). The error of a
+    force jump that no gradient sees appears at the period that holds the jump and is carried on
+    from there; a kink resolved by the integration leaves no step. Returns arrays per period:
+    ``rel_error``, ``truth_agreement``, ``truth_norm``.
+    """
+    tight = cfg.override("integrator.adjoint=checkpoint", f"integrator.rtol={REF_TOL}", f"integrator.atol={REF_TOL}",
+                         "integrator.kink_step=null", "integrator.max_steps=4096")  # fmt: skip
+    qpos0, w = jnp.asarray(state["qpos"]), jnp.asarray(state["w"])
+    ctrls = jnp.zeros((horizon, mx.nu))
+
+    def positions(c):
+        def f(qvel0):
+            d = mjx.make_data(mx).replace(qpos=qpos0, qvel=qvel0)
+            return diffmjx.rollout(mx, d, ctrls, c)[1].qpos[:, :3] @ w
+
+        return f
+
+    f = jax.jit(positions(tight))
+    jobs = [(h, s, j) for h in FD_STEPS for s in (1, -1) for j in range(6)]
+
+    def one(job):
+        h, s, j = job
+        v = np.array(state["qvel"], dtype=float)
+        v[j] += s * h
+        return np.asarray(f(v))
+
+    vals = dict(zip(jobs, _threads(one, jobs, "reference solves"), strict=True))
+    fd = {h: np.stack([(vals[h, 1, j] - vals[h, -1, j]) / (2 * h) for j in range(6)], axis=1) for h in FD_STEPS}
+    g, check = fd[FD_STEPS[0]], fd[FD_STEPS[1]]
+    at = jax.jit(jax.grad(lambda v, k: positions(cfg)(v)[k]))
+    ad = np.stack([np.asarray(at(jnp.asarray(state["qvel"]), k)) for k in tqdm(range(horizon), desc="AD per period")])
+    norm = np.linalg.norm(g, axis=1)
+    return dict(rel_error=np.linalg.norm(ad - g, axis=1) / norm, truth_agreement=np.linalg.norm(g - check, axis=1) / norm,
+                truth_norm=norm)  # fmt: skip
+
+
+def run_timeline(base: diffmjx.Config, out: Path, spec: str, seed: int, fresh: bool = False) -> list[dict]:
+    """``--timeline FAMILY:SHOT``: :func:`timeline` of that shot (of ten) with ``base``; writes
+    ``fidelity_timeline_<family>_<shot>.{csv,png}``."""
+    family, _, shot = spec.partition(":")
+    sc = scene(family, seed)
+    states = shots(sc, 10, seed)
+    if not shot.isdigit() or int(shot) >= len(states["qvel"]):
+        raise ValueError(f"--timeline {spec!r}: expected FAMILY:SHOT with SHOT in 0..{len(states['qvel']) - 1}, "
+                         "e.g. box-box:9")  # fmt: skip
+    k = int(shot)
+    state = {key: v[k] for key, v in states.items()}
+    mx = _model(sc)
+    key = (sc.xml, {k: v.tolist() for k, v in state.items()}, sc.horizon, FD_STEPS, base)
+    res = common.stage("fidelity-timeline", key, lambda: timeline(mx, base, state, sc.horizon), fresh)
+    rows = [dict(family=family, shot=k, motion=state["motion"], period=i + 1, t=round((i + 1) * 0.01, 6),
+                 rel_error=res["rel_error"][i], truth_agreement=res["truth_agreement"][i],
+                 truth_norm=res["truth_norm"][i]) for i in range(sc.horizon)]  # fmt: skip
+    stem = f"fidelity_timeline_{family.replace('-', '_')}_{k}"
+    common.write_csv(out / f"{stem}.csv", rows)
+    _plot_timeline(rows, out / f"{stem}.png")
+    worst = int(np.argmax(res["rel_error"]))
+    print(f"{family} shot {k}: error at the end {res['rel_error'][-1]:.2%}, largest {res['rel_error'][worst]:.2%} "
+          f"(period {worst + 1}); first period above 0.1 %: "
+          f"{next((r['period'] for r in rows if r['rel_error'] > 1e-3), None)}")  # fmt: skip
+    return rows
+
+
+def _plot_timeline(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t = [r["t"] for r in rows]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    ax.semilogy(t, [max(100 * r["rel_error"], 1e-5) for r in rows], marker="o", ms=3, label="AD vs truth")
+    ax.semilogy(t, [max(100 * r["truth_agreement"], 1e-5) for r in rows], ls=":", label="truth: two FD steps agree to")
+    ax.axhline(1.0, color="k", ls=":", lw=1)
+    ax.set_xlabel("end of the loss's period (s)")
+    ax.set_ylabel("relative gradient error (%)")
+    ax.set_title(f"{rows[0]['family']} shot {rows[0]['shot']} ({rows[0]['motion']}): where the error enters")
+    ax.legend(fontsize=8)
+    common.save_figure(fig, path)
+
+
 def _model(sc: Scene):
     mj = mujoco.MjModel.from_xml_string(sc.xml)
     return mjx.put_model(mj)
@@ -374,8 +463,13 @@ def main(argv=None):
                ("--families", dict(default=None, help="comma-separated scene families (FAMILIES)")),
                ("--shots", dict(type=int, default=None, help="shots per family (default: 10; quick: 4)")),
                ("--seed", dict(type=int, default=0, help="seed of the scenes and shots")),
-               ("--name", dict(default="fidelity", help="stem of the output files (default: fidelity)"))),
+               ("--name", dict(default="fidelity", help="stem of the output files (default: fidelity)")),
+               ("--timeline", dict(default=None, metavar="FAMILY:SHOT",
+                                   help="instead: per-period error of one shot, e.g. box-box:9 (where an error enters)"))),
     )  # fmt: skip
+    if args.timeline:
+        run_timeline(cfg, args.out, args.timeline, args.seed, args.fresh)
+        return
     families = args.families.split(",") if args.families else (QUICK_FAMILIES if args.quick else tuple(FAMILIES))
     configs = args.configs.split(",") if args.configs else (QUICK_CONFIGS if args.quick else tuple(CONFIGS))
     for name in configs:
