@@ -62,3 +62,11 @@ def test_plane_cylinder_rule_fixes_a_cylinder_landing_on_its_side():
     # MJX's rule, whose far-end contact appears at depth as the axis levels off
     assert _errors("cylinder-plane", [0], fidelity.HORIZON)[0] < 0.01
     assert _errors("cylinder-plane", [0], fidelity.HORIZON, "collision.plane_cylinder=mjx")[0] > 0.05
+
+
+def test_timeline_names_a_bad_shot_before_running_anything(tmp_path):
+    with pytest.raises(ValueError, match="FAMILY:SHOT with SHOT in 0..9"):
+        fidelity.run_timeline(diffmjx.Config(), tmp_path, "box-box:12", 0)
+    with pytest.raises(ValueError, match="FAMILY:SHOT with SHOT in 0..0"):
+        fidelity.run_timeline(diffmjx.Config(), tmp_path, "readme:1", 0)
+    assert not list(tmp_path.iterdir())
