@@ -39,7 +39,6 @@ __all__ = [
     "Rows",
     "SolverContext",
     "SolverType",
-    "capsule_convex_raw",
     "clip_polygon",
     "collision",
     "contact",
@@ -132,7 +131,6 @@ MJX_COLLISION_TABLE = collision_driver._COLLISION_FUNC
 convex_collider = collision_convex.collider
 primitive_collider = collision_primitive.collider
 make_frame = mjx_math.make_frame
-capsule_convex_raw = collision_convex._capsule_convex  # capsule-box: MJX's manifold (dist, pos, normal)
 clip_polygon = collision_convex._clip  # box-box: clip the incident face against the reference face
 project_polygon = collision_convex._project_poly_onto_plane  # box-box: incident points onto the reference face
 
