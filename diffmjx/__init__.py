@@ -12,7 +12,7 @@ Layers import one way: ``_mjx`` (MJX internals) and ``config`` at the bottom; ``
 and ``integrate`` (``step`` / ``rollout``) on top. The :mod:`cfd` package sits above ``diffmjx``.
 """
 
-from diffmjx.checks import validate
+from diffmjx.checks import TouchdownJumpWarning, touchdown_jumps, validate
 from diffmjx.config import (
     CFDConfig,
     CollisionConfig,
@@ -39,6 +39,7 @@ __all__ = [
     "SolverConfig",
     "State",
     "Stats",
+    "TouchdownJumpWarning",
     "Trajectory",
     "add_cli_arguments",
     "central_differences",
@@ -49,5 +50,6 @@ __all__ = [
     "gradcheck",
     "rollout",
     "step",
+    "touchdown_jumps",
     "validate",
 ]

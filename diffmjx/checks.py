@@ -7,12 +7,87 @@ a message that names the field and what is allowed, not with an error from deep 
 
 from __future__ import annotations
 
+import os
+import sys
+import warnings
+
 import diffrax
+import numpy as np
 
 from diffmjx import _mjx, collision
 from diffmjx.config import Config
 
-__all__ = ["validate"]
+__all__ = ["TouchdownJumpWarning", "touchdown_jumps", "validate"]
+
+_MINIMP = 1e-4  # MuJoCo's mjMINIMP: impedances at or below it count as starting from zero
+
+
+class TouchdownJumpWarning(UserWarning):
+    """A model's contacts start with a force at touchdown, a jump that no gradient sees.
+
+    Silence it with ``warnings.filterwarnings("ignore", category=diffmjx.TouchdownJumpWarning)``.
+    """
+
+
+def touchdown_jumps(m) -> dict[str, float]:
+    """Geoms (and explicit contact pairs) whose contact force jumps at touchdown: ``solimp[0]``,
+    the impedance at zero distance, above MuJoCo's ``mjMINIMP`` (1e-4).
+
+    Such a contact switches on with a finite force the instant the distance crosses zero (MuJoCo's
+    default ``solimp`` starts at 0.9). The integrator steps over the jump and AD, through any
+    adjoint, misses the term it adds to the gradient (the jump times the change of the touchdown
+    time), at every touchdown, at every tolerance: gradients through a touchdown can be tens of
+    percent off (docs/solver.md). ``solimp[0] = 0`` starts the force from zero.
+
+    Arguments:
+        m: ``mjx.Model`` or ``mujoco.MjModel``.
+
+    Returns:
+        ``{name: solimp[0]}`` for every collidable geom (name, or ``geom <id>`` if unnamed) and
+        every ``<pair>`` (``pair <id>``) above the threshold; empty if none.
+    """
+    names = m.names if isinstance(m.names, bytes) else bytes(m.names)
+
+    def name(adr, kind, i):
+        text = names[int(adr) :].split(b"\0", 1)[0].decode()
+        return text or f"{kind} {i}"
+
+    out = {}
+    collidable = (np.asarray(m.geom_contype) != 0) | (np.asarray(m.geom_conaffinity) != 0)
+    for i, (imp, on) in enumerate(zip(np.asarray(m.geom_solimp)[:, 0], collidable, strict=True)):
+        if on and imp > _MINIMP:
+            out[name(np.asarray(m.name_geomadr)[i], "geom", i)] = float(imp)
+    for i, imp in enumerate(np.asarray(m.pair_solimp).reshape(-1, 5)[:, 0]):
+        if imp > _MINIMP:
+            out[f"pair {i}"] = float(imp)
+    return out
+
+
+def _warn_touchdown_jumps(m, cfg: Config) -> None:
+    if cfg.cfd.enabled:  # contacts from distance: the backward pass uses its own rows by design
+        return
+    jumps = touchdown_jumps(m)
+    if not jumps:
+        return
+    listed = ", ".join(f"{k!r} ({v:.3g})" for k, v in list(jumps.items())[:6])
+    more = f" and {len(jumps) - 6} more" if len(jumps) > 6 else ""
+    warnings.warn(
+        f"contacts of {listed}{more} start with solimp[0] > 0 (the impedance at touch): their force jumps "
+        "at every touchdown, and no gradient sees that jump, so gradients through a touchdown can be tens "
+        "of percent off at any tolerance. For gradients through contact set solimp[0] = 0 "
+        '(e.g. solimp="0 0.95 0.001 0.5 2"); see diffmjx.touchdown_jumps and docs/solver.md',
+        TouchdownJumpWarning,
+        stacklevel=_caller_level(),
+    )
+
+
+def _caller_level() -> int:
+    """``stacklevel`` of the first frame outside this package, seen from the function calling this."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _check_objects(cfg: Config, solver, stepsize_controller, adjoint) -> None:
@@ -72,3 +147,4 @@ def validate(m, cfg: Config, *, solver=None, stepsize_controller=None, adjoint=N
         raise ValueError("cfd.enabled=True supports cone='pyramidal' only; set the model's cone to pyramidal")
     if cfg.collision.smooth:
         collision.check_model(m)
+    _warn_touchdown_jumps(m, cfg)
