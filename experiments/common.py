@@ -10,6 +10,7 @@ import hashlib
 import io
 import os
 import pickle
+import warnings
 from pathlib import Path
 
 import jax
@@ -104,6 +105,25 @@ def cube_toss_loss(mx: mjx.Model, cfg: diffmjx.Config, horizon: int = CUBE_TOSS[
     return loss
 
 
+def _warn_refsafe(mj: mujoco.MjModel, dt: float) -> None:
+    """Warn when MuJoCo's ``refsafe`` makes the reference a different physics: it raises every
+    ``solref`` time constant below twice ``opt.timestep`` to that, so a model whose time constants
+    sit below twice its own (control) step has softer contacts in MJX / DiffMJX than in the C engine
+    at the reference's smaller ``dt``. Scenes compared with the C engine disable ``refsafe``."""
+    if mj.opt.disableflags & mujoco.mjtDisableBit.mjDSBL_REFSAFE:
+        return
+    solrefs = [np.asarray(getattr(mj, f)).reshape(-1, 2) for f in ("geom_solref", "pair_solref", "eq_solref", "jnt_solref")]
+    timeconst = np.concatenate([r[:, 0] for r in solrefs])
+    soft = timeconst[(timeconst > 0) & (timeconst < 2 * mj.opt.timestep)]
+    if soft.size and dt < mj.opt.timestep:
+        warnings.warn(
+            f"refsafe is on and solref time constants down to {soft.min():g} s are below twice the model's "
+            f"timestep ({mj.opt.timestep:g} s): MJX and DiffMJX raise them to {2 * mj.opt.timestep:g} s, the C engine at "
+            f"dt = {dt:g} s does not, so the reference runs stiffer contacts. Disable refsafe in the scene",
+            stacklevel=3,
+        )
+
+
 def c_engine_rk4(
     mj: mujoco.MjModel, seconds: float, dt: float, qpos=None, qvel=None, ctrl=None, each_step=None
 ) -> mujoco.MjData:
@@ -113,6 +133,7 @@ def c_engine_rk4(
     (held) on a copy of ``mj``; ``each_step(data)`` runs after every step. Returns the final
     ``MjData``.
     """
+    _warn_refsafe(mj, dt)
     mj = copy.copy(mj)
     mj.opt.timestep, mj.opt.integrator = dt, mujoco.mjtIntegrator.mjINT_RK4
     data = mujoco.MjData(mj)
