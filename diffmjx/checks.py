@@ -12,6 +12,7 @@ import sys
 import warnings
 
 import diffrax
+import jax
 import numpy as np
 
 from diffmjx import _mjx, collision
@@ -40,7 +41,7 @@ def touchdown_jumps(m) -> dict[str, float]:
     percent off (docs/solver.md). ``solimp[0] = 0`` starts the force from zero.
 
     Arguments:
-        m: ``mjx.Model`` or ``mujoco.MjModel``.
+        m: ``mjx.Model`` or ``mujoco.MjModel``, with concrete (not traced) arrays.
 
     Returns:
         ``{name: solimp[0]}`` for every collidable geom (name, or ``geom <id>`` if unnamed) and
@@ -65,6 +66,9 @@ def touchdown_jumps(m) -> dict[str, float]:
 
 def _warn_touchdown_jumps(m, cfg: Config) -> None:
     if cfg.cfd.enabled:  # contacts from distance: the backward pass uses its own rows by design
+        return
+    fields = (m.geom_solimp, m.geom_contype, m.geom_conaffinity, m.pair_solimp)
+    if any(isinstance(x, jax.core.Tracer) for x in fields):  # a model built inside a trace: values unknown
         return
     jumps = touchdown_jumps(m)
     if not jumps:

@@ -86,3 +86,21 @@ def test_a_touchdown_force_jump_is_named_and_warned_about(mx):
         '<contact><pair geom1="a" geom2="b" solimp="0.5 0.9 0.001"/></contact></mujoco>'
     )
     assert diffmjx.touchdown_jumps(pair) == {"pair 0": 0.5}
+
+
+def test_no_touchdown_warning_check_for_a_model_built_inside_a_trace():
+    """A model put inside ``jit`` has traced arrays: the check must not convert them (it did)."""
+    import warnings
+
+    from experiments.common import mjx
+
+    drop = load("box_drop")[0]
+
+    def f(x):
+        m = mjx.put_model(drop)
+        diffmjx.validate(m, diffmjx.Config())
+        return x
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        jax.jit(f)(1.0)
