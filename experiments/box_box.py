@@ -231,7 +231,7 @@ def _plot(rows, path):
     ax_g.set(xlabel="initial y velocity (m/s)", ylabel="d loss / d vy0", title="AD (o) vs central differences (x)")
     ax_e.axhline(0.01, color="k", lw=0.8, ls=":", label="1 %")
     ax_e.set(xlabel="initial y velocity (m/s)", ylabel="relative gradient error",
-             title="box tumbling on a box: dashed = touchdown force jump")  # fmt: skip
+             title="box on a box (dashed: force jump at touchdown)")  # fmt: skip
     ax_g.legend(fontsize=6)
     ax_e.legend(fontsize=6)
     common.save_figure(fig, path)
