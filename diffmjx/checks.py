@@ -50,10 +50,13 @@ def touchdown_jumps(m) -> dict[str, float]:
     names = m.names if isinstance(m.names, bytes) else bytes(m.names)
 
     def name(adr, kind, i):
-        text = names[int(adr) :].split(b"\0", 1)[0].decode()
+        end = names.find(b"\0", int(adr))
+        text = names[int(adr) : end if end >= 0 else None].decode()
         return text or f"{kind} {i}"
 
     out = {}
+    if np.ndim(m.geom_solimp) != 2:  # a batched model: one check per model is not what this answers
+        return out
     collidable = (np.asarray(m.geom_contype) != 0) | (np.asarray(m.geom_conaffinity) != 0)
     for i, (imp, on) in enumerate(zip(np.asarray(m.geom_solimp)[:, 0], collidable, strict=True)):
         if on and imp > _MINIMP:

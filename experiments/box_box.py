@@ -148,8 +148,9 @@ DROP_FAMILY = 16  # random drops of the family (drop_family)
 
 def drop_family(cfg: diffmjx.Config, n: int = DROP_FAMILY, seed: int = 0) -> list[dict]:
     """Trajectories on a family of box-on-box drops: the drop scene's box released from ``n`` random
-    orientations, heights (3-6 cm above the table) and horizontal velocities (up to 0.5 m/s), 0.6 s,
-    final position and quaternion per box-box rule against the C engine (RK4 at 1e-4 s). The row
+    orientations, heights (3-6 cm above the table) and horizontal velocity components (within
+    +-0.5 m/s; some boxes slide off the table and fall), 0.6 s, final position and quaternion
+    per box-box rule against the C engine (RK4 at 1e-4 s). The row
     "C engine, RK4 at 5e-5 s" is the C engine against itself at half the step: how far apart two
     correct integrations of the same contacts end (the tumbles amplify any difference)."""
     mj, mx = common.load("box_drop")
