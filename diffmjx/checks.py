@@ -17,11 +17,9 @@ import numpy as np
 
 from diffmjx import _mjx, collision
 from diffmjx.config import Config
+from diffmjx.impedance import MINIMP
 
 __all__ = ["TouchdownJumpWarning", "touchdown_jumps", "validate"]
-
-_MINIMP = 1e-4  # MuJoCo's mjMINIMP: impedances at or below it count as starting from zero
-
 
 class TouchdownJumpWarning(UserWarning):
     """A model's contacts start with a force at touchdown, a jump that no gradient sees.
@@ -59,10 +57,10 @@ def touchdown_jumps(m) -> dict[str, float]:
         return out
     collidable = (np.asarray(m.geom_contype) != 0) | (np.asarray(m.geom_conaffinity) != 0)
     for i, (imp, on) in enumerate(zip(np.asarray(m.geom_solimp)[:, 0], collidable, strict=True)):
-        if on and imp > _MINIMP:
+        if on and imp > MINIMP:
             out[name(np.asarray(m.name_geomadr)[i], "geom", i)] = float(imp)
     for i, imp in enumerate(np.asarray(m.pair_solimp).reshape(-1, 5)[:, 0]):
-        if imp > _MINIMP:
+        if imp > MINIMP:
             out[f"pair {i}"] = float(imp)
     return out
 
