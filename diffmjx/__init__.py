@@ -24,7 +24,7 @@ from diffmjx.config import (
     config_from_args,
 )
 from diffmjx.dynamics import State, forward
-from diffmjx.gradcheck import GradCheck, central_differences, gradcheck
+from diffmjx.gradcheck import GradCheck, Reference, central_differences, converged, gradcheck, reference_gradient
 from diffmjx.integrate import Method, Stats, Trajectory, diffrax_method, rollout, step
 from diffmjx.runtime import enable_compilation_cache
 
@@ -35,6 +35,7 @@ __all__ = [
     "GradCheck",
     "IntegratorConfig",
     "Method",
+    "Reference",
     "MuscleConfig",
     "SolverConfig",
     "State",
@@ -44,10 +45,12 @@ __all__ = [
     "add_cli_arguments",
     "central_differences",
     "config_from_args",
+    "converged",
     "diffrax_method",
     "enable_compilation_cache",
     "forward",
     "gradcheck",
+    "reference_gradient",
     "rollout",
     "step",
     "touchdown_jumps",

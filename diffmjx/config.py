@@ -36,9 +36,14 @@ __all__ = [
     "Config",
     "IntegratorConfig",
     "MuscleConfig",
+    "Section",
     "SolverConfig",
     "add_cli_arguments",
+    "coerce_text",
     "config_from_args",
+    "knob",
+    "parse_value",
+    "section_from_dict",
 ]
 
 SOLVERS = (
@@ -59,7 +64,7 @@ DEFAULT_PRESET = Path(__file__).parent / "presets" / "default.yaml"
 _SOLIMP_MEANINGS = ("d at r=w_c", "d at r=0", "w_c", "midpoint", "power")
 
 
-def _knob(
+def knob(
     default: Any,
     *,
     choices: Sequence[str] = (),
@@ -68,7 +73,10 @@ def _knob(
     lt: float | None = None,
     check: Any = None,
 ) -> Any:
-    """A dataclass field whose constraints are read back by ``_Section.__post_init__``.
+    """A dataclass field whose constraints are read back by ``Section.__post_init__``.
+
+    Used by every config section of the library (and by the planner's and system identification's),
+    so all of them validate and report bad values the same way.
 
     ``check(key, value) -> value``, if given, replaces the generic type check for a field whose
     type it does not cover (a tuple of names, a mapping): it returns the normalised value or raises
@@ -111,7 +119,7 @@ def _check_type(key: str, value: Any, hint: Any) -> Any:
     raise ValueError(f"{key}={value!r} ({type(value).__name__}) is invalid; expected {expected}")
 
 
-def _coerce_text(hint: Any, value: Any) -> Any:
+def coerce_text(hint: Any, value: Any) -> Any:
     """Turn YAML strings such as ``'1e-6'`` (PyYAML reads them as str) into numbers."""
     base, _ = _unwrap_optional(hint)
     if isinstance(value, str) and base in (int, float):
@@ -122,8 +130,26 @@ def _coerce_text(hint: Any, value: Any) -> Any:
     return value
 
 
-class _Section:
-    """Base of the config sections: checks types and the ``_knob`` constraints."""
+def parse_value(key: str, text: str) -> Any:
+    """The value of one ``key=text`` override, parsed as YAML (``true``, ``null``, ``[0, 0.01]``).
+
+    Raises:
+        ValueError: naming ``key`` when ``text`` is not valid YAML.
+    """
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ValueError(f"{key}: cannot parse value {text!r}: {e}") from e
+
+
+class Section:
+    """Base of the config sections: checks types and the :func:`knob` constraints.
+
+    A section is a frozen dataclass whose fields are :func:`knob`\ s and whose class variable
+    ``_section`` names it in messages (``integrator.rtol``). The planner's and system
+    identification's configs are sections too (:class:`diffmjx.mpc.PlannerConfig`,
+    :mod:`diffmjx.sysid`), built and overridden by the same functions.
+    """
 
     _section: ClassVar[str]
 
@@ -146,9 +172,57 @@ class _Section:
             if value is not None and lt is not None and not value < lt:
                 raise ValueError(f"{key}={value!r} is out of range; it must be < {lt}")
 
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        """The section's fields, in declaration order."""
+        return tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
+
+    def override(self, *assignments: str):
+        """A new section with ``field=value`` (or ``<section>.field=value``) assignments applied in order.
+
+        The text form for the edges (YAML presets, ``--set`` on a command line); inside the library use
+        ``dataclasses.replace``.
+
+        Raises:
+            ValueError: for an unknown field (listing the allowed ones) or a bad value (naming it).
+        """
+        allowed = self.field_names()
+        out = self
+        for assignment in assignments:
+            key, sep, text = assignment.partition("=")
+            key = key.strip().removeprefix(f"{self._section}.")
+            if not sep or key not in allowed:
+                raise ValueError(
+                    f"bad override {assignment!r}: expected {self._section}.KEY=VALUE with KEY one of: "
+                    f"{', '.join(allowed)}"
+                )
+            value = coerce_text(typing.get_type_hints(type(self))[key], parse_value(f"{self._section}.{key}", text))
+            out = dataclasses.replace(out, **{key: value})
+        return out
+
+
+def section_from_dict(cls: type[Section], name: str, entries: Any) -> Section:
+    """Build section ``cls`` (called ``name`` in messages) from a mapping of fields; None: defaults.
+
+    Numbers written as text (``'1e-6'``, as PyYAML reads them) are converted for numeric fields.
+
+    Raises:
+        ValueError: for entries that are not a mapping, an unknown field (listing the section's
+            fields) or a bad value (naming the field and what is allowed).
+    """
+    entries = {} if entries is None else entries
+    if not isinstance(entries, Mapping):
+        raise ValueError(f"config section {name!r} must be a mapping of fields")  # noqa: TRY004
+    hints = typing.get_type_hints(cls)
+    allowed = cls.field_names()
+    unknown = [k for k in entries if k not in allowed]
+    if unknown:
+        raise ValueError(f"unknown config field {name}.{unknown[0]}; {name} has: {', '.join(allowed)}")
+    return cls(**{k: coerce_text(hints[k], v) for k, v in entries.items()})
+
 
 @dataclasses.dataclass(frozen=True)
-class IntegratorConfig(_Section):
+class IntegratorConfig(Section):
     """Time integration of the dynamics and how it is differentiated.
 
     Attributes:
@@ -180,29 +254,29 @@ class IntegratorConfig(_Section):
 
     _section = "integrator"
 
-    solver: str = _knob("tsit5", choices=SOLVERS)
-    adjoint: str = _knob("backsolve", choices=ADJOINTS)
-    step_control: str = _knob("pid", choices=STEP_CONTROLS)
-    rtol: float = _knob(1e-7, gt=0)
-    atol: float = _knob(1e-7, gt=0)
-    pcoeff: float = _knob(0.2, ge=0)
-    icoeff: float = _knob(0.4, ge=0)
-    dcoeff: float = _knob(0.0, ge=0)
-    dt0: float | None = _knob(None, gt=0)
-    dtmin: float | None = _knob(None, gt=0)
-    dtmax: float | None = _knob(None, gt=0)
-    substeps: int = _knob(1, ge=1)
-    max_steps: int = _knob(4096, ge=1)
-    checkpoints: int | None = _knob(None, ge=1)
-    remat: bool = _knob(False)
-    backsolve_rtol: float | None = _knob(None, gt=0)
-    backsolve_atol: float | None = _knob(None, gt=0)
-    on_budget_exhausted: str = _knob("flag", choices=BUDGET_POLICIES)
-    kink_step: float | None = _knob(None, gt=0)
+    solver: str = knob("tsit5", choices=SOLVERS)
+    adjoint: str = knob("backsolve", choices=ADJOINTS)
+    step_control: str = knob("pid", choices=STEP_CONTROLS)
+    rtol: float = knob(1e-7, gt=0)
+    atol: float = knob(1e-7, gt=0)
+    pcoeff: float = knob(0.2, ge=0)
+    icoeff: float = knob(0.4, ge=0)
+    dcoeff: float = knob(0.0, ge=0)
+    dt0: float | None = knob(None, gt=0)
+    dtmin: float | None = knob(None, gt=0)
+    dtmax: float | None = knob(None, gt=0)
+    substeps: int = knob(1, ge=1)
+    max_steps: int = knob(4096, ge=1)
+    checkpoints: int | None = knob(None, ge=1)
+    remat: bool = knob(False)
+    backsolve_rtol: float | None = knob(None, gt=0)
+    backsolve_atol: float | None = knob(None, gt=0)
+    on_budget_exhausted: str = knob("flag", choices=BUDGET_POLICIES)
+    kink_step: float | None = knob(None, gt=0)
 
 
 @dataclasses.dataclass(frozen=True)
-class SolverConfig(_Section):
+class SolverConfig(Section):
     """The constraint solver.
 
     Attributes:
@@ -226,14 +300,14 @@ class SolverConfig(_Section):
 
     _section = "solver"
 
-    gradient: str = _knob("auto", choices=GRADIENTS)
-    impedance_floor: float = _knob(0.0, ge=0, lt=0.9999)
-    min_iterations: int = _knob(16, ge=0)
-    max_tolerance: float = _knob(1e-10, gt=0)
+    gradient: str = knob("auto", choices=GRADIENTS)
+    impedance_floor: float = knob(0.0, ge=0, lt=0.9999)
+    min_iterations: int = knob(16, ge=0)
+    max_tolerance: float = knob(1e-10, gt=0)
 
 
 @dataclasses.dataclass(frozen=True)
-class CollisionConfig(_Section):
+class CollisionConfig(Section):
     """Collision detection.
 
     Attributes:
@@ -261,15 +335,15 @@ class CollisionConfig(_Section):
 
     _section = "collision"
 
-    smooth: bool = _knob(False)
-    sharpness: float = _knob(10000.0, gt=0)
-    plane_box: str = _knob("deepest", choices=PLANE_BOX_RULES)
-    plane_cylinder: str = _knob("deepest", choices=PLANE_CYLINDER_RULES)
-    box_box: str = _knob("clipped", choices=BOX_BOX_RULES)
+    smooth: bool = knob(False)
+    sharpness: float = knob(10000.0, gt=0)
+    plane_box: str = knob("deepest", choices=PLANE_BOX_RULES)
+    plane_cylinder: str = knob("deepest", choices=PLANE_CYLINDER_RULES)
+    box_box: str = knob("clipped", choices=BOX_BOX_RULES)
 
 
 @dataclasses.dataclass(frozen=True)
-class CFDConfig(_Section):
+class CFDConfig(Section):
     """Contacts from distance (CFD): forces from the signed distance of non-touching geoms.
 
     Attributes:
@@ -282,10 +356,10 @@ class CFDConfig(_Section):
 
     _section = "cfd"
 
-    enabled: bool = _knob(False)
-    solimp: tuple[float, float, float, float, float] = _knob((0.0, 0.01, 0.1, 1.0, 2.0))
-    sharpness: float = _knob(1000.0, gt=0)
-    in_forward: bool = _knob(False)
+    enabled: bool = knob(False)
+    solimp: tuple[float, float, float, float, float] = knob((0.0, 0.01, 0.1, 1.0, 2.0))
+    sharpness: float = knob(1000.0, gt=0)
+    in_forward: bool = knob(False)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -304,7 +378,7 @@ class CFDConfig(_Section):
 
 
 @dataclasses.dataclass(frozen=True)
-class MuscleConfig(_Section):
+class MuscleConfig(Section):
     """Smooth surrogates for MuJoCo's muscle actuators (paper App. C.1).
 
     MuJoCo's muscle activation follows ``act_dot = (u - act) / tau`` with the time constant
@@ -326,10 +400,10 @@ class MuscleConfig(_Section):
 
     _section = "muscle"
 
-    tausmooth: float | None = _knob(None, ge=0)
+    tausmooth: float | None = knob(None, ge=0)
 
 
-_SECTIONS: dict[str, type[_Section]] = {
+_SECTIONS: dict[str, type[Section]] = {
     "integrator": IntegratorConfig,
     "solver": SolverConfig,
     "collision": CollisionConfig,
@@ -366,16 +440,7 @@ class Config:
         for name, entries in d.items():
             if name not in _SECTIONS:
                 raise ValueError(f"unknown config section {name!r}; choose one of: {', '.join(_SECTIONS)}")
-            entries = {} if entries is None else entries
-            if not isinstance(entries, Mapping):
-                raise ValueError(f"config section {name!r} must be a mapping of fields")  # noqa: TRY004
-            section_cls = _SECTIONS[name]
-            hints = typing.get_type_hints(section_cls)
-            allowed = [f.name for f in dataclasses.fields(section_cls)]  # type: ignore[arg-type]
-            unknown = [k for k in entries if k not in allowed]
-            if unknown:
-                raise ValueError(f"unknown config field {name}.{unknown[0]}; {name} has: {', '.join(allowed)}")
-            sections[name] = section_cls(**{k: _coerce_text(hints[k], v) for k, v in entries.items()})
+            sections[name] = section_from_dict(_SECTIONS[name], name, entries)
         return cls(**sections)
 
     @classmethod
@@ -441,13 +506,10 @@ class Config:
                 raise ValueError(
                     f"bad override {assignment!r}: expected KEY=VALUE with KEY one of: {', '.join(allowed)}"
                 )
-            try:
-                value = yaml.safe_load(text)
-            except yaml.YAMLError as e:
-                raise ValueError(f"{key}: cannot parse value {text!r}: {e}") from e
+            value = parse_value(key, text)
             name, field = key.split(".")
             section = getattr(cfg, name)
-            value = _coerce_text(typing.get_type_hints(type(section))[field], value)
+            value = coerce_text(typing.get_type_hints(type(section))[field], value)
             section = dataclasses.replace(section, **{field: value})
             cfg = dataclasses.replace(cfg, **{name: section})
         return cfg
@@ -468,3 +530,7 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> Config:
     """The config selected by the flags of :func:`add_cli_arguments`."""
     return Config.load(args.preset, args.set)
+
+
+# Transitional aliases while diffmjx.sysid moves to the public names (removed in the same change).
+_knob, _Section, _coerce_text = knob, Section, coerce_text

@@ -34,7 +34,7 @@ import numpy as np
 import optax
 import yaml
 
-from diffmjx.config import Config, _coerce_text, _knob, _Section
+from diffmjx.config import Config, Section, knob, section_from_dict
 from diffmjx.integrate import rollout
 
 __all__ = [
@@ -53,7 +53,7 @@ PRESETS = Path(__file__).parent / "presets"
 
 
 @dataclasses.dataclass(frozen=True)
-class PlannerConfig(_Section):
+class PlannerConfig(Section):
     """Knobs of the planners (defaults: the paper's gradient MPC, App. E.3).
 
     Attributes:
@@ -74,41 +74,22 @@ class PlannerConfig(_Section):
     """
 
     _section: typing.ClassVar[str] = "planner"
-    kind: str = _knob("gradient", choices=("gradient", "sampling", "hybrid"))
-    horizon: int = _knob(256, ge=1)
-    execute: int = _knob(16, ge=1)
-    learning_rate: float = _knob(0.01, gt=0.0)
-    iterations: int = _knob(32, ge=0)
-    clip_norm: float | None = _knob(1.0, gt=0.0)
-    samples: int = _knob(64, ge=1)
-    noise_scale: float = _knob(0.1, ge=0.0)
-    noise_beta: float = _knob(2.0, ge=0.0)
-    sample_batch: int | None = _knob(None, ge=1)
-    shard: bool = _knob(True)
+    kind: str = knob("gradient", choices=("gradient", "sampling", "hybrid"))
+    horizon: int = knob(256, ge=1)
+    execute: int = knob(16, ge=1)
+    learning_rate: float = knob(0.01, gt=0.0)
+    iterations: int = knob(32, ge=0)
+    clip_norm: float | None = knob(1.0, gt=0.0)
+    samples: int = knob(64, ge=1)
+    noise_scale: float = knob(0.1, ge=0.0)
+    noise_beta: float = knob(2.0, ge=0.0)
+    sample_batch: int | None = knob(None, ge=1)
+    shard: bool = knob(True)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.execute > self.horizon:
             raise ValueError(f"planner.execute={self.execute} is out of range; it must be <= planner.horizon={self.horizon}")
-
-    def override(self, *assignments: str) -> "PlannerConfig":
-        """A new config with ``planner.field=value`` (or ``field=value``) assignments applied.
-
-        Raises:
-            ValueError: for an unknown field (listing the allowed ones) or a bad value.
-        """
-        allowed = [f.name for f in dataclasses.fields(self)]
-        cfg = self
-        for assignment in assignments:
-            key, sep, text = assignment.partition("=")
-            key = key.strip().removeprefix("planner.")
-            if not sep or key not in allowed:
-                raise ValueError(
-                    f"bad override {assignment!r}: expected planner.KEY=VALUE with KEY one of: {', '.join(allowed)}"
-                )
-            value = _coerce_text(typing.get_type_hints(PlannerConfig)[key], yaml.safe_load(text))
-            cfg = dataclasses.replace(cfg, **{key: value})
-        return cfg
 
     @classmethod
     def load(cls, preset: str | Path | None = None, overrides: Sequence[str] = ()) -> "PlannerConfig":
@@ -123,8 +104,7 @@ class PlannerConfig(_Section):
                     names = sorted(p.stem.removeprefix("planner_") for p in PRESETS.glob("planner_*.yaml"))
                     raise ValueError(f"unknown planner preset {preset!r}; choose one of: {', '.join(names)}")
             data = yaml.safe_load(path.read_text()) or {}
-            data = data.get("planner", data)
-            cfg = cfg.override(*(f"{k}={yaml.safe_dump(v).strip().removesuffix('...').strip()}" for k, v in data.items()))
+            cfg = section_from_dict(cls, "planner", data.get("planner", data))
         return cfg.override(*overrides)
 
 
