@@ -1,6 +1,7 @@
 """The gradient-check utility on functions with known derivatives."""
 
 import jax.numpy as jnp
+import pytest
 import numpy as np
 
 import diffmjx
@@ -41,3 +42,34 @@ def test_tightened_solve_shows_the_discretisation_error():
     tight = tightened(loose)
     assert (tight.integrator.rtol, tight.integrator.atol, tight.integrator.kink_step) == (1e-5, 1e-5, None)
     assert diffmjx.gradcheck(lambda p: jnp.sin(p), 0.3).fd_tight is None  # no cfg: nothing to tighten
+
+
+def test_batched_central_differences_equal_the_serial_ones():
+    loss = lambda p: jnp.sum(jnp.sin(p["a"]) * p["b"] ** 2)  # noqa: E731
+    params = {"a": jnp.array([0.3, 1.0]), "b": 2.0}
+    serial, steps = diffmjx.central_differences(loss, params, (1e-2, 1e-3))
+    batched, _ = diffmjx.central_differences(loss, params, (1e-2, 1e-3), batch=True)
+    assert batched.shape == (2, 3)
+    np.testing.assert_allclose(batched, serial, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(batched[1], [4 * np.cos(0.3), 4 * np.cos(1.0), 4 * (np.sin(0.3) + np.sin(1.0))], rtol=1e-5)
+
+
+def test_reference_gradient_solves_the_converged_physics():
+    """The reference differences the loss at the converged config (Tsit5, 1e-12, no kink control),
+    whatever the user's integrator settings, and reports how well its two steps agree."""
+    loose = diffmjx.Config().override("integrator.solver=bosh3", "integrator.rtol=1e-2", "integrator.kink_step=1e-7")
+    seen = []
+
+    def loss(p, cfg=loose):
+        seen.append(cfg.integrator)
+        return jnp.sin(p) + 10.0 * cfg.integrator.rtol * p**2
+
+    ref = diffmjx.reference_gradient(loss, 0.3, loose)
+    np.testing.assert_allclose(ref.grad, [np.cos(0.3) + 20e-11 * 0.3], rtol=1e-8)
+    assert ref.agreement < 1e-6 and ref.step == 1e-4
+    ic = seen[-1]
+    assert (ic.solver, ic.rtol, ic.atol, ic.kink_step) == ("tsit5", 1e-12, 1e-12, None)
+    conv = diffmjx.converged(loose, 1e-10, max_steps=1 << 14)
+    assert (conv.integrator.rtol, conv.integrator.max_steps, conv.collision) == (1e-10, 1 << 14, loose.collision)
+    with pytest.raises(ValueError, match="at least two"):
+        diffmjx.reference_gradient(loss, 0.3, loose, steps=(1e-3,))
