@@ -7,11 +7,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from mujoco import mjx
 
 import diffmjx
 from diffmjx import _mjx
+from diffmjx.scenes import contacts_fn, load
 from experiments.box_box import drop_vs_c_engine, random_contact_poses
-from experiments.common import contacts_fn, load, mjx
 
 _, MX = load("box_pair")
 WIDTH = 4.0 / diffmjx.Config().collision.sharpness  # blend band of the default sharpness (m)

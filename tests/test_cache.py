@@ -4,7 +4,7 @@ import jax
 import pytest
 
 import diffmjx
-from experiments.common import cube_toss_loss, load
+from diffmjx.scenes import cube_toss_loss, load
 
 
 @pytest.mark.parametrize(

@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from mujoco import mjx
 
 import diffmjx
 from cfd import cfd_impedance, continuation, mujoco_impedance, position_term, straight_through
-from experiments.common import box_corner_heights, load, mjx
+from diffmjx.scenes import box_corner_heights, load
 
 params = st.tuples(
     st.floats(0.01, 0.5),  # MuJoCo d0
@@ -128,7 +129,7 @@ def test_straight_through_forward_is_unchanged(v0):
 
 
 def test_cube_toss_forward_is_unchanged_with_cfd():
-    from experiments.common import cube_toss_loss
+    from diffmjx.scenes import cube_toss_loss
 
     _, mx = load("cube_toss")
     cfd = BASE.override("cfd.enabled=true", "cfd.solimp=[0.0, 0.01, 0.01, 0.5, 4.0]")
@@ -218,7 +219,7 @@ def test_cfd_rows_fade_out_at_w_c_with_impedance_floor_zero(floor):
     row switches off continuously); with MuJoCo's floor it stays at 1e-4 up to w_c and jumps."""
     from cfd import make_constraint
     from diffmjx import _mjx, constraint
-    from experiments.common import primitive
+    from diffmjx.scenes import primitive
 
     _, mx = primitive("ball")  # radius 0.05
     w_c = 0.1

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from mujoco import mjx
 
 import diffmjx
 from diffmjx import _mjx, collision
-from experiments.common import box_corner_heights, contacts_fn, cube_toss_loss, load, mjx, primitive
-
+from diffmjx.scenes import box_corner_heights, contacts_fn, cube_toss_loss, load, primitive
 
 MODELS = {kind: primitive(kind)[1] for kind in ("cube", "capsule", "cylinder")}
 

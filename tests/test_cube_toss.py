@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import diffmjx
-from experiments.common import CUBE_TOSS, c_engine_cube_toss, cube_toss_loss, load
+from diffmjx.scenes import CUBE_TOSS, c_engine_cube_toss, cube_toss_loss, load
 from experiments.kink_control import relative_errors  # floored at 5 % of the median |gradient|
 
 U0 = CUBE_TOSS["u0"]

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import pytest
 
 import diffmjx
-from experiments.common import cube_toss_data, load
+from diffmjx.scenes import cube_toss_data, load
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +66,7 @@ def test_a_touchdown_force_jump_is_named_and_warned_about(mx):
     import warnings
 
     import mujoco
-
-    from experiments.common import mjx
+    from mujoco import mjx
 
     drop = load("box_drop")[0]
     assert diffmjx.touchdown_jumps(drop) == {"table": 0.9, "geom 1": 0.9}
@@ -93,7 +92,7 @@ def test_no_touchdown_warning_check_for_a_model_built_inside_a_trace():
     """A model put inside ``jit`` has traced arrays: the check must not convert them (it did)."""
     import warnings
 
-    from experiments.common import mjx
+    from mujoco import mjx
 
     drop = load("box_drop")[0]
 

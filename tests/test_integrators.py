@@ -5,9 +5,11 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 import pytest
+from mujoco import mjx
 
 import diffmjx
-from experiments.common import c_engine_rk4, load, mjx
+from diffmjx.reference import c_engine_rk4
+from diffmjx.scenes import load
 
 QVEL0 = np.array([0.1, -0.05, 0.02, 0.2, 10.0, 0.2])
 PERIODS = 20
@@ -107,7 +109,7 @@ def test_dtmax_caps_the_step():
 
 @pytest.fixture(scope="module")
 def toss():
-    from experiments.common import cube_toss_data
+    from diffmjx.scenes import cube_toss_data
 
     _, mx = load("cube_toss")
     return mx, cube_toss_data(mx)

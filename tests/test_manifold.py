@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from diffmjx import manifold
-from experiments.common import load
+from diffmjx.scenes import load
 
 
 @pytest.fixture(scope="module")

@@ -10,9 +10,9 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 import pytest
+from mujoco import mjx
 
 import diffmjx
-from experiments.common import mjx
 
 ARM = """
 <mujoco>

@@ -7,9 +7,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from mujoco import mjx
 
 import diffmjx
-from experiments.common import mjx
 
 
 @pytest.fixture(scope="module")

@@ -4,9 +4,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from mujoco import mjx
 
 import diffmjx
-from experiments.common import PINNED, load, mjx
+from diffmjx.scenes import load
+from experiments.common import PINNED
 
 
 def _grad(remat: bool, periods: int):

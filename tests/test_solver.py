@@ -5,9 +5,10 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 import pytest
+from mujoco import mjx
 
 import diffmjx
-from experiments.common import cube_toss_data, load, mjx
+from diffmjx.scenes import cube_toss_data, load
 
 MJX_SOLVE = ("solver.min_iterations=0", "solver.max_tolerance=1")  # the model's own solver budget, as MJX
 

@@ -3,10 +3,10 @@
 import jax
 import numpy as np
 import pytest
-
 from conftest import near_table_segments
+from mujoco import mjx
+
 from diffmjx import sysid
-from experiments.common import mjx
 
 jax.config.update("jax_enable_x64", True)
 

@@ -5,9 +5,10 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 import pytest
+from mujoco import mjx
 
 import diffmjx
-from experiments.common import load, mjx
+from diffmjx.scenes import load, path
 
 OMEGA0 = np.array([0.2, 10.0, 0.2])  # spin about the intermediate axis (unstable): real tumbling
 V0 = np.array([0.1, -0.05, 0.02])
@@ -39,7 +40,7 @@ def _loss(mx, cfg):
 def test_matches_c_engine_rk4(scene):
     mj, mx = scene
     d, traj = jax.jit(lambda d: diffmjx.rollout(mx, d, jnp.zeros((PERIODS, 0)), TIGHT))(_data(mx, jnp.asarray(OMEGA0)))
-    ref = mujoco.MjModel.from_xml_path(str(load.__globals__["SCENES"] / "tumbling_box.xml"))
+    ref = mujoco.MjModel.from_xml_path(str(path("tumbling_box")))
     ref.opt.timestep = 1e-5
     data = mujoco.MjData(ref)
     data.qvel[:] = np.r_[V0, OMEGA0]

@@ -3,9 +3,10 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+from mujoco import mjx
 
 import diffmjx
-from experiments.common import load, mjx
+from diffmjx.scenes import load
 
 HEIGHTS = np.linspace(0.15, 1.0, 20)
 SPEED = 1.0
