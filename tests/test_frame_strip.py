@@ -1,9 +1,11 @@
 """The MPC study's frame strip: rendered where offscreen OpenGL works, skipped cleanly where not."""
 
+import csv
+
 import numpy as np
 import pytest
 
-from experiments import common, myo_mpc
+from experiments import myo_mpc
 
 
 @pytest.fixture(scope="module")
@@ -16,7 +18,10 @@ def run_dir(tmp_path_factory):
         for name in ("gradient", "sampling 64")
         for k in range(3)
     ]
-    common.write_csv(out / "myo_mpc_baoding_qpos.csv", rows)
+    with open(out / "myo_mpc_baoding_qpos.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
     return out
 
 

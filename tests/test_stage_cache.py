@@ -1,13 +1,22 @@
-"""Studies save finished stages, so an interrupted run resumes (experiments.common.stage)."""
+"""Studies save finished stages, so an interrupted run resumes (the studies' ``stage`` helper)."""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 
 import diffmjx
-from experiments import common
+from diffmjx import scenes
 
+ROOT = Path(__file__).resolve().parents[1]
 
-def test_stage_reuses_saved_result_and_recomputes_on_fresh_or_new_key(tmp_path, monkeypatch):
-    monkeypatch.setattr(common, "STAGES", tmp_path)
+STAGE_SCRIPT = textwrap.dedent(
+    """
+    from experiments.common import stage
+
     calls = []
 
     def work(value):
@@ -17,13 +26,26 @@ def test_stage_reuses_saved_result_and_recomputes_on_fresh_or_new_key(tmp_path, 
 
         return fn
 
-    assert common.stage("s", ("cfg", 1), work(1)) == {"value": 1}
-    assert common.stage("s", ("cfg", 1), work(2)) == {"value": 1}  # saved: fn not called
+    assert stage("s", ("cfg", 1), work(1)) == {"value": 1}
+    assert stage("s", ("cfg", 1), work(2)) == {"value": 1}  # saved: fn not called
     assert calls == [1]
-    assert common.stage("s", ("cfg", 2), work(3)) == {"value": 3}  # another key: computed
-    assert common.stage("s", ("cfg", 1), work(4), fresh=True) == {"value": 4}  # fresh: recomputed
-    assert common.stage("s", ("cfg", 1), work(5)) == {"value": 4}  # ... and overwritten
+    assert stage("s", ("cfg", 2), work(3)) == {"value": 3}  # another key: computed
+    assert stage("s", ("cfg", 1), work(4), fresh=True) == {"value": 4}  # fresh: recomputed
+    assert stage("s", ("cfg", 1), work(5)) == {"value": 4}  # ... and overwritten
     assert calls == [1, 3, 4]
+    """
+)
+
+
+def test_stage_reuses_saved_result_and_recomputes_on_fresh_or_new_key(tmp_path):
+    """The stage cache is study code: it runs in a subprocess (tests import no study module), with
+    ``DIFFMJX_STAGE_CACHE`` pointing the store at ``tmp_path``."""
+    env = {**os.environ, "DIFFMJX_STAGE_CACHE": str(tmp_path)}
+    run = subprocess.run(
+        [sys.executable, "-c", STAGE_SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True, check=False
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert len(list(tmp_path.glob("s-*.pkl"))) == 2  # one file per key
     assert not list(tmp_path.glob("*.tmp"))  # writes are atomic: no partial files left
 
 
@@ -94,7 +116,7 @@ def test_vjp_benchmark_counts_thunks_and_finds_the_contact_state():
 
     from experiments import benchmark_vjp
 
-    mj, _ = common.load("cube_toss")
+    mj, _ = scenes.load("cube_toss")
     states = benchmark_vjp.states(mj)
     assert set(states) == {"free flight", "contact"}
     assert states["contact"][0][2] < states["free flight"][0][2]  # the cube came down
