@@ -2,13 +2,13 @@
 
     python -m experiments.box_box [--quick] [--set KEY=VALUE ...]
 
-1. Drop (scenes/box_drop.xml, 0.6 s): the final pose with MJX's box-box, the smoothed one and the
+1. Drop (diffmjx/scenes/box_drop.xml, 0.6 s): the final pose with MJX's box-box, the smoothed one and the
    clipped one (``collision.box_box=clipped``, the default), against MuJoCo's C engine (its own
    box-box, RK4 at 1e-4 s) -> box_box_drop.csv.
 2. Family: DROP_FAMILY random drops of the same box (orientation, height, horizontal velocity),
    final pose per rule against the C engine, and the C engine against itself at half the step
    -> box_box_family.{csv,png}.
-3. Cost: MJX's box-box vs the smoothed one on N_POSES random contact poses of scenes/box_pair.xml
+3. Cost: MJX's box-box vs the smoothed one on N_POSES random contact poses of diffmjx/scenes/box_pair.xml
    (vmapped): first call (trace + compile) and median run -> box_box_timing.csv.
 4. Gradient of loss = final x + final qpos[6] (a quaternion entry) w.r.t. the initial y velocity,
    over a sweep of vy0: AD with the preset (the library defaults) and each box-box rule, against
