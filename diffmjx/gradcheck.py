@@ -200,6 +200,24 @@ def _rel(ad, fd) -> float:
     return float(np.linalg.norm(ad - fd) / max(np.linalg.norm(fd), 1e-300))
 
 
+def relative_errors(grad, ref, floor: float = 0.05) -> np.ndarray:
+    """Entry-wise relative errors of a sweep of gradients: ``|grad - ref| / max(|ref|, floor *
+    median |ref|)``.
+
+    The floor keeps the error of a point where the reference crosses zero finite: there it is
+    measured against ``floor`` times the sweep's typical gradient instead of the tiny local one.
+
+    Arguments:
+        grad: gradients, one per sweep point (array).
+        ref: reference gradients at the same points, e.g. central differences of a converged solve.
+        floor: fraction of the median ``|ref|`` below which ``|ref|`` is not used as the scale.
+
+    Returns:
+        The relative errors, shaped like ``grad``.
+    """
+    return np.abs(grad - ref) / np.maximum(np.abs(ref), floor * np.median(np.abs(ref)))
+
+
 def gradcheck(
     loss: Callable,
     params,

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import diffmjx
+from diffmjx.gradcheck import relative_errors
 from experiments import common
 
 U0 = common.CUBE_TOSS["u0"] + np.r_[np.linspace(-0.1, 0.1, 9), 0.0]
@@ -71,10 +72,6 @@ def truth(mx, floor: float) -> np.ndarray:
                                     f"solver.impedance_floor={floor}")  # fmt: skip
     f = jax.jit(jax.vmap(lambda u, v: loss_fn(mx, cfg)(u, v)[0]))
     return np.asarray((f(U0 + FD_STEP, VY0) - f(U0 - FD_STEP, VY0)) / (2 * FD_STEP))
-
-
-def relative_errors(grad: np.ndarray, ref: np.ndarray) -> np.ndarray:
-    return np.abs(grad - ref) / np.maximum(np.abs(ref), 0.05 * np.median(np.abs(ref)))
 
 
 def run(base: diffmjx.Config, out: Path, quick: bool = False) -> list[dict]:

@@ -24,6 +24,7 @@ import numpy as np
 from tqdm import tqdm
 
 import diffmjx
+from diffmjx.gradcheck import relative_errors
 from diffmjx.impedance import MINIMP
 from experiments import common
 
@@ -61,12 +62,6 @@ def _batched(fn, u0s, desc):
     return jax.tree.map(lambda *x: np.asarray(x), *res)
 
 
-def _rel_errors(grad, ref):
-    """|g - g_ref| / max(|g_ref|, 5 % of the median |g_ref|): a floor keeps zero crossings finite."""
-    floor = 0.05 * np.median(np.abs(ref))
-    return np.abs(grad - ref) / np.maximum(np.abs(ref), floor)
-
-
 def _sweep_errors(grad, ref):
     """|g - g_ref| / RMS(g_ref over the sweep): error on the scale of the gradient's own size."""
     return np.abs(grad - ref) / np.sqrt(np.mean(ref**2))
@@ -98,7 +93,7 @@ def run(cfg: diffmjx.Config, out: Path, quick: bool) -> list[dict]:
                              diffmjx_loss=r["diffmjx_loss"][i], diffmjx_grad=r["diffmjx_grad"][i],
                              mjx_loss=r["mjx_loss"][i], mjx_grad=r["mjx_grad"][i]))  # fmt: skip
         for method in ("diffmjx", "mjx"):
-            e = _rel_errors(r[f"{method}_grad"], r["ref_grad"])
+            e = relative_errors(r[f"{method}_grad"], r["ref_grad"])
             sign = np.mean(np.sign(r[f"{method}_grad"]) != np.sign(r["ref_grad"]))
             es = _sweep_errors(r[f"{method}_grad"], r["ref_grad"])
             table.append(dict(primitive=kind, method=method, median_rel_error=float(np.median(e)),
@@ -129,7 +124,7 @@ def sharpness_tradeoff(cfg: diffmjx.Config, out: Path, quick: bool) -> list[dict
     for k in tqdm((1e2, 1e3, 1e4, 1e5), desc="sharpness"):
         c = cfg.override("collision.smooth=true", f"collision.sharpness={k}")
         loss, grad = _batched(jax.value_and_grad(_loss_fn(mx, c)), u0s, f"sharpness {k:.0e}")
-        e = _rel_errors(grad, ref_grad)
+        e = relative_errors(grad, ref_grad)
         rows.append(dict(sharpness=k, median_rel_error=float(np.median(e)), p90_rel_error=float(np.percentile(e, 90)),
                          max_loss_deviation=float(np.max(np.abs(loss - ref)))))  # fmt: skip
     common.write_csv(out / "tossed_primitives_sharpness.csv", rows)
@@ -167,7 +162,7 @@ def tolerance_scan(cfg: diffmjx.Config, out: Path, kinds=tuple(common.PRIMITIVES
         for tol in tols:
             c = cfg.override(f"integrator.rtol={tol}", f"integrator.atol={tol}")
             _, grad = _batched(jax.value_and_grad(_loss_fn(mx, c)), u0s, f"{kind}: rtol {tol:g}")
-            e = _rel_errors(grad, ref_grad)
+            e = relative_errors(grad, ref_grad)
             rows.append(dict(primitive=kind, impedance_floor=floor, rtol=tol, points=n,
                              median_rel_error=float(np.median(e)), p90_rel_error=float(np.percentile(e, 90)),
                              median_sweep_error=float(np.median(_sweep_errors(grad, ref_grad)))))  # fmt: skip

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 import diffmjx
+from diffmjx.gradcheck import relative_errors  # floored at 5 % of the median |gradient|
 from diffmjx.scenes import CUBE_TOSS, c_engine_cube_toss, cube_toss_loss, load
-from experiments.kink_control import relative_errors  # floored at 5 % of the median |gradient|
 
 U0 = CUBE_TOSS["u0"]
 CFG = diffmjx.Config().override("integrator.rtol=1e-7", "integrator.atol=1e-7")
