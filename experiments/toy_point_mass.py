@@ -28,6 +28,9 @@ length ``t_c = pi / omega_d``, exit with speed ``e = exp(-zeta pi / sqrt(1 - zet
 ``q(T) = e (T - q0 - t_c)`` once the contact has ended).  These closed forms are
 differentiated with ``jax.grad``.
 
+The model, its closed forms and the sweep live in :mod:`diffmjx.scenes.point_mass`; this module
+sweeps ``q0`` (and the penalty stiffness), writes the CSV and draws the figure.
+
 Run:  ``python -m experiments.toy_point_mass [--quick] [--out docs/results]``
 """
 
@@ -40,189 +43,26 @@ jax.config.update("jax_enable_x64", True)
 import argparse  # noqa: E402
 import csv  # noqa: E402
 import time  # noqa: E402
-from functools import partial  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-T_FINAL = 2.0
-V0 = -1.0
-Q_TARGET = 1.0
-# Penalty parameters.  k = 1e4 (first choice) does NOT converge at h = 1e-4: the AD gradient
-# of the discrete map carries an O(k h) error (the exit speed depends on the sub-step
-# penetration depth with slope ~ k h), measured median |err| 0.17 at k = 1e4.  k = 1e3
-# gives k h = 0.1 at h = 1e-4.  See the stiffness sweep in ``run``.
-STIFFNESS = 1e3
-ZETA = 0.1
-FD_EPS = 1e-6
-SETTINGS = ((0.1, 20), (1e-4, 20_000))  # (h, n_steps); T = h * n_steps = 2 s
-MODELS = ("penalty", "elastic", "elastic_mirror")
-KINK_MARGIN = 0.05
+from diffmjx.scenes.point_mass import (  # noqa: E402
+    FD_EPS,
+    KINK_MARGIN,
+    MODELS,
+    SETTINGS,
+    STIFFNESS,
+    ZETA,
+    penalty_constants,
+    summarize,
+    sweep,
+)
+
 STIFFNESS_SWEEP = (1e2, 1e3, 1e4)
 N_Q0_FULL = 400
 N_Q0_QUICK = 60
 Q0_RANGE = (0.0, 3.0)
-
-
-def penalty_constants(k: float = STIFFNESS, zeta: float = ZETA) -> dict:
-    """Damping, damped frequency, contact duration and restitution of the penalty contact."""
-    omega = float(np.sqrt(k))
-    omega_d = omega * float(np.sqrt(1.0 - zeta**2))
-    t_contact = float(np.pi / omega_d)
-    return {
-        "b": 2.0 * zeta * omega,
-        "omega": omega,
-        "omega_d": omega_d,
-        "t_contact": t_contact,
-        "restitution": float(np.exp(-zeta * omega * t_contact)),
-    }
-
-
-# ---------------------------------------------------------------------------------------
-# Discrete simulation
-# ---------------------------------------------------------------------------------------
-
-
-def simulate(q0, h, n_steps: int, model: str, k=STIFFNESS, zeta=ZETA):
-    """Final height q_N after ``n_steps`` semi-implicit Euler steps of size ``h``."""
-    q0 = jnp.asarray(q0, dtype=jnp.float64)
-    b = 2.0 * zeta * jnp.sqrt(k)
-
-    def step(carry, _):
-        q, v = carry
-        if model == "penalty":
-            a = jnp.where(q < 0.0, -k * q - b * v, 0.0)
-            v = v + h * a
-            q = q + h * v
-        elif model == "elastic":
-            q = q + h * v
-            v = jnp.where((q < 0.0) & (v < 0.0), -v, v)
-        elif model == "elastic_mirror":
-            q = q + h * v
-            hit = q < 0.0
-            q = jnp.where(hit, -q, q)
-            v = jnp.where(hit, -v, v)
-        else:
-            raise ValueError(f"unknown model {model!r}")
-        return (q, v), None
-
-    (q, _), _ = jax.lax.scan(step, (q0, jnp.asarray(V0, dtype=jnp.float64)), None, length=n_steps)
-    return q
-
-
-def loss(q0, h, n_steps: int, model: str, k=STIFFNESS, zeta=ZETA):
-    return jnp.abs(simulate(q0, h, n_steps, model, k, zeta) - Q_TARGET)
-
-
-# ---------------------------------------------------------------------------------------
-# Continuous-time reference
-# ---------------------------------------------------------------------------------------
-
-
-def true_final_height(q0, model: str, k=STIFFNESS, zeta=ZETA):
-    """q(T) of the continuous-time dynamics of ``model`` (v0 = -1, impact at t = q0)."""
-    q0 = jnp.asarray(q0, dtype=jnp.float64)
-    tau = T_FINAL - q0  # time since impact
-    free = q0 - T_FINAL  # never reached the floor
-    if model in ("elastic", "elastic_mirror"):
-        return jnp.where(tau > 0.0, tau, free)
-    if model != "penalty":
-        raise ValueError(f"unknown model {model!r}")
-    c = penalty_constants(k, zeta)
-    zw, wd = zeta * c["omega"], c["omega_d"]
-    tau_in = jnp.clip(tau, 0.0, c["t_contact"])  # keep both branches finite
-    in_contact = -(1.0 / wd) * jnp.exp(-zw * tau_in) * jnp.sin(wd * tau_in)
-    after = c["restitution"] * (tau - c["t_contact"])
-    return jnp.where(tau <= 0.0, free, jnp.where(tau < c["t_contact"], in_contact, after))
-
-
-def true_loss(q0, model: str, k=STIFFNESS, zeta=ZETA):
-    return jnp.abs(true_final_height(q0, model, k, zeta) - Q_TARGET)
-
-
-def kink_mask(q0s, model: str, k=STIFFNESS, zeta=ZETA, margin=KINK_MARGIN) -> np.ndarray:
-    """True where q0 is at least ``margin`` away from kinks of the continuous loss and the
-    contact has ended before T (penalty).  Kinks: q(T) = q_T, the no-bounce boundary q0 = T
-    (for the penalty model the whole band where contact is still ongoing at T)."""
-    q0s = np.asarray(q0s)
-    if model == "penalty":
-        c = penalty_constants(k, zeta)
-        kinks = [T_FINAL - c["t_contact"] - Q_TARGET / c["restitution"], T_FINAL + Q_TARGET]
-        ok = ~((q0s > T_FINAL - c["t_contact"] - margin) & (q0s < T_FINAL + margin))
-    else:
-        kinks = [T_FINAL - Q_TARGET, T_FINAL, T_FINAL + Q_TARGET]
-        ok = np.ones_like(q0s, dtype=bool)
-    for kq in kinks:
-        ok &= np.abs(q0s - kq) >= margin
-    return ok
-
-
-def bounce_mask(q0s, model: str, k=STIFFNESS, zeta=ZETA, margin=KINK_MARGIN) -> np.ndarray:
-    """q0 for which the ball has hit the floor and left it again before T."""
-    q0s = np.asarray(q0s)
-    t_c = penalty_constants(k, zeta)["t_contact"] if model == "penalty" else 0.0
-    return q0s < T_FINAL - t_c - margin
-
-
-# ---------------------------------------------------------------------------------------
-# Sweeps
-# ---------------------------------------------------------------------------------------
-
-
-@partial(jax.jit, static_argnames=("k", "zeta", "n_steps", "model", "with_fd"))
-def _sweep_jit(q0s, h, k, zeta, n_steps: int, model: str, with_fd: bool):
-    def one(q0):
-        f = lambda x: loss(x, h, n_steps, model, k, zeta)  # noqa: E731
-        val, g = jax.value_and_grad(f)(q0)
-        dq = jax.grad(lambda x: simulate(x, h, n_steps, model, k, zeta))(q0)
-        fd = (f(q0 + FD_EPS) - f(q0 - FD_EPS)) / (2 * FD_EPS) if with_fd else jnp.nan
-        ft = lambda x: true_loss(x, model, k, zeta)  # noqa: E731
-        return {
-            "loss": val,
-            "grad_ad": g,
-            "grad_fd": fd,
-            "loss_true": ft(q0),
-            "grad_true": jax.grad(ft)(q0),
-            "dqN_ad": dq,
-            "dqN_true": jax.grad(lambda x: true_final_height(x, model, k, zeta))(q0),
-        }
-
-    return jax.vmap(one)(q0s)
-
-
-def sweep(
-    q0s, model: str, h: float, n_steps: int, k: float = STIFFNESS, zeta: float = ZETA, with_fd: bool = True
-) -> dict:
-    """Loss, AD gradient, central-difference gradient and true gradient over ``q0s``."""
-    out = _sweep_jit(jnp.asarray(q0s, dtype=jnp.float64), h, float(k), float(zeta), n_steps, model, with_fd)
-    return {name: np.asarray(v) for name, v in out.items()}
-
-
-def summarize(q0s, res: dict, model: str, k: float = STIFFNESS, zeta: float = ZETA) -> dict:
-    """Gradient-error statistics over q0 away from kinks (see ``kink_mask``)."""
-    m = kink_mask(q0s, model, k, zeta)
-    err = np.abs(res["grad_ad"] - res["grad_true"])[m]
-    gt, ga = res["grad_true"][m], res["grad_ad"][m]
-    nz = gt != 0
-    bm = bounce_mask(q0s, model, k, zeta) & m
-    out = {
-        "n_points": int(m.sum()),
-        "median_abs_err": float(np.median(err)),
-        "mean_abs_err": float(np.mean(err)),
-        "p90_abs_err": float(np.percentile(err, 90)),
-        "frac_wrong_sign": float(np.mean(np.sign(ga[nz]) != np.sign(gt[nz]))),
-        "frac_wrong_sign_bounce": float(np.mean(np.sign(res["grad_ad"][bm]) != np.sign(res["grad_true"][bm])))
-        if bm.any()
-        else np.nan,
-        "grad_ad_min": float(np.min(res["grad_ad"])),
-        "grad_ad_max": float(np.max(res["grad_ad"])),
-        "median_dqN_ad_bounce": float(np.median(res["dqN_ad"][bm])) if bm.any() else np.nan,
-        "median_dqN_true_bounce": float(np.median(res["dqN_true"][bm])) if bm.any() else np.nan,
-    }
-    if np.all(np.isfinite(res["grad_fd"])):
-        out["median_abs_fd_minus_ad"] = float(np.median(np.abs(res["grad_fd"] - res["grad_ad"])))
-    return out
 
 
 # ---------------------------------------------------------------------------------------

@@ -1,9 +1,17 @@
-"""Numerical checks of the 1-D point-mass contact-gradient study (experiments/toy_point_mass)."""
+"""Numerical checks of the 1-D point-mass contact-gradient model (diffmjx.scenes.point_mass) and its
+study (experiments/toy_point_mass, run as a script)."""
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from experiments import toy_point_mass as tpm
+from diffmjx.scenes import point_mass as tpm
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # Off the h = 0.1 grid on purpose (q0 on a multiple of h sits on a branch switch).
 Q0S = np.linspace(0.013, 2.987, 48)
@@ -80,13 +88,19 @@ def test_mirrored_reflection_gradient_is_exact(results, h):
     assert s["frac_wrong_sign"] == 0.0
 
 
-def test_run_quick_writes_outputs(tmp_path, monkeypatch):
-    monkeypatch.setattr(tpm, "N_Q0_QUICK", 12)
-    monkeypatch.setattr(tpm, "STIFFNESS_SWEEP", (tpm.STIFFNESS,))
-    out = tpm.run(quick=True, out_dir=tmp_path)
-    csv_path = tmp_path / "toy_point_mass.csv"
+def test_run_quick_writes_outputs(tmp_path):
+    """The study's quick run (60 q0, three stiffnesses; a few seconds) writes its CSV and figure and
+    prints a summary line per model and setting."""
+    cmd = [sys.executable, "-m", "experiments.toy_point_mass", "--quick", "--out", str(tmp_path)]
+    run = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
     assert (tmp_path / "toy_point_mass.png").stat().st_size > 0
-    lines = csv_path.read_text().splitlines()
+    lines = (tmp_path / "toy_point_mass.csv").read_text().splitlines()
     assert lines[0] == "model,h,n_steps,q0,loss,grad_ad,grad_fd,grad_true"
-    assert len(lines) == 1 + 12 * len(tpm.MODELS) * len(tpm.SETTINGS)
-    assert set(out["summary"]) == set(tpm.MODELS)
+    assert len(lines) == 1 + 60 * len(tpm.MODELS) * len(tpm.SETTINGS)  # --quick: 60 q0
+    assert {r["model"] for r in csv.DictReader(lines)} == set(tpm.MODELS)
+    steps = {f"{h:g}" for h, _ in tpm.SETTINGS}
+    table = [
+        t[:2] for t in map(str.split, run.stdout.splitlines()) if len(t) > 2 and t[0] in tpm.MODELS and t[1] in steps
+    ]
+    assert sorted(table) == sorted([m, f"{h:g}"] for m in tpm.MODELS for h, _ in tpm.SETTINGS)  # the summary table
