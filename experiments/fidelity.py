@@ -33,50 +33,25 @@ so an interrupted run resumes.
 each control period against central differences of the 1e-12 solve (writes
 ``fidelity_timeline_<family>_<shot>.{csv,png}``; box-box shot 9 takes about 8 min).
 
-Run it on your own model: :func:`scene_xml` builds the XML, :func:`shots` the initial states, and
-:func:`measure` takes any ``mjx.Model``, initial states and loss weights.
+The scenes, shots and measurement live in the library, :mod:`diffmjx.scenes.fidelity`: run them on
+your own model (:func:`~diffmjx.scenes.fidelity.truth` and :func:`~diffmjx.scenes.fidelity.measure`
+take any ``mjx.Model``, initial states and loss weights). This module runs them over families and
+configurations, saves the stages, writes the tables and draws the figures.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
-import mujoco
 import numpy as np
 from tqdm import tqdm
 
 import diffmjx
+from diffmjx.scenes.fidelity import FAMILIES, FD_STEPS, TRUTH_AGREEMENT, measure, model, scene, shots, timeline, truth
 from experiments import common
 
-mjx = common.mjx
-
-HORIZON = 50  # control periods of 0.01 s
-REF_TOL = 1e-12
-FD_STEPS = (1e-5, 4e-5)  # the truth and its check
-TRUTH_AGREEMENT = 1e-2  # relative agreement of the two central differences for a converged truth
-MOTIONS = ("onset", "sliding", "rolling", "rebound", "tumble")
-
-# geom pair -> (thrown body's type, target: "plane" or a fixed geom's type)
-FAMILIES = {
-    "sphere-plane": ("sphere", "plane"),
-    "capsule-plane": ("capsule", "plane"),
-    "box-plane": ("box", "plane"),
-    "cylinder-plane": ("cylinder", "plane"),
-    "ellipsoid-plane": ("ellipsoid", "plane"),
-    "sphere-sphere": ("sphere", "sphere"),
-    "sphere-capsule": ("sphere", "capsule"),
-    "capsule-capsule": ("capsule", "capsule"),
-    "sphere-box": ("sphere", "box"),
-    "capsule-box": ("capsule", "box"),
-    "box-box": ("box", "box"),
-    "readme": None,
-    "sphere-cylinder": ("sphere", "cylinder"),  # appended: a family's index seeds its shots
-}
 QUICK_FAMILIES = ("box-plane", "capsule-plane", "cylinder-plane", "sphere-box", "capsule-capsule", "readme")
 
 _BASE = ("integrator.solver=tsit5", "integrator.step_control=pid", "collision.smooth=false", "cfd.enabled=false",
@@ -102,221 +77,9 @@ CONFIGS = {
 }  # fmt: skip
 QUICK_CONFIGS = ("defaults", "checkpoint 1e-8 floor 0")
 
-_SIZE_RANGES = {  # MuJoCo size fields, each uniform in [lo, hi] (m)
-    "sphere": ((0.03, 0.07),),
-    "capsule": ((0.02, 0.045), (0.03, 0.07)),
-    "box": ((0.03, 0.07),) * 3,
-    "cylinder": ((0.03, 0.06), (0.02, 0.05)),
-    "ellipsoid": ((0.03, 0.07),) * 3,
-}
-_TARGET_SIZES = {"sphere": (0.08,), "capsule": (0.05, 0.15), "box": (0.15, 0.15, 0.05), "cylinder": (0.1, 0.05)}
-
-
-@dataclasses.dataclass(frozen=True)
-class Scene:
-    """A random scene of one family: its XML and the numbers shots need."""
-
-    family: str
-    xml: str
-    reach: float  # bounding radius of the thrown geom (m)
-    top: float  # height of the target's top under the thrown body (m)
-    horizon: int = HORIZON  # control periods
-
 
 def _fmt(v) -> str:
     return " ".join(f"{x:.6g}" for x in np.atleast_1d(v))
-
-
-def scene(family: str, seed: int) -> Scene:
-    """The random scene of ``family`` for ``seed``: sizes, density, friction, contact time constant."""
-    if family not in FAMILIES:
-        raise ValueError(f"fidelity family {family!r} is not known; choose one of: {', '.join(FAMILIES)}")
-    if FAMILIES[family] is None:
-        xml = (common.SCENES / "cube_toss.xml").read_text()
-        return Scene(family, xml, 0.05 * np.sqrt(3), 0.0, common.CUBE_TOSS["horizon"])
-    body, target = FAMILIES[family]
-    rng = np.random.default_rng([seed, list(FAMILIES).index(family)])
-    size = np.array([rng.uniform(lo, hi) for lo, hi in _SIZE_RANGES[body]])
-    reach = size.sum() if body == "capsule" else np.linalg.norm(size)  # bounding radius
-    timeconst, density, friction = rng.uniform(0.005, 0.02), rng.uniform(200, 1000), rng.uniform(0.3, 1.0)
-    geoms = ['<geom name="floor" type="plane" size="0 0 0.05"/>']
-    top = 0.0
-    if target != "plane":
-        tsize = np.array(_TARGET_SIZES[target])
-        # a box and a cylinder stand upright; a capsule lies on its side
-        half_height = tsize[2] if target == "box" else tsize[1] if target == "cylinder" else tsize[0]
-        euler = ' euler="0 90 0"' if target == "capsule" else ""  # a capsule lies on the floor
-        geoms.append(f'<geom name="target" type="{target}" size="{_fmt(tsize)}" pos="0 0 {half_height:.6g}"{euler}/>')
-        top = 2 * half_height
-    xml = f"""<mujoco model="fidelity {family}">
-  <option timestep="0.01" integrator="Euler" solver="Newton" iterations="4" ls_iterations="10"
-          tolerance="1e-8" cone="pyramidal">
-    <flag refsafe="disable" eulerdamp="disable"/>
-  </option>
-  <default>
-    <geom solref="{timeconst:.6g} 1" solimp="0 0.95 0.001 0.5 2" friction="{friction:.6g} 0.005 0.0001"/>
-  </default>
-  <worldbody>
-    {chr(10).join(geoms)}
-    <body name="thrown">
-      <freejoint/>
-      <geom name="thrown" type="{body}" size="{_fmt(size)}" density="{density:.6g}"/>
-    </body>
-  </worldbody>
-</mujoco>"""
-    return Scene(family, xml, float(reach), float(top))
-
-
-def _random_quat(rng) -> np.ndarray:
-    q = rng.normal(size=4)
-    return q / np.linalg.norm(q)
-
-
-def shots(sc: Scene, n: int, seed: int) -> dict[str, np.ndarray]:
-    """``n`` random initial states of scene ``sc``: ``qpos`` (n, 7), ``qvel`` (n, 6), loss weights
-    ``w`` (n, 3) and ``motion`` (n,), the motion kinds in turn."""
-    if sc.family == "readme":  # the README's "Use" snippet: one shot
-        qpos = np.r_[0.0, 0.0, common.CUBE_TOSS["qz0"], 1.0, 0.0, 0.0, 0.0]
-        return dict(qpos=qpos[None], qvel=np.r_[0.0, 0.0, common.CUBE_TOSS["u0"], 0, 0, 0][None],
-                    w=np.array([[0.0, 1.0, 0.0]]), motion=np.array(["readme"]))  # fmt: skip
-    rng = np.random.default_rng([seed, list(FAMILIES).index(sc.family), 1])
-    qpos, qvel, w, motion = [], [], [], []
-    for k in range(n):
-        kind = MOTIONS[k % len(MOTIONS)]
-        heading = rng.uniform(0, 2 * np.pi)
-        side = np.array([np.cos(heading), np.sin(heading), 0.0])
-        lin, ang = np.zeros(3), np.zeros(3)
-        offset = rng.uniform(0, 0.6) * 0.1 * side if sc.top > 0 else np.zeros(2)  # where it lands on a target
-        height = sc.top + sc.reach + rng.uniform(0.01, 0.08)
-        if kind == "onset":
-            lin = rng.normal(scale=0.1, size=3) - [0, 0, 0.5]
-            ang = rng.normal(scale=0.5, size=3)
-        elif kind == "sliding":
-            lin = rng.uniform(0.8, 2.0) * side - [0, 0, rng.uniform(0.2, 1.0)]
-        elif kind == "rolling":
-            speed = rng.uniform(0.5, 1.5)
-            lin = speed * side - [0, 0, rng.uniform(0.2, 0.6)]
-            ang = np.cross([0, 0, 1.0], side) * speed / sc.reach  # rolling about the horizontal axis
-        elif kind == "rebound":
-            lin = rng.normal(scale=0.2, size=3) - [0, 0, rng.uniform(2.0, 4.0)]
-        else:  # tumble
-            lin = rng.normal(scale=0.5, size=3) - [0, 0, 1.0]
-            ang = rng.normal(scale=6.0, size=3)
-        quat = np.array([1.0, 0, 0, 0]) if kind == "rolling" else _random_quat(rng)
-        qpos.append(np.r_[offset[:2], height, quat])
-        qvel.append(np.r_[lin, ang])
-        wk = rng.normal(size=3)
-        w.append(wk / np.linalg.norm(wk))
-        motion.append(kind)
-    return dict(qpos=np.array(qpos), qvel=np.array(qvel), w=np.array(w), motion=np.array(motion))
-
-
-def loss_fn(mx, cfg: diffmjx.Config, horizon: int = HORIZON):
-    """``(qpos0, qvel0, w) -> (w . position(T), (accepted, rejected, budget exhausted))``."""
-    ctrls = jnp.zeros((horizon, mx.nu))
-
-    def loss(qpos0, qvel0, w):
-        d = mjx.make_data(mx).replace(qpos=qpos0, qvel=qvel0)
-        d, traj = diffmjx.rollout(mx, d, ctrls, cfg)
-        s = traj.stats
-        return jnp.dot(w, d.qpos[:3]), (s.accepted.sum(), s.rejected.sum(), s.budget_exhausted.any())
-
-    return loss
-
-
-def _threads(fn, items, desc):
-    with ThreadPoolExecutor(2) as pool:
-        res = list(tqdm(pool.map(fn, items), total=len(items), desc=desc, leave=False))
-    return res
-
-
-def truth(mx, cfg: diffmjx.Config, states: dict, horizon: int = HORIZON) -> dict:
-    """Central differences (two steps) of the 1e-12 solve with ``cfg``'s model settings."""
-    tight = cfg.override("integrator.adjoint=checkpoint", f"integrator.rtol={REF_TOL}", f"integrator.atol={REF_TOL}",
-                         "integrator.kink_step=null", "integrator.max_steps=4096")  # fmt: skip
-    loss = loss_fn(mx, tight, horizon)
-    f = jax.jit(lambda q, v, w: (lambda r: (r[0], r[1][2]))(loss(q, v, w)))
-    jobs = [(i, h, s, j) for i in range(len(states["qvel"])) for h in FD_STEPS for s in (1, -1) for j in range(6)]
-
-    def one(job):
-        i, h, s, j = job
-        v = states["qvel"][i].copy()
-        v[j] += s * h
-        value, exhausted = f(states["qpos"][i], v, states["w"][i])
-        return float(value), bool(exhausted)
-
-    res = _threads(one, jobs, "reference solves")
-    vals = {job: r[0] for job, r in zip(jobs, res, strict=True)}
-    exhausted = np.zeros(len(states["qvel"]), bool)
-    for job, r in zip(jobs, res, strict=True):
-        exhausted[job[0]] |= r[1]
-    n = len(states["qvel"])
-    grads = {h: np.array([[(vals[i, h, 1, j] - vals[i, h, -1, j]) / (2 * h) for j in range(6)] for i in range(n)])
-             for h in FD_STEPS}  # fmt: skip
-    g, check = grads[FD_STEPS[0]], grads[FD_STEPS[1]]
-    agreement = np.linalg.norm(g - check, axis=1) / np.maximum(np.linalg.norm(g, axis=1), 1e-300)
-    return dict(grad=g, agreement=np.where(exhausted, np.inf, agreement))
-
-
-def measure(mx, cfg: diffmjx.Config, states: dict, ref: dict, horizon: int = HORIZON) -> dict:
-    """AD gradients of every shot with ``cfg``; errors against ``ref`` (:func:`truth`); timings."""
-    grad_fn = jax.jit(jax.grad(loss_fn(mx, cfg, horizon), argnums=1, has_aux=True))
-    args = [(states["qpos"][i], states["qvel"][i], states["w"][i]) for i in range(len(states["qvel"]))]
-    t = time.perf_counter()
-    compiled = grad_fn.lower(*args[0]).compile()
-    jit_s = time.perf_counter() - t
-    grads, stats, run_s = [], [], []
-    for a in args:
-        t = time.perf_counter()
-        g, s = jax.block_until_ready(compiled(*a))
-        run_s.append(time.perf_counter() - t)
-        grads.append(np.asarray(g))
-        stats.append([np.asarray(x) for x in s])
-    grads = np.array(grads)
-    err = np.linalg.norm(grads - ref["grad"], axis=1) / np.linalg.norm(ref["grad"], axis=1)
-    return dict(grad=grads, rel_error=err, wrong_sign=np.sum(grads * ref["grad"], axis=1) <= 0,
-                accepted=np.array([int(s[0]) for s in stats]), rejected=np.array([int(s[1]) for s in stats]),
-                exhausted=np.array([bool(s[2]) for s in stats]), run_s=np.array(run_s), jit_s=jit_s)  # fmt: skip
-
-
-def timeline(mx, cfg: diffmjx.Config, state: dict, horizon: int = HORIZON) -> dict:
-    """Where along one shot a gradient error enters: for every control period k, AD of
-    ``w . position(k)`` with ``cfg`` against central differences (two steps) of the 1e-12 solve.
-
-    ``state``: one shot (``qpos``, ``qvel``, ``w`` of :func:`shots`, unbatched). The error of a
-    force jump that no gradient sees appears at the period that holds the jump and is carried on
-    from there; a kink resolved by the integration leaves no step. Returns arrays per period:
-    ``rel_error``, ``truth_agreement``, ``truth_norm``.
-    """
-    tight = cfg.override("integrator.adjoint=checkpoint", f"integrator.rtol={REF_TOL}", f"integrator.atol={REF_TOL}",
-                         "integrator.kink_step=null", "integrator.max_steps=4096")  # fmt: skip
-    qpos0, w = jnp.asarray(state["qpos"]), jnp.asarray(state["w"])
-    ctrls = jnp.zeros((horizon, mx.nu))
-
-    def positions(c):
-        def f(qvel0):
-            d = mjx.make_data(mx).replace(qpos=qpos0, qvel=qvel0)
-            return diffmjx.rollout(mx, d, ctrls, c)[1].qpos[:, :3] @ w
-
-        return f
-
-    f = jax.jit(positions(tight))
-    jobs = [(h, s, j) for h in FD_STEPS for s in (1, -1) for j in range(6)]
-
-    def one(job):
-        h, s, j = job
-        v = np.array(state["qvel"], dtype=float)
-        v[j] += s * h
-        return np.asarray(f(v))
-
-    vals = dict(zip(jobs, _threads(one, jobs, "reference solves"), strict=True))
-    fd = {h: np.stack([(vals[h, 1, j] - vals[h, -1, j]) / (2 * h) for j in range(6)], axis=1) for h in FD_STEPS}
-    g, check = fd[FD_STEPS[0]], fd[FD_STEPS[1]]
-    at = jax.jit(jax.grad(lambda v, k: positions(cfg)(v)[k]))
-    ad = np.stack([np.asarray(at(jnp.asarray(state["qvel"]), k)) for k in tqdm(range(horizon), desc="AD per period")])
-    norm = np.linalg.norm(g, axis=1)
-    return dict(rel_error=np.linalg.norm(ad - g, axis=1) / norm, truth_agreement=np.linalg.norm(g - check, axis=1) / norm,
-                truth_norm=norm)  # fmt: skip
 
 
 def run_timeline(base: diffmjx.Config, out: Path, spec: str, seed: int, fresh: bool = False) -> list[dict]:
@@ -330,7 +93,7 @@ def run_timeline(base: diffmjx.Config, out: Path, spec: str, seed: int, fresh: b
                          "e.g. box-box:9")  # fmt: skip
     k = int(shot)
     state = {key: v[k] for key, v in states.items()}
-    mx = _model(sc)
+    mx = model(sc)
     key = (sc.xml, {k: v.tolist() for k, v in state.items()}, sc.horizon, FD_STEPS, base)
     res = common.stage("fidelity-timeline", key, lambda: timeline(mx, base, state, sc.horizon), fresh)
     rows = [dict(family=family, shot=k, motion=state["motion"], period=i + 1, t=round((i + 1) * 0.01, 6),
@@ -364,18 +127,13 @@ def _plot_timeline(rows: list[dict], path: Path) -> None:
     common.save_figure(fig, path)
 
 
-def _model(sc: Scene):
-    mj = mujoco.MjModel.from_xml_string(sc.xml)
-    return mjx.put_model(mj)
-
-
 def run(base: diffmjx.Config, out: Path, families, configs, n_shots: int, seed: int, fresh: bool = False,
         name: str = "fidelity") -> list[dict]:  # fmt: skip
     rows = []
     for family in tqdm(families, desc="families"):
         sc = scene(family, seed)
         states = shots(sc, n_shots, seed)
-        mx = _model(sc)
+        mx = model(sc)
         for config in configs:
             cfg = base.override(*CONFIGS[config])
             model_key = (sc.xml, {k: v.tolist() for k, v in states.items()}, sc.horizon, FD_STEPS)

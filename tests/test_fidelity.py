@@ -1,16 +1,22 @@
-"""Gradient fidelity at the library defaults on a small fixed subset of ``experiments.fidelity``.
+"""Gradient fidelity at the library defaults on a small fixed subset of the fidelity suite's scenes
+(``diffmjx.scenes.fidelity``; the study ``experiments.fidelity`` runs all of them).
 
 Every figure is a relative gradient error against central differences of a 1e-12 solve, asserted
 with a wide margin to its measured value (in the comments), so rounding on another machine
 cannot move it across its bound.
 """
 
+import subprocess
+import sys
+from pathlib import Path
+
 import jax
-import numpy as np
 import pytest
 
 import diffmjx
-from experiments import fidelity
+from diffmjx.scenes import fidelity
+
+ROOT = Path(__file__).resolve().parents[1]
 
 jax.config.update("jax_enable_x64", True)
 
@@ -18,7 +24,7 @@ jax.config.update("jax_enable_x64", True)
 def _errors(family, shots, horizon, *overrides):
     sc = fidelity.scene(family, 0)
     states = {k: v[shots] for k, v in fidelity.shots(sc, 5, 0).items()}
-    mx = fidelity._model(sc)
+    mx = fidelity.model(sc)
     cfg = diffmjx.Config().override(*overrides)
     ref = fidelity.truth(mx, cfg, states, horizon)
     assert (ref["agreement"] < fidelity.TRUTH_AGREEMENT).all()  # the reference itself converged
@@ -65,8 +71,13 @@ def test_plane_cylinder_rule_fixes_a_cylinder_landing_on_its_side():
 
 
 def test_timeline_names_a_bad_shot_before_running_anything(tmp_path):
-    with pytest.raises(ValueError, match="FAMILY:SHOT with SHOT in 0..9"):
-        fidelity.run_timeline(diffmjx.Config(), tmp_path, "box-box:12", 0)
-    with pytest.raises(ValueError, match="FAMILY:SHOT with SHOT in 0..0"):
-        fidelity.run_timeline(diffmjx.Config(), tmp_path, "readme:1", 0)
+    """The study's ``--timeline FAMILY:SHOT`` (run as a script) stops on a shot the family does not
+    have, naming the valid range, before it computes or writes anything."""
+    for spec, message in (
+        ("box-box:12", "FAMILY:SHOT with SHOT in 0..9"),
+        ("readme:1", "FAMILY:SHOT with SHOT in 0..0"),
+    ):
+        cmd = [sys.executable, "-m", "experiments.fidelity", "--timeline", spec, "--out", str(tmp_path)]
+        run = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
+        assert run.returncode != 0 and "ValueError" in run.stderr and message in run.stderr, run.stderr[-3000:]
     assert not list(tmp_path.iterdir())
