@@ -29,53 +29,17 @@ import numpy as np
 from tqdm import tqdm
 
 import diffmjx
+from diffmjx.scenes.boxes import DROP_PERIODS, N_POSES, drop_final_qpos, random_contact_poses
 from experiments import common
 
 DEFAULT_PRESET = Path(__file__).parent / "configs" / "box_box.yaml"
-DROP_PERIODS = 60
 REF_TOL = 1e-10
 FD_STEP = 1e-4
-N_POSES = 400
-
-
-def random_contact_poses(mx, n: int = N_POSES, seed: int = 0):
-    """``n`` qpos of a two-free-box model: random orientations, the second box moved along a random
-    direction until MJX's deepest contact is 0.2-5 mm deep (bisection), so the poses are contacts a
-    simulation sees rather than deep interpenetration."""
-    rng = np.random.default_rng(seed)
-    q1, q2 = rng.normal(size=(n, 4)), rng.normal(size=(n, 4))
-    q1 /= np.linalg.norm(q1, axis=1, keepdims=True)
-    q2 /= np.linalg.norm(q2, axis=1, keepdims=True)
-    u = rng.normal(size=(n, 3))
-    u /= np.linalg.norm(u, axis=1, keepdims=True)
-    target = rng.uniform(2e-4, 5e-3, size=n)
-    mjx_contacts = jax.jit(jax.vmap(common.contacts_fn(mx, False, 0.0)))
-
-    def qpos(shift):
-        return jnp.asarray(np.c_[np.zeros((n, 3)), q1, u * shift[:, None], q2])
-
-    lo, hi = np.zeros(n), np.full(n, 0.2)  # deep at 0, apart at 0.2
-    for _ in range(40):
-        mid = 0.5 * (lo + hi)
-        deeper = -np.asarray(mjx_contacts(qpos(mid))[0]).min(1) > target
-        lo, hi = np.where(deeper, mid, lo), np.where(deeper, hi, mid)
-    return qpos(lo)
-
-
-def _drop_fn(mx, cfg: diffmjx.Config):
-    """Final qpos of the box drop as a function of the initial y velocity."""
-    d0 = common.mjx.make_data(mx)
-    ctrls = jnp.zeros((DROP_PERIODS, 0))
-
-    def final_qpos(vy0):
-        return diffmjx.rollout(mx, d0.replace(qvel=d0.qvel.at[1].set(vy0)), ctrls, cfg)[0].qpos
-
-    return final_qpos
 
 
 def _drop_loss(mx, cfg: diffmjx.Config):
     """Loss of the gradient sweep: final x plus final qpos[6], as a function of vy0."""
-    final_qpos = _drop_fn(mx, cfg)
+    final_qpos = drop_final_qpos(mx, cfg)
 
     def loss(vy0):
         q = final_qpos(vy0)
@@ -96,7 +60,7 @@ def drop_vs_c_engine(cfg: diffmjx.Config) -> list[dict]:
     data = common.c_engine_rk4(mj, DROP_PERIODS * 0.01, 1e-4)
     rows = []
     for name, rule in RULES.items():
-        q = np.asarray(jax.jit(_drop_fn(mx, cfg.override(*rule)))(0.0))
+        q = np.asarray(jax.jit(drop_final_qpos(mx, cfg.override(*rule)))(0.0))
         rows.append(dict(collision=name, x=q[0], y=q[1], z=q[2], qw=q[3], qx=q[4], qy=q[5], qz=q[6],
                          position_off_c_engine_m=float(np.linalg.norm(q[:3] - data.qpos[:3])),
                          quaternion_off_c_engine=float(np.linalg.norm(q[3:] - data.qpos[3:]))))  # fmt: skip

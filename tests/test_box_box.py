@@ -11,8 +11,9 @@ from mujoco import mjx
 
 import diffmjx
 from diffmjx import _mjx
-from diffmjx.scenes import contacts_fn, load
-from experiments.box_box import drop_vs_c_engine, random_contact_poses
+from diffmjx.reference import c_engine_rk4
+from diffmjx.scenes import contacts_fn, fidelity, load
+from diffmjx.scenes.boxes import DROP_PERIODS, drop_final_qpos, random_contact_poses
 
 _, MX = load("box_pair")
 WIDTH = 4.0 / diffmjx.Config().collision.sharpness  # blend band of the default sharpness (m)
@@ -143,9 +144,16 @@ def test_box_dropped_on_box_physics_does_not_move():
     """A tilted box lands on an edge, tips over and settles on a fixed box (0.6 s). Smoothing must
     not move the trajectory; MuJoCo's C engine (its own box-box algorithm, RK4 at 1e-4 s) is the
     outside reference, and the clipped rule (the default) builds its contacts."""
-    rows = {r["collision"]: r for r in drop_vs_c_engine(diffmjx.Config())}
-    qpos = {k: np.array([r[f] for f in ("x", "y", "z", "qw", "qx", "qy", "qz")]) for k, r in rows.items()}
-    smooth, hard, c_engine = qpos["smoothed box-box"], qpos["MJX box-box"], qpos["C engine (RK4 1e-4)"]
+    mj, mx = load("box_drop")
+    rules = {  # the box-box rules of experiments.box_box's drop
+        "MJX box-box": ("collision.smooth=false", "collision.box_box=mjx"),
+        "smoothed box-box": ("collision.smooth=true",),
+        "clipped box-box": ("collision.smooth=false", "collision.box_box=clipped"),
+    }
+    cfg = diffmjx.Config()
+    qpos = {name: np.asarray(jax.jit(drop_final_qpos(mx, cfg.override(*rule)))(0.0)) for name, rule in rules.items()}
+    c_engine = c_engine_rk4(mj, DROP_PERIODS * 0.01, 1e-4).qpos
+    smooth, hard = qpos["smoothed box-box"], qpos["MJX box-box"]
     # edge contacts carry two active points instead of MJX's duplicated ones: measured 0.07 mm and
     # 1.1e-3 in the quaternion
     np.testing.assert_allclose(smooth[:3], hard[:3], atol=3e-4)
@@ -203,7 +211,8 @@ def _matches_c_engine(target: str, seed: int, rule: str) -> int:
     mj, qpos, ref = _box_on_box(target, seed)
     mx = mjx.put_model(mj)
     d0 = mjx.make_data(mx)
-    c = jax.jit(jax.vmap(lambda q: driver.detect(mx, d0.replace(qpos=q), None, "mjx", "mjx", rule)))(jnp.asarray(qpos))
+    rules = diffmjx.CollisionConfig(plane_box="mjx", plane_cylinder="mjx", box_box=rule)
+    c = jax.jit(jax.vmap(lambda q: driver.detect(mx, d0.replace(qpos=q), rules)))(jnp.asarray(qpos))
     dist, pos = np.asarray(c.dist), np.asarray(c.pos)
     same = 0
     for i, r in enumerate(ref):
@@ -232,14 +241,14 @@ def _clipped_sweep(a, b, n=201):
     """Contacts with the clipped box-box of the fidelity family's box-box scene at ``n`` poses
     interpolated from qpos ``a`` to ``b`` (quaternion renormalised)."""
     from diffmjx.collision import driver
-    from experiments import fidelity
 
-    mx = fidelity._model(fidelity.scene("box-box", 0))
+    mx = fidelity.model(fidelity.scene("box-box", 0))
     s = np.linspace(0.0, 1.0, n)[:, None]
     qpos = (1 - s) * a + s * b
     qpos[:, 3:] /= np.linalg.norm(qpos[:, 3:], axis=1, keepdims=True)
     d0 = mjx.make_data(mx)
-    detect = jax.vmap(lambda q: driver.detect(mx, d0.replace(qpos=q), None, "deepest", "deepest", "clipped"))
+    rules = diffmjx.CollisionConfig(plane_box="deepest", plane_cylinder="deepest", box_box="clipped")
+    detect = jax.vmap(lambda q: driver.detect(mx, d0.replace(qpos=q), rules))
     return jax.jit(detect)(jnp.asarray(qpos))
 
 
