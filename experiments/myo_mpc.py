@@ -15,14 +15,14 @@ Model settings of the paper's App. E.3: geom solref (0.02, 1), solimp (0, 0.95, 
 timestep 0.0025 s, Newton with 4 iterations and 16 line-search iterations, MJX's Euler step per
 control period. Every method runs the same number of plan steps from the same state.
 
-Task (b), die reorientation (:func:`die_reorient`): MyoSuite's die in the MyoHand's palm, turned
+Task (b), die reorientation (:func:`diffmjx.scenes.myo.die_reorient`): MyoSuite's die in the MyoHand's palm, turned
 to a fixed goal orientation while held where it starts. Two kinds of pair stock MJX cannot collide
 are switched off (the world's unreachable cylinder and the fingernail ellipsoids; see the
 function). The model's own table is that cylinder, 1.4 m below the palm, so the on-the-table
 variant (``--task die_table``) adds a box table under the hand turned palm down, the die resting
 on it 2 cm below the palm.
 
-Task (c), bionic tennis (:func:`bionic_tennis`): MyoSuite's MyoArm with the modular prosthetic limb
+Task (c), bionic tennis (:func:`diffmjx.scenes.myo.bionic_tennis`): MyoSuite's MyoArm with the modular prosthetic limb
 (``myoarm_bionic_bimanual.xml``, 63 muscles and 17 motors). A racket is welded to the prosthetic
 palm; a ball flies sideways past the racket face, 3 cm clear of it, and misses both hands. Cost of
 a state: the ball's distance to a goal in front of the muscle hand's fingers, nothing else. The
@@ -34,17 +34,16 @@ myo_mpc_<task>_summary.csv (final and mean cost, wall time per plan step, JIT ti
 myo_mpc_<task>.png (cost over time), with ``_paper`` after the task's name for the paper preset;
 ``--check-horizon`` writes myo_mpc_<task>_horizon.csv, ``--gradient-modes``
 myo_mpc_<task>_gradient_modes.csv and ``--check-tausmooth`` myo_mpc_<task>_tausmooth.csv. The
-models come from the installed MyoSuite package; nothing is downloaded.
+tasks (models, start states and costs) are built by :mod:`diffmjx.scenes.myo` from the installed
+MyoSuite package; nothing is downloaded.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
-import functools
 import os
 import time
-import warnings
 from pathlib import Path
 
 import jax
@@ -53,6 +52,7 @@ import numpy as np
 
 import diffmjx
 from diffmjx import mpc
+from diffmjx.scenes.myo import TASKS
 from experiments import common
 
 RUNS = {  # task -> preset -> plan steps and the planner preset
@@ -84,204 +84,6 @@ DEFAULT_METHODS = {"baoding": list(METHODS), "tennis": ["gradient", "gradient + 
                    "die": ["gradient", "gradient + CFD", "sampling 64"],
                    "die_table": ["gradient", "gradient + CFD", "sampling 64"]}
 CFD_SOLIMP = "cfd.solimp=[0.0, 0.1, 1.0, 1.0, 4.0]"  # App. E.3's CFD tuple (w_c = 1 m)
-SOLIMP = (0.0, 0.95, 0.001, 0.5, 2.0)
-SOLIMP_CFD = (0.1, 0.95, 0.001, 0.5, 2.0)
-PALM = "thirdmc"
-
-
-def baoding(cfd: bool):
-    """MyoHand baoding model with App. E.3's settings, its start state and the swap cost."""
-    import mujoco
-    from myosuite.utils import gym
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        mj = gym.make("myoChallengeBaodingP1-v1").unwrapped.mj_model
-    mj.opt.timestep = 0.0025
-    mj.opt.solver = mujoco.mjtSolver.mjSOL_NEWTON
-    mj.opt.iterations, mj.opt.ls_iterations = 4, 16
-    mj.geom_solref[:] = (0.02, 1.0)
-    mj.geom_solimp[:] = SOLIMP_CFD if cfd else SOLIMP
-    mx = common.mjx.put_model(mj)
-    d0 = common.mjx.make_data(mx).replace(qpos=jnp.asarray(mj.qpos0))
-
-    balls = _free_joints(mj)  # ball1, ball2: qpos addresses of their free joints
-    palm = mujoco.mj_name2id(mj, mujoco.mjtObj.mjOBJ_BODY, PALM)
-    dc = mujoco.MjData(mj)
-    mujoco.mj_forward(mj, dc)
-    start = [dc.qpos[a : a + 3].copy() for a in balls]
-    rot, origin = dc.xmat[palm].reshape(3, 3), dc.xpos[palm]
-    targets = jnp.asarray([rot.T @ (start[1] - origin), rot.T @ (start[0] - origin)])  # swapped, palm frame
-
-    def cost(d, ctrl):
-        r, o = d.xmat[palm], d.xpos[palm]
-        goal = o + targets @ r.T
-        pos = jnp.stack([d.qpos[a : a + 3] for a in balls])
-        return jnp.sum(jnp.sqrt(jnp.sum((pos - goal) ** 2, axis=1) + 1e-12))
-
-    return mj, mx, d0, cost
-
-
-TENNIS_HAND = ("firstmc", "proximal_thumb", "distal_thumb", "secondmc", "proxph2", "midph2", "distph2", "thirdmc",
-               "proxph3", "midph3", "distph3", "fourthmc", "proxph4", "midph4", "distph4", "fifthmc", "proxph5",
-               "midph5", "distph5")  # fmt: skip
-"""Bodies of the muscle hand whose capsules the tennis ball can touch."""
-TENNIS_BALL = {"pos": (0.124, 0.214, 0.56), "vel": (0.0, -1.5, 0.0), "radius": 0.033, "mass": 0.058}
-"""Start of the tennis ball (world frame, model at ``qpos0``): 7 cm in front of the racket face, moving
-sideways along it; it passes the face 2.9 cm clear."""
-TENNIS_GOAL = (-0.15, 0.06, 0.62)
-"""The goal: in front of the muscle hand's fingers, 27 cm from the ball's start across the racket."""
-
-
-def bionic_tennis(cfd: bool):
-    """MyoArm + prosthesis with a racket, a ball flying past it, and the ball-to-goal cost.
-
-    Built with ``mujoco.MjSpec`` from MyoSuite's ``myoarm_bionic_bimanual.xml`` (MyoChallenge 2024):
-
-    - the task's box (``manip_object``) is removed;
-    - every collision of the original model is switched off (contype and conaffinity 0, its
-      explicit pairs and excludes deleted). Stock MJX has no cylinder-mesh collision, and the
-      arm's self-contacts (ellipsoids and meshes) would cost far more than the task needs;
-    - a racket (a 14 x 18 x 1.6 cm box head on a capsule handle) is welded to the prosthetic palm,
-      30 cm out along the fingers, its face towards the muscle hand;
-    - a ball (r 3.3 cm, 58 g) on a free joint, with explicit contact pairs only to the racket head
-      (solref (-100000, 0): stiff and undamped, a bouncy strings bed), the floor and the muscle
-      hand's 19 capsules (solref (0.02, 1)); solimp App. E.3's, with CFD (0.1, 0.95, ...);
-    - App. E.3's options: timestep 0.0025 s, Newton, 4 iterations, 16 line-search iterations.
-
-    Returns:
-        ``(mj, mx, d0, cost)``; ``d0`` starts at ``qpos0`` with the ball's velocity set.
-    """
-    import mujoco
-    from myosuite.core.model_builder import ModelBuilder
-    from myosuite.envs.myo.tasks.challenge import _ASSETS_ROOT
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        _, spec = ModelBuilder.from_xml_file(str(_ASSETS_ROOT / "arm" / "myoarm_bionic_bimanual.xml")).build()
-    for item in (*spec.pairs, *spec.excludes):
-        spec.delete(item)
-    spec.delete(spec.body("manip_object"))
-    racket = spec.body("prosthesis/palm").add_body(name="racket", pos=[0.0, -0.30, 0.0])
-    racket.add_geom(name="racket_head", type=mujoco.mjtGeom.mjGEOM_BOX, size=[0.07, 0.09, 0.008], mass=0.15,
-                    rgba=[0.8, 0.2, 0.2, 1])  # fmt: skip
-    racket.add_geom(name="racket_handle", type=mujoco.mjtGeom.mjGEOM_CAPSULE, fromto=[0, 0.09, 0, 0, 0.24, 0],
-                    size=[0.012, 0, 0], mass=0.1)  # fmt: skip
-    ball = spec.worldbody.add_body(name="ball", pos=list(TENNIS_BALL["pos"]))
-    ball.add_freejoint(name="ball")
-    ball.add_geom(name="ball", type=mujoco.mjtGeom.mjGEOM_SPHERE, size=[TENNIS_BALL["radius"], 0, 0],
-                  mass=TENNIS_BALL["mass"], rgba=[0.8, 0.9, 0.2, 1])  # fmt: skip
-    spec.worldbody.add_site(name="tennis_goal", pos=list(TENNIS_GOAL), size=[0.02, 0, 0], rgba=[0, 1, 0, 0.5])
-    for g in spec.geoms:  # only the explicit pairs below may collide
-        g.contype, g.conaffinity = 0, 0
-    solimp = list(SOLIMP_CFD if cfd else SOLIMP)
-
-    def ball_pair(other: str, solref=(0.02, 1.0)):
-        spec.add_pair(geomname1="ball", geomname2=other, condim=3, solref=list(solref), solimp=solimp,
-                      friction=[1.0, 1.0, 0.005, 0.0001, 0.0001])  # fmt: skip
-
-    ball_pair("racket_head", solref=(-100000.0, 0.0))
-    ball_pair("floor")
-    hand = [g for g in spec.geoms if g.type == mujoco.mjtGeom.mjGEOM_CAPSULE and g.parent.name in TENNIS_HAND]
-    for k, g in enumerate(hand):
-        g.name = g.name or f"tennis_hand_capsule{k}"
-        ball_pair(g.name)
-    spec.option.timestep = 0.0025
-    spec.option.solver = mujoco.mjtSolver.mjSOL_NEWTON
-    spec.option.iterations, spec.option.ls_iterations = 4, 16
-    mj = spec.compile()
-    mx = common.mjx.put_model(mj)
-    adr = int(mj.jnt_dofadr[mj.joint("ball").id])
-    qvel = np.zeros(mj.nv)
-    qvel[adr : adr + 3] = TENNIS_BALL["vel"]
-    d0 = common.mjx.make_data(mx).replace(qpos=jnp.asarray(mj.qpos0), qvel=jnp.asarray(qvel))
-    ball_body, goal = mj.body("ball").id, jnp.asarray(TENNIS_GOAL)
-
-    def cost(d, ctrl):
-        return jnp.sqrt(jnp.sum((d.xpos[ball_body] - goal) ** 2) + 1e-12)
-
-    return mj, mx, d0, cost
-
-
-DIE_GOAL_EULER = (0.4, -0.3, 0.6)
-DIE_TABLE = (-0.205, -0.55, 1.307)  # the table's centre (x, y) and top (z), m: 2 cm of air under the palm
-DIE_HALF = 0.0289  # the die's half extent (box half sizes and edge capsules), m
-"""Goal orientation of the die (intrinsic xyz Euler angles, rad): a fixed draw inside MyoSuite's
-demo task's +-45 degree range; the goal position is the die's start."""
-
-
-def die_reorient(cfd: bool, on_table: bool = False):
-    """MyoHand holding MyoSuite's die (``myohand_die.xml``, MyoChallenge 2022), or the die on a
-    table under the hand (``on_table``), and the reorientation cost.
-
-    - The die is MyoSuite's: a rounded cube of 12 edge capsules and 3 boxes on three slide and
-      three hinge joints. The hand starts in MyoSuite's reset pose (every joint 0, the forearm
-      turned palm up, ``qpos[0] = -1.5``), the die resting in the palm.
-    - Switched off (contype and conaffinity 0), because stock MJX has no cylinder-box or
-      ellipsoid-box collision: the world's cylinder (its top 1.4 m below the palm; the die's slide
-      joints stop it 0.25 m below its start, so it can never reach it), and the five fingernail
-      ellipsoids (2 mm thick, on the backs of the distal phalanges, whose capsules cover the
-      fingertips).
-    - App. E.3's contact and solver settings as for baoding.
-
-    - On the table (:data:`DIE_TABLE`): the model's table is that unreachable cylinder, so a box
-      table (30 x 30 x 4 cm) is added under the hand; the forearm is turned palm down
-      (``qpos[0] = 1.5``) and the die rests on the table's top, 2 cm below the palm, touching no
-      finger at the start (with relaxed muscles the hand droops onto it after about 0.2 s).
-
-    Cost of a state: ``10 * |p - p_goal| + 2 sqrt(1 - <q, q_goal>^2)``, the die's position error in
-    m (goal: where it starts) and the chord of its rotation error (2 sin(angle / 2), rad for
-    small angles; the weights of MyoSuite's ``sparse`` reward, -10 pos - rot).
-
-    Returns:
-        ``(mj, mx, d0, cost)``.
-    """
-    import mujoco
-    from myosuite.core.model_builder import ModelBuilder
-    from myosuite.envs.myo.tasks.challenge import _ASSETS_ROOT
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        _, spec = ModelBuilder.from_xml_file(str(_ASSETS_ROOT / "hand" / "myohand_die.xml")).build()
-    for g in spec.geoms:  # pairs stock MJX cannot collide: world cylinder-box, ellipsoid-box
-        if g.type == mujoco.mjtGeom.mjGEOM_ELLIPSOID or (g.type == mujoco.mjtGeom.mjGEOM_CYLINDER and g.parent.name == "world"):
-            g.contype, g.conaffinity = 0, 0
-    cx, cy, top = DIE_TABLE
-    if on_table:
-        spec.worldbody.add_geom(name="table", type=mujoco.mjtGeom.mjGEOM_BOX, size=[0.15, 0.15, 0.02],
-                                pos=[cx, cy, top - 0.02], rgba=[0.6, 0.5, 0.4, 1.0])  # fmt: skip
-    spec.option.timestep = 0.0025
-    spec.option.solver = mujoco.mjtSolver.mjSOL_NEWTON
-    spec.option.iterations, spec.option.ls_iterations = 4, 16
-    mj = spec.compile()
-    mj.geom_solref[:] = (0.02, 1.0)
-    mj.geom_solimp[:] = SOLIMP_CFD if cfd else SOLIMP
-    qpos = mj.qpos0.copy()
-    qpos[0] = 1.5 if on_table else -1.5  # palm down over the table, palm up holding the die
-    if on_table:  # the die's slide joints move it from its body position onto the table
-        start = np.array([cx, cy, top + DIE_HALF]) - mj.body("Object").pos
-        qpos[[mj.joint(n).qposadr[0] for n in ("OBJTx", "OBJTy", "OBJTz")]] = start
-    mx = common.mjx.put_model(mj)
-    d0 = common.mjx.make_data(mx).replace(qpos=jnp.asarray(qpos))
-    die = mj.body("Object").id
-    dc = mujoco.MjData(mj)
-    dc.qpos[:] = qpos
-    mujoco.mj_forward(mj, dc)
-    goal_pos = jnp.asarray(dc.xpos[die])
-    goal_quat = np.zeros(4)
-    mujoco.mju_euler2Quat(goal_quat, np.asarray(DIE_GOAL_EULER), "xyz")
-    goal_quat = jnp.asarray(goal_quat)
-
-    def cost(d, ctrl):
-        pos = jnp.sqrt(jnp.sum((d.xpos[die] - goal_pos) ** 2) + 1e-12)
-        rot = 2.0 * jnp.sqrt(jnp.maximum(1.0 - jnp.dot(d.xquat[die], goal_quat) ** 2, 0.0) + 1e-12)
-        return 10.0 * pos + rot
-
-    return mj, mx, d0, cost
-
-
-TASKS = {"baoding": baoding, "tennis": bionic_tennis, "die": die_reorient,
-         "die_table": functools.partial(die_reorient, on_table=True)}
 
 
 def _read(path: Path) -> list[dict]:
@@ -296,10 +98,6 @@ def _read(path: Path) -> list[dict]:
             if k in r:
                 r[k] = float(r[k])
     return rows
-
-
-def _free_joints(mj):
-    return [int(mj.jnt_qposadr[j]) for j in range(mj.njnt) if mj.jnt_type[j] == 0]
 
 
 def _stem(task: str, preset: str) -> str:

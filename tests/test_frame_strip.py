@@ -1,18 +1,39 @@
-"""The MPC study's frame strip: rendered where offscreen OpenGL works, skipped cleanly where not."""
+"""The MPC study's frame strip: rendered where offscreen OpenGL works, skipped cleanly where not.
+
+The strip is study output, so the study runs as a script (``--frames`` redraws the strip of a
+finished run's ``<stem>_qpos.csv``); tests import no study module.
+"""
 
 import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from experiments import myo_mpc
+from diffmjx.scenes import myo
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _frames(out: Path, **env) -> subprocess.CompletedProcess:
+    """``python -m experiments.myo_mpc --task baoding --frames --out OUT`` with ``env`` on top of ours
+    (a value None removes the variable)."""
+    environ = {k: v for k, v in {**os.environ, **env}.items() if v is not None}
+    cmd = [sys.executable, "-m", "experiments.myo_mpc", "--task", "baoding", "--preset", "quick", "--frames",
+           "--out", str(out)]  # fmt: skip
+    run = subprocess.run(cmd, cwd=ROOT, env=environ, capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return run
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     """A finished baoding run's executed trajectories: two methods, three states each."""
     out = tmp_path_factory.mktemp("myo_mpc")
-    mj = myo_mpc.TASKS["baoding"](False)[0]
+    mj = myo.TASKS["baoding"](False)[0]
     rows = [
         {"method": name, "step": k, **{f"q{i}": repr(float(v)) for i, v in enumerate(mj.qpos0)}}
         for name in ("gradient", "sampling 64")
@@ -25,26 +46,27 @@ def run_dir(tmp_path_factory):
     return out
 
 
-def test_strip_is_skipped_with_a_message_without_a_working_backend(run_dir, monkeypatch, capsys):
-    monkeypatch.setenv("MUJOCO_GL", "no-such-backend")
-    assert myo_mpc.frame_strip("baoding", "quick", run_dir) is None
-    assert "frame strip skipped: offscreen rendering does not work here" in capsys.readouterr().out
+def test_strip_is_skipped_with_a_message_without_a_working_backend(run_dir):
+    # MUJOCO_GL=disable: MuJoCo imports without any OpenGL context, so every render fails
+    run = _frames(run_dir, MUJOCO_GL="disable")
+    assert "frame strip skipped: offscreen rendering does not work here" in run.stdout
     assert not (run_dir / "myo_mpc_baoding_frames.png").exists()
 
 
-def test_strip_is_skipped_before_any_run(tmp_path, capsys):
-    assert myo_mpc.frame_strip("baoding", "quick", tmp_path) is None
-    assert "run the study first" in capsys.readouterr().out
+def test_strip_is_skipped_before_any_run(tmp_path):
+    run = _frames(tmp_path)
+    assert "run the study first" in run.stdout
+    assert not list(tmp_path.iterdir())
 
 
-def test_strip_renders_every_method_where_a_backend_works(run_dir, monkeypatch, capsys):
-    monkeypatch.delenv("MUJOCO_GL", raising=False)
-    path = myo_mpc.frame_strip("baoding", "quick", run_dir, frames=3)
-    if path is None:
-        pytest.skip("no offscreen OpenGL backend (EGL, OSMesa) on this machine: " + capsys.readouterr().out)
+def test_strip_renders_every_method_where_a_backend_works(run_dir):
+    run = _frames(run_dir, MUJOCO_GL=None)
+    path = run_dir / "myo_mpc_baoding_frames.png"
+    if not path.exists():
+        pytest.skip("no offscreen OpenGL backend (EGL, OSMesa) on this machine: " + run.stdout)
     import matplotlib.image
 
     img = matplotlib.image.imread(path)
     assert img.shape[0] > 200 and img.shape[1] > 400
     assert np.std(img[..., :3]) > 0.05  # rendered scenes, not blank panels
-    assert "2 methods x 3 frames" in capsys.readouterr().out
+    assert "2 methods x 5 frames" in run.stdout  # --frames draws five frames per method

@@ -188,9 +188,9 @@ def test_bionic_tennis_scene_misses_both_hands_and_compiles_for_mjx():
     import mujoco
 
     from diffmjx.collision import driver
-    from experiments import myo_mpc
+    from diffmjx.scenes import myo
 
-    mj, mx, d0, cost = myo_mpc.bionic_tennis(cfd=False)
+    mj, mx, d0, _ = myo.bionic_tennis(cfd=False)
     assert mj.opt.timestep == 0.0025 and mj.opt.iterations == 4 and mj.opt.ls_iterations == 16
     assert mj.nu == 80 and int(np.sum(mj.actuator_dyntype == mujoco.mjtDyn.mjDYN_MUSCLE)) == 63
     ball = mj.geom("ball").id
@@ -199,7 +199,7 @@ def test_bionic_tennis_scene_misses_both_hands_and_compiles_for_mjx():
     driver.check_model(mx)
     d = mujoco.MjData(mj)
     d.qpos[:], d.qvel[:] = np.asarray(d0.qpos), np.asarray(d0.qvel)
-    goal = np.asarray(myo_mpc.TENNIS_GOAL)
+    goal = np.asarray(myo.TENNIS_GOAL)
     head = mj.geom("racket_head").id
     closest, costs = np.inf, []
     for _ in range(80):  # 0.2 s, past the racket
@@ -219,9 +219,9 @@ def test_die_scene_holds_the_die_in_contact_and_compiles_for_mjx():
     import mujoco
 
     from diffmjx.collision import driver
-    from experiments import myo_mpc
+    from diffmjx.scenes import myo
 
-    mj, mx, d0, cost = myo_mpc.die_reorient(cfd=False)
+    mj, mx, d0, cost = myo.die_reorient(cfd=False)
     assert mj.nu == 39 and mj.opt.timestep == 0.0025 and mj.opt.iterations == 4
     ellipsoid = mj.geom_type == mujoco.mjtGeom.mjGEOM_ELLIPSOID
     assert ellipsoid.sum() == 5 and not np.any(mj.geom_contype[ellipsoid] | mj.geom_conaffinity[ellipsoid])
@@ -249,16 +249,16 @@ def test_die_on_a_table_rests_there_clear_of_the_hand():
     import mujoco
 
     from diffmjx.collision import driver
-    from experiments import myo_mpc
+    from diffmjx.scenes import myo
 
-    mj, mx, d0, cost = myo_mpc.die_reorient(cfd=False, on_table=True)
+    mj, mx, d0, cost = myo.die_reorient(cfd=False, on_table=True)
     driver.check_model(mx)
     d = mujoco.MjData(mj)
     d.qpos[:] = np.asarray(d0.qpos)
     die, table = mj.body("Object").id, mj.geom("table").id
     mujoco.mj_forward(mj, d)
     start = d.xpos[die].copy()
-    assert abs(start[2] - myo_mpc.DIE_TABLE[2] - myo_mpc.DIE_HALF) < 1e-9
+    assert abs(start[2] - myo.DIE_TABLE[2] - myo.DIE_HALF) < 1e-9
     c0 = float(cost(types.SimpleNamespace(xpos=jnp.asarray(d.xpos), xquat=jnp.asarray(d.xquat)), None))
     assert 0.5 < c0 < 1.0  # the goal orientation is ~45 degrees away; the position error is 0
 
