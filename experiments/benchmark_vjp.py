@@ -16,11 +16,12 @@ Two states of the toss (MuJoCo C rollout): "free flight" (the initial state, no 
 "contact" (the first state where at least 4 constraint rows carry force), each with the unrolled and
 the implicit solver gradient, and, measured whole only, the unrolled solve with its iterations
 stored instead of rematerialised (``solver.solve(..., remat_iterations=False)``, the code before
-that change): the same run then shows what the change bought. With JAX's profiler, the module also
-counts the XLA thunks (kernels) one gradient evaluation executes, by kind: on a 6-dof model most
-thunks are tiny, so their number is a large part of what the backward pass pays for. Row "whole
-(qacc only)" is the evaluation as the integrator differentiates it (a scalar of the accelerations
-only); its gradient is the one whose thunks are counted.
+that change): the same run then shows what the change bought. With JAX's profiler
+(``diffmjx.profiling.thunks``), the module also counts the XLA thunks (kernels) one gradient
+evaluation executes, by kind: on a 6-dof model most thunks are tiny, so their number is a large part
+of what the backward pass pays for. Row "whole (qacc only)" is the evaluation as the integrator
+differentiates it (a scalar of the accelerations only); its gradient is the one whose thunks are
+counted.
 Writes docs/results/benchmark_vjp.csv, benchmark_vjp_thunks.csv and benchmark_vjp.png (about
 4 min). Run nothing else beside it.
 """
@@ -28,8 +29,6 @@ Writes docs/results/benchmark_vjp.csv, benchmark_vjp_thunks.csv and benchmark_vj
 from __future__ import annotations
 
 import collections
-import re
-import tempfile
 import time
 from pathlib import Path
 
@@ -41,6 +40,7 @@ from tqdm import tqdm
 
 import diffmjx
 from diffmjx import dynamics
+from diffmjx.profiling import thunks
 from experiments import common
 
 DEFAULT_PRESET = Path(__file__).parent / "configs" / "speed.yaml"
@@ -117,31 +117,6 @@ def microseconds(g, q, v) -> float:
         jax.block_until_ready(f(q, v))
         times.append(time.perf_counter() - t)
     return min(times) / EVALS * 1e6
-
-
-def thunks(g, q, v, calls: int = 50) -> collections.Counter:
-    """XLA thunks (kernels) one call of jitted ``g(q, v)`` executes, by HLO instruction name
-    without its numeric suffix, from JAX's profiler. Only events named after an instruction of the
-    compiled program count (XLA runs thunks on its worker threads and on the caller's); loops and
-    conditionals are containers, not kernels, and are left out."""
-    compiled = jax.jit(g).lower(q, v).compile()
-    names = set(re.findall(r"^\s*(?:ROOT\s+)?%?([\w.\-]+) = ", compiled.as_text(), flags=re.M))
-    names = {n for n in names if not n.startswith(("while", "cond", "conditional", "call"))}
-    jax.block_until_ready(compiled(q, v))
-    with tempfile.TemporaryDirectory() as tmp:
-        jax.profiler.start_trace(tmp)
-        for _ in range(calls):
-            jax.block_until_ready(compiled(q, v))
-        jax.profiler.stop_trace()
-        (path,) = Path(tmp).rglob("*.xplane.pb")
-        data = jax.profiler.ProfileData.from_file(str(path))
-    counts = collections.Counter()
-    for plane in data.planes:
-        for line in plane.lines:
-            for ev in line.events:
-                if ev.name in names:
-                    counts[re.sub(r"\.\d+$", "", ev.name)] += 1
-    return collections.Counter({k: n / calls for k, n in counts.items()})
 
 
 def run(cfg: diffmjx.Config, out: Path) -> tuple[list[dict], list[dict]]:
