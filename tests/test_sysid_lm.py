@@ -29,6 +29,11 @@ def test_residuals_square_to_the_segment_loss(setup):
     loss = sysid.segment_loss(p, base, qpos, qvel, cfg.sim, velocity_weight=0.3)
     assert r.shape == (8 * HORIZON * 18,)
     np.testing.assert_allclose(float(np.sum(np.asarray(r) ** 2)), float(loss), rtol=1e-12)
+    # both are the one residual of the predicted states: the loss its mean squared norm per state
+    pq, pv = sysid.predict_segments(p, base, qpos[:, 0], qvel[:, 0], HORIZON, cfg.sim)
+    states = np.asarray(sysid.state_residuals(pq, pv, qpos[:, 1:], qvel[:, 1:], 0.3))
+    np.testing.assert_allclose(np.mean(np.sum(states**2, axis=-1)), float(loss), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(r), states.ravel() / np.sqrt(8 * HORIZON), rtol=1e-12)
 
 
 @pytest.mark.slow  # suite budget: a full LM fit; the residual test above checks its objective in the default run

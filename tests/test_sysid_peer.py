@@ -10,10 +10,10 @@ import types
 import mujoco
 import numpy as np
 import pytest
+from conftest import near_table_segments
 
 from diffmjx import sysid
 from diffmjx.sysid import CubeParams, fit_mujoco_sysid
-from conftest import near_table_segments
 
 pytest.importorskip("tabulate", reason='mujoco.sysid needs its extras: pip install "mujoco[sysid]"')
 

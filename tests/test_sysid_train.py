@@ -120,6 +120,30 @@ def test_quat_to_mat_matches_mujoco():
     for k in range(5):
         mujoco.mju_quat2Mat(want[k], q[k] / np.linalg.norm(q[k]))
     np.testing.assert_allclose(np.asarray(sysid.quat_to_mat(jnp.asarray(q))).reshape(5, 9), want, atol=1e-15)
+    got = sysid.quat_to_mat(q, xp=np)  # the peer's NumPy path: the same function
+    assert isinstance(got, np.ndarray)
+    np.testing.assert_allclose(got.reshape(5, 9), want, atol=1e-15)
+
+
+def test_state_residuals_square_to_the_state_error():
+    """The one residual (Adam's loss, LM and the peer use it): its squared norm per state is
+    |dp|^2 + ||dR||_F^2 + velocity_weight |dqvel|^2, in JAX and in NumPy alike."""
+    rng = np.random.default_rng(5)
+    qpos, qpos_rec = rng.normal(size=(2, 3, 4, 7))
+    qvel, qvel_rec = rng.normal(size=(2, 3, 4, 6))
+    r = np.asarray(sysid.state_residuals(jnp.asarray(qpos), jnp.asarray(qvel), qpos_rec, qvel_rec, 0.3))
+    assert r.shape == (3, 4, 18)
+    r_np = sysid.state_residuals(qpos, qvel, qpos_rec, qvel_rec, 0.3, xp=np)
+    assert isinstance(r_np, np.ndarray)
+    np.testing.assert_allclose(r_np, r, rtol=0, atol=1e-15)
+    rot = sysid.quat_to_mat(qpos[..., 3:], xp=np) - sysid.quat_to_mat(qpos_rec[..., 3:], xp=np)
+    want = (
+        np.sum((qpos[..., :3] - qpos_rec[..., :3]) ** 2, axis=-1)
+        + np.sum(rot**2, axis=(-2, -1))
+        + 0.3 * np.sum((qvel - qvel_rec) ** 2, axis=-1)
+    )
+    np.testing.assert_allclose(np.sum(r**2, axis=-1), want, rtol=1e-14)
+    np.testing.assert_array_equal(sysid.state_residuals(qpos, qvel, qpos_rec, qvel_rec, xp=np)[..., 12:], 0)
 
 
 def test_fixed_step_mjx_with_cfd_has_a_gradient(resting_segment):

@@ -1,17 +1,21 @@
 """System identification from recorded trajectories (the ContactNets cube tosses).
 
-Built so far: :mod:`diffmjx.sysid.data`, the loader (tosses as MuJoCo free-joint states, a seeded
-train / validation split by toss, segments of ``horizon + 1`` states), and
-:mod:`diffmjx.sysid.model`, the cube as a differentiable model (physical parameters, their
-unconstrained coordinates, an ``mjx.Model`` with every derived field traced), and
-:mod:`diffmjx.sysid.train`, the training loop (segment loss, Adam on the unconstrained coordinates
-of the free parameters, checkpoints, sharded minibatches), whole-toss evaluation and the
-fitted-parameter file; :mod:`diffmjx.sysid.lm`, the same fit by Levenberg–Marquardt on
+One module per concern, each name with one home: :mod:`diffmjx.sysid.data`, the loader (tosses as
+MuJoCo free-joint states, a seeded train / validation split by toss, segments of ``horizon + 1``
+states); :mod:`diffmjx.sysid.model`, the cube as a differentiable model (physical parameters, their
+unconstrained coordinates, an ``mjx.Model`` with every derived field traced);
+:mod:`diffmjx.sysid.config`, the run's knobs (:class:`SysidConfig`, :class:`TrainConfig`, YAML
+presets, overrides); :mod:`diffmjx.sysid.loss`, the segment prediction and the one residual that
+every fit uses (:func:`state_residuals`, :func:`segment_loss`, :func:`segment_residuals`);
+:mod:`diffmjx.sysid.train`, the Adam loop (checkpoints, sharded minibatches);
+:mod:`diffmjx.sysid.evaluate`, whole-toss rollouts and their error; :mod:`diffmjx.sysid.params`,
+the fitted-parameter file; :mod:`diffmjx.sysid.lm`, the same fit by Levenberg–Marquardt on
 forward-mode Jacobians (optimistix); and :mod:`diffmjx.sysid.peer`, the finite-difference peer
-(the same fit with MuJoCo's own ``mujoco.sysid`` on the C engine). This package sits above the core: the core
-never imports it.
+(the same fit with MuJoCo's own ``mujoco.sysid`` on the C engine). This package sits above the
+core: the core never imports it. Every public name is importable from ``diffmjx.sysid``.
 """
 
+from diffmjx.sysid.config import FREE_PARAMS, SysidConfig, TrainConfig, sim_overrides
 from diffmjx.sysid.data import (
     DT,
     DataConfig,
@@ -19,10 +23,15 @@ from diffmjx.sysid.data import (
     LoadReport,
     Segments,
     Toss,
+    load_split,
     load_tosses,
     segments,
+    shipped_recording,
     split,
 )
+from diffmjx.sysid.evaluate import pad_tosses, rollout_tosses, trajectory_error
+from diffmjx.sysid.lm import LMHistory, LMResult, fit_lm
+from diffmjx.sysid.loss import predict_segments, quat_to_mat, segment_loss, segment_residuals, state_residuals
 from diffmjx.sysid.model import (
     CubeParams,
     check_params,
@@ -31,32 +40,16 @@ from diffmjx.sysid.model import (
     from_unconstrained,
     to_unconstrained,
 )
-from diffmjx.sysid.lm import LMHistory, LMResult, fit_lm, segment_residuals
-from diffmjx.sysid.peer import PEER_BOUNDS, PeerResult, fit_mujoco_sysid
-from diffmjx.sysid.train import (
-    ADAM,
-    FREE_PARAMS,
+from diffmjx.sysid.params import (
     OPTION_KEYS,
     PARAMS_JSON_KEYS,
     FittedParams,
-    History,
-    SysidConfig,
-    TrainConfig,
-    TrainResult,
-    batch_sharding,
     load_params_json,
-    load_split,
     model_options,
-    pad_tosses,
-    predict_segments,
-    quat_to_mat,
-    rollout_tosses,
     save_params_json,
-    segment_loss,
-    sim_overrides,
-    train,
-    trajectory_error,
 )
+from diffmjx.sysid.peer import PEER_BOUNDS, PeerResult, fit_mujoco_sysid
+from diffmjx.sysid.train import ADAM, History, TrainResult, batch_sharding, train
 
 __all__ = [
     "ADAM",
@@ -98,8 +91,10 @@ __all__ = [
     "segment_loss",
     "segment_residuals",
     "segments",
+    "shipped_recording",
     "sim_overrides",
     "split",
+    "state_residuals",
     "to_unconstrained",
     "train",
     "trajectory_error",

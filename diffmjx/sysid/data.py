@@ -1,6 +1,7 @@
 """ContactNets cube tosses as MuJoCo free-joint states: load, check, split by toss, cut segments.
 
-The file (``data/contactnets/contactnets_cube_tosses.npz``, see its README) holds one float64
+The file (``data/contactnets/contactnets_cube_tosses.npz``, see its README; an installed
+``diffmjx`` carries it as package data, :func:`shipped_recording`) holds one float64
 array of shape (T, 13) per toss, key ``toss_NNN``: columns 0:7 are a free joint's ``qpos``
 (position in m, quaternion w x y z) and 7:13 its ``qvel`` (linear velocity in the world frame,
 angular velocity in the body frame), sampled every :data:`DT` = 1/148 s.
@@ -13,28 +14,55 @@ segment) is counted in the :class:`LoadReport`.
 """
 
 import dataclasses
+import importlib.resources
 import zipfile
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
-from diffmjx.config import _knob, _Section
+from diffmjx.config import Section, knob
 
-__all__ = ["DT", "DataConfig", "DataError", "LoadReport", "Segments", "Toss", "load_tosses", "segments", "split"]
+__all__ = [
+    "DT",
+    "DataConfig",
+    "DataError",
+    "LoadReport",
+    "Segments",
+    "Toss",
+    "load_split",
+    "load_tosses",
+    "segments",
+    "shipped_recording",
+    "split",
+]
 
 DT = 1.0 / 148.0
 """Sample period of the recordings (s)."""
 
-DEFAULT_PATH = Path(__file__).resolve().parents[2] / "data" / "contactnets" / "contactnets_cube_tosses.npz"
+RECORDING = "contactnets_cube_tosses.npz"
+"""File name of the shipped recording (with its ``LICENSE`` and ``README.md`` beside it)."""
+
+
+def shipped_recording() -> Path:
+    """The shipped recording: the installed package's copy, else the repository's.
+
+    A built ``diffmjx`` (``pip install .``) carries it as package data, ``diffmjx/sysid/recordings/``,
+    found with ``importlib.resources``; an editable install or a source checkout reads
+    ``data/contactnets/`` of the repository.
+    """
+    packaged = importlib.resources.files("diffmjx.sysid") / "recordings" / RECORDING
+    if isinstance(packaged, Path) and packaged.is_file():
+        return packaged
+    return Path(__file__).resolve().parents[2] / "data" / "contactnets" / RECORDING
 
 
 @dataclasses.dataclass(frozen=True)
-class DataConfig(_Section):
+class DataConfig(Section):
     """Which recordings, how they are split and cut.
 
     Attributes:
-        path: the ``.npz`` file; empty means the project's ``data/contactnets`` copy.
+        path: the ``.npz`` file; empty means the shipped recording (:func:`shipped_recording`).
         horizon: N, the states predicted per segment (a segment holds N + 1 states).
         val_fraction: share of tosses held out for validation, in [0, 1).
         seed: seed of the split.
@@ -43,11 +71,11 @@ class DataConfig(_Section):
 
     _section = "data"
 
-    path: str = _knob("")
-    horizon: int = _knob(4, ge=1)
-    val_fraction: float = _knob(0.2, ge=0, lt=1)
-    seed: int = _knob(0, ge=0)
-    quat_tol: float = _knob(1e-3, gt=0, lt=0.5)
+    path: str = knob("")
+    horizon: int = knob(4, ge=1)
+    val_fraction: float = knob(0.2, ge=0, lt=1)
+    seed: int = knob(0, ge=0)
+    quat_tol: float = knob(1e-3, gt=0, lt=0.5)
 
 
 class DataError(ValueError):
@@ -114,7 +142,7 @@ def load_tosses(path: str | Path = "", quat_tol: float = 1e-3) -> tuple[dict[str
     """Every toss of a recording file, checked.
 
     Arguments:
-        path: the ``.npz`` file; empty for the project's ``data/contactnets`` copy.
+        path: the ``.npz`` file; empty for the shipped recording (:func:`shipped_recording`).
         quat_tol: largest ``|1 - |q||`` that is renormalised instead of refused.
 
     Returns:
@@ -125,7 +153,7 @@ def load_tosses(path: str | Path = "", quat_tol: float = 1e-3) -> tuple[dict[str
         DataError: the file is unreadable, or a toss has the wrong shape, a non-finite value or a
             quaternion off unit norm by more than ``quat_tol``.
     """
-    path = Path(path) if str(path) else DEFAULT_PATH
+    path = Path(path) if str(path) else shipped_recording()
     if not path.is_file():
         raise FileNotFoundError(f"recording file {path} not found (the project ships data/contactnets/)")
     try:
@@ -161,13 +189,24 @@ def split(names, val_fraction: float, seed: int) -> tuple[list[str], list[str]]:
     names = sorted(names)
     if not 0 <= val_fraction < 1:
         raise ValueError(f"val_fraction={val_fraction!r} must be in [0, 1)")
-    n_val = int(round(val_fraction * len(names)))
+    n_val = int(round(val_fraction * len(names)))  # noqa: RUF046 - NumPy < 2 rounds its floats to floats
     if val_fraction > 0 and len(names) >= 2:
         n_val = min(max(n_val, 1), len(names) - 1)
     order = np.random.default_rng(seed).permutation(len(names))
     val = sorted(names[i] for i in order[:n_val])
     train = sorted(names[i] for i in order[n_val:])
     return train, val
+
+
+def load_split(data: DataConfig) -> tuple[dict[str, Toss], list[str], list[str], LoadReport]:
+    """The recordings of ``data.path`` and their seeded split.
+
+    Returns:
+        ``(tosses, train_names, val_names, report)``.
+    """
+    tosses, report = load_tosses(data.path, data.quat_tol)
+    train_names, val_names = split(tosses, data.val_fraction, data.seed)
+    return tosses, train_names, val_names, report
 
 
 class Segments(NamedTuple):

@@ -2,7 +2,7 @@
 
 :func:`fit_lm` fits the same free parameters as :func:`diffmjx.sysid.train` (Adam) to the same
 segments and segment loss, but as a nonlinear least-squares problem: the residual vector
-(:func:`segment_residuals`, one entry per predicted state and component, scaled so that its
+(:func:`~diffmjx.sysid.segment_residuals`, one entry per predicted state and component, scaled so that its
 squared norm *is* the segment loss) goes to :class:`optimistix.LevenbergMarquardt`, whose
 Jacobians are forward-mode (``jax.jacfwd`` through :func:`diffmjx.rollout`, one tangent per free
 coordinate: 10 with every parameter free). Every step uses all the segments it is given (no
@@ -25,6 +25,7 @@ Sharp bits:
   contact impedance is set in acceleration space), so its Jacobian column is near zero.
 """
 
+import dataclasses
 import time
 from typing import NamedTuple
 
@@ -34,36 +35,11 @@ import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
 
-from diffmjx.config import Config
-from diffmjx.sysid.model import CubeParams, from_unconstrained, to_unconstrained
-from diffmjx.sysid.train import FREE_PARAMS, SysidConfig, _base, predict_segments, quat_to_mat
+from diffmjx.sysid.config import FREE_PARAMS, SysidConfig
+from diffmjx.sysid.loss import segment_residuals
+from diffmjx.sysid.model import CubeParams, _base, from_unconstrained, to_unconstrained
 
-__all__ = ["LMHistory", "LMResult", "fit_lm", "segment_residuals"]
-
-
-def segment_residuals(params: CubeParams, base, qpos, qvel, cfg: Config, *, velocity_weight=0.0):
-    """Residuals of the predicted segment states, flat: ``sum(r**2)`` equals :func:`segment_loss`.
-
-    Per predicted state: position error (3, m), rotation-matrix difference (9) and
-    ``sqrt(velocity_weight)`` times the velocity error (6), all divided by ``sqrt(B * N)``.
-
-    Arguments:
-        params: physical :class:`CubeParams` (traced or not).
-        base: ``mjx.put_model(cube_mjmodel(..., iterations=...))``.
-        qpos, qvel: (B, N + 1, 7) and (B, N + 1, 6) recorded segments; state 0 starts the prediction.
-        cfg: the simulation's :class:`diffmjx.Config`.
-        velocity_weight: weight of the squared velocity error.
-
-    Returns:
-        A (B * N * 18,) array.
-    """
-    qpos, qvel = jnp.asarray(qpos), jnp.asarray(qvel)
-    b, n = qpos.shape[0], qpos.shape[1] - 1
-    pq, pv = predict_segments(params, base, qpos[:, 0], qvel[:, 0], n, cfg)
-    pos = pq[..., :3] - qpos[:, 1:, :3]
-    rot = (quat_to_mat(pq[..., 3:7]) - quat_to_mat(qpos[:, 1:, 3:7])).reshape(b, n, 9)
-    vel = jnp.sqrt(velocity_weight) * (pv - qvel[:, 1:])
-    return jnp.concatenate([pos, rot, vel], axis=-1).ravel() / jnp.sqrt(b * n)
+__all__ = ["LMHistory", "LMResult", "fit_lm"]
 
 
 class LMHistory(NamedTuple):
@@ -122,7 +98,7 @@ def fit_lm(
     qpos, qvel = np.asarray(qpos, np.float64), np.asarray(qvel, np.float64)
     if qpos.ndim != 3 or qpos.shape[2] != 7 or qvel.shape != (*qpos.shape[:2], 6):
         raise ValueError(f"segments of shape {qpos.shape} / {qvel.shape}; expected (B, N + 1, 7) and (B, N + 1, 6)")
-    sim = cfg.sim.override("integrator.adjoint=forward")
+    sim = dataclasses.replace(cfg.sim, integrator=dataclasses.replace(cfg.sim.integrator, adjoint="forward"))
     tc = cfg.train
     init = tc.initial_params()
     z0 = to_unconstrained(init)
@@ -186,4 +162,3 @@ def fit_lm(
         params=CubeParams(**{n: np.stack(v) for n, v in hist["params"].items()}),
     )
     return LMResult(params=params, loss_init=loss_init, history=history, converged=bool(done))
-

@@ -65,6 +65,7 @@ softplus`` for solimp's power, and a sigmoid scaled into ``(MINIMP, MAXIMP) = (1
 coordinates are a :class:`CubeParams` too (same fields and shapes, values not physical).
 """
 
+import functools
 import math
 from typing import NamedTuple
 
@@ -235,6 +236,13 @@ def cube_mjmodel(params: CubeParams | None = None, *, iterations: int = 2) -> mu
         name="cube", type=mujoco.mjtGeom.mjGEOM_BOX, size=[side / 2] * 3, mass=float(np.asarray(p.mass)), **contact
     )
     return spec.compile()
+
+
+@functools.cache
+def _base(iterations: int) -> _mjx.Model:
+    """The options model of :func:`cube_mjx_model` (parameters are written in): one per iteration
+    count, so every run with the same options passes the same pytree structure and hits the same program."""
+    return _mjx.mjx.put_model(cube_mjmodel(iterations=iterations))
 
 
 def _check_base(base) -> None:

@@ -9,9 +9,10 @@ parameter), and the Levenberg–Marquardt-type box-bounded least squares of
 the project's model builder, then ``optimize``). It is the baseline the gradient-based fits are
 compared against. It needs MuJoCo's optional extras: ``pip install "mujoco[sysid]==3.17.0"``.
 
-The residual of a segment is, per predicted state, the position error (3), the difference of
-the rotation matrices (9, quaternions in (w, x, y, z) order, normalised first) and
-``sqrt(velocity_weight)`` times the velocity error (6), all divided by ``sqrt(B N)``, so that its
+The residual of a segment is the one of every fit, :func:`~diffmjx.sysid.state_residuals` (here
+in NumPy): per predicted state, the position error (3), the difference of the rotation matrices
+(9, quaternions in (w, x, y, z) order, normalised first) and ``sqrt(velocity_weight)`` times the
+velocity error (6), all divided by ``sqrt(B N)``, so that its
 sum of squares is :func:`~diffmjx.sysid.segment_loss` (the mean over segments and predicted
 states of ``|dp|^2 + ||dR||_F^2 + velocity_weight |dqvel|^2``), here with MuJoCo's C solver.
 Each rollout starts from the segment's recorded state with a zero warm start, as MJX's
@@ -46,9 +47,10 @@ from typing import NamedTuple
 import numpy as np
 
 from diffmjx.impedance import MAXIMP, MINIMP
+from diffmjx.sysid.config import FREE_PARAMS, _check_free
 from diffmjx.sysid.data import DT
+from diffmjx.sysid.loss import state_residuals
 from diffmjx.sysid.model import _SHAPES, CubeParams, check_params, cube_mjmodel
-from diffmjx.sysid.train import FREE_PARAMS, _check_free
 
 __all__ = ["PEER_BOUNDS", "PeerResult", "fit_mujoco_sysid"]
 
@@ -105,18 +107,6 @@ def _sysid():
     if not hasattr(sysid, "optimize"):  # its __init__ swallows a missing extra and exports nothing
         raise ImportError(_INSTALL)
     return sysid
-
-
-def _quat_to_mat(q: np.ndarray) -> np.ndarray:
-    """Flattened rotation matrices (..., 9) of quaternions (..., 4), (w, x, y, z), normalised first."""
-    q = q / np.linalg.norm(q, axis=-1, keepdims=True)
-    w, x, y, z = (q[..., i] for i in range(4))
-    return np.stack(
-        [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y),
-         2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x),
-         2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
-        axis=-1,
-    )  # fmt: skip
 
 
 def _check_segments(qpos, qvel) -> tuple[np.ndarray, np.ndarray]:
@@ -214,15 +204,13 @@ def fit_mujoco_sysid(
         for i in range(batch)
     ]
     nq = model0.nq
-    vw_sqrt = float(np.sqrt(velocity_weight))
     norm = 1.0 / np.sqrt(batch * n_pred)
 
     def modify_residual(p, pred_ts, meas_ts, model, return_pred_all, state=None, **_):
         # state: (N, 1 + nstate) predicted mjSTATE_FULLPHYSICS after steps 1..N, column 0 the time
         qp, qv = state[:, 1 : 1 + nq], state[:, 1 + nq : 1 + nq + 6]
         meas = meas_ts.data[1:]  # the recorded state 0 only starts the rollout
-        rot = _quat_to_mat(qp[:, 3:7]) - _quat_to_mat(meas[:, 3:7])
-        res = np.hstack([qp[:, :3] - meas[:, :3], rot, vw_sqrt * (qv - meas[:, 7:])])
+        res = state_residuals(qp, qv, meas[:, :7], meas[:, 7:], float(velocity_weight), xp=np)
         pred = sysid.TimeSeries(state[:, 0], np.hstack([qp, qv]), meas_ts.signal_mapping)
         return norm * res, pred, sysid.TimeSeries(state[:, 0], meas, meas_ts.signal_mapping)
 
