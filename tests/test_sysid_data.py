@@ -1,10 +1,24 @@
-"""The ContactNets loader: shipped data as free-joint states, seeded split by toss, segments, bad input."""
+"""The ContactNets loader: shipped data as free-joint states, seeded split by toss, segments, bad input;
+the recording as package data of a built ``diffmjx``."""
+
+import importlib.metadata
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from diffmjx import sysid
 from diffmjx.sysid import DataConfig, DataError, load_tosses, segments, split
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORDING_FILES = ["LICENSE", "README.md", "contactnets_cube_tosses.npz"]
 
 
 @pytest.fixture(scope="module")
@@ -95,3 +109,81 @@ def test_repairs_and_left_out_tosses_are_counted(tmp_path):
     seg = segments(tosses, ["toss_a", "toss_b", "toss_c"], 4, report)
     assert report.too_short_tosses == 1 and len(seg.toss) == 2 * 6
     assert "1 tosses shorter than one segment" in str(report)
+
+
+# The recording as package data: a built diffmjx (not the repository's data/ folder) carries it.
+
+RESOLVE = r"""
+import json
+import diffmjx
+from diffmjx import sysid
+tosses, _ = sysid.load_tosses("")
+print("RESULT " + json.dumps({"diffmjx": diffmjx.__file__, "recording": str(sysid.shipped_recording()),
+                              "tosses": len(tosses)}))
+"""
+
+
+def _source_copy(dst: Path) -> Path:
+    """What a build reads (here without cfd/ and experiments/, which the check does not need)."""
+    dst.mkdir(parents=True)
+    for name in ("setup.py", "pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, dst / name)
+    shutil.copytree(ROOT / "diffmjx", dst / "diffmjx", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "data" / "contactnets", dst / "data" / "contactnets")
+    return dst
+
+
+def _run(args: list[str], **kwargs) -> str:
+    run = subprocess.run(args, check=False, capture_output=True, text=True, **kwargs)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return run.stdout
+
+
+def _resolve_from(site: Path, cwd: Path) -> dict:
+    """Import diffmjx from ``site`` in a fresh interpreter (outside the repository) and load the tosses."""
+    out = _run([sys.executable, "-c", RESOLVE], cwd=cwd, env=dict(os.environ, PYTHONPATH=str(site)))
+    line = [ln for ln in out.splitlines() if ln.startswith("RESULT ")][-1]
+    return json.loads(line.removeprefix("RESULT "))
+
+
+def _assert_found_in(site: Path, got: dict) -> None:
+    assert Path(got["diffmjx"]).is_relative_to(site), got  # the built package, not the repository's
+    recording = Path(got["recording"])
+    assert recording == site / "diffmjx" / "sysid" / "recordings" / "contactnets_cube_tosses.npz", got
+    assert not recording.is_relative_to(ROOT)
+    assert got["tosses"] == 499
+
+
+def test_built_package_carries_the_recording(tmp_path):
+    """setup.py's build step puts the recording and its licence into the package, and the built
+    package finds it with importlib.resources (a few seconds: no pip, no wheel)."""
+    pytest.importorskip("setuptools")
+    src = _source_copy(tmp_path / "src")
+    lib = tmp_path / "lib"
+    _run([sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(lib)], cwd=src)
+    assert sorted(p.name for p in (lib / "diffmjx" / "sysid" / "recordings").iterdir()) == RECORDING_FILES
+    _assert_found_in(lib, _resolve_from(lib, tmp_path))
+
+
+def _build_here() -> bool:
+    """Whether this environment's setuptools can build the wheel without pip's build isolation."""
+    major, minor = (int(x) for x in importlib.metadata.version("setuptools").split(".")[:2])
+    return (major, minor) >= (70, 1) or ((major, minor) >= (68, 0) and importlib.util.find_spec("wheel") is not None)
+
+
+@pytest.mark.slow  # pip builds a wheel (fetching setuptools into an isolated build where this one is too old)
+def test_wheel_carries_the_recording(tmp_path):
+    """What ``pip install .`` installs: the wheel lists the recording, and installed into a bare
+    folder it loads the tosses from there, run from outside the repository."""
+    pytest.importorskip("setuptools")
+    src = _source_copy(tmp_path / "src")
+    isolation = ["--no-build-isolation"] if _build_here() else []
+    pip = [sys.executable, "-m", "pip", "-q"]
+    _run([*pip, "wheel", "--no-deps", *isolation, "-w", str(tmp_path / "whl"), str(src)])
+    (wheel,) = (tmp_path / "whl").glob("diffmjx-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    for name in RECORDING_FILES:
+        assert f"diffmjx/sysid/recordings/{name}" in names
+    site = tmp_path / "site"
+    _run([*pip, "install", "--no-deps", "--target", str(site), str(wheel)])
+    _assert_found_in(site, _resolve_from(site, tmp_path))
