@@ -1,27 +1,39 @@
 """Contacts from distance (CFD): informative gradients between bodies that do not touch yet.
 
 The public face of the method, one layer above :mod:`diffmjx` (this package imports ``diffmjx``;
-``diffmjx`` never imports it). Turn CFD on with ``diffmjx.Config`` (``cfd.enabled=true``, the
-``cfd`` section's knobs, or one of the ``cfd_*`` presets); the pipeline then builds the rows below
-and combines them with MJX's by the straight-through trick. The pieces, for inspection and reuse:
+``diffmjx`` never imports it). The method itself lives in one library module,
+:mod:`diffmjx.cfd`, which this package re-exports under the same names. Turn CFD on with
+``diffmjx.Config`` (``cfd.enabled=true``, the ``cfd`` section's knobs, or one of the ``cfd_*``
+presets); the forward's constraint solve is then :func:`diffmjx.cfd.accelerations`, which builds
+the rows below and combines them with MJX's by the straight-through trick. The pieces, for
+inspection and reuse:
 
 - :func:`cfd_impedance`, :func:`continuation`, :func:`position_term`: the impedance continued to
-  positive distance and the softplus reference-acceleration term (:mod:`diffmjx.impedance`), built
-  on MuJoCo's own :func:`mujoco_impedance` and :func:`spline`;
-- :func:`make_constraint`: contact rows out to ``w_c`` (:func:`diffmjx.constraint.from_distance`);
+  positive distance and the softplus reference-acceleration term, built on MuJoCo's own
+  :func:`mujoco_impedance` and :func:`spline` (:mod:`diffmjx.impedance`);
+- :func:`distance_rows`: contact rows out to ``w_c``;
 - :func:`cfd_contacts`: the contacts CFD builds its rows from;
-- :func:`straight_through`: one function's values, another's derivatives.
+- :func:`straight_through`: one function's values, another's derivatives;
+- :func:`accelerations`: the forward's constraint solve under ``cfd.enabled``.
 """
 
-from diffmjx.constraint import from_distance as make_constraint
-from diffmjx.dynamics import cfd_contacts, straight_through
-from diffmjx.impedance import cfd_impedance, continuation, mujoco_impedance, position_term, spline
+from diffmjx.cfd import (
+    accelerations,
+    cfd_contacts,
+    cfd_impedance,
+    continuation,
+    distance_rows,
+    position_term,
+    straight_through,
+)
+from diffmjx.impedance import mujoco_impedance, spline
 
 __all__ = [
+    "accelerations",
     "cfd_contacts",
     "cfd_impedance",
     "continuation",
-    "make_constraint",
+    "distance_rows",
     "mujoco_impedance",
     "position_term",
     "spline",

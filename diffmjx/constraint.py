@@ -1,19 +1,16 @@
-r"""Constraint rows: the one place DiffMJX builds or rewrites them (as MJX's ``constraint.py``).
+r"""Constraint rows: where DiffMJX builds or rewrites MJX's rows (as MJX's ``constraint.py``).
 
 MJX's ``make_constraint`` builds the rows of contacts with negative signed distance;
 :func:`make_constraint` runs it with the contacts' impedance inputs frozen and differentiates the
 impedance itself (MJX's derivative of it is NaN for every contact candidate farther than solimp's
-``width``). Two changes are made on those rows, each a function ``(m, d) -> d``;
-:mod:`diffmjx.solver` only solves them.
+``width``). One change is made on those rows, a function ``(m, d) -> d``; :mod:`diffmjx.solver`
+only solves them.
 
 * :func:`with_impedance_floor` lowers MuJoCo's impedance floor (``solver.impedance_floor``), so
   touchdown is continuous.
-* :func:`from_distance` builds contacts-from-distance rows out to ``w_c``: MJX's own
-  ``make_constraint`` runs on distances shifted by ``-w_c``, which gives every contact with
-  ``r < w_c`` its rows (Jacobians, friction pyramid, MJX's regulariser weights); the rows'
-  impedance and reference acceleration are then rebuilt for the true ``r`` with
-  :mod:`diffmjx.impedance`: ``R = w (1 - d(r)) / d(r)`` with the row weight ``w`` recovered from
-  MJX's ``R``, and ``aref = -b J v + k d(r) softplus(-s r) / s``.
+
+The rows of contacts from distance are built from these (:func:`make_constraint`,
+:func:`contact_rows`, :func:`stiffness_damping`) in :mod:`diffmjx.cfd`.
 """
 
 from typing import NamedTuple
@@ -23,13 +20,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from diffmjx import _mjx
-from diffmjx.config import CFDConfig
-from diffmjx.impedance import MAXIMP, MINIMP, MINVAL, cfd_impedance, mujoco_impedance, position_term
+from diffmjx.impedance import MAXIMP, MINIMP, mujoco_impedance
 
 __all__ = [
     "ContactRows",
     "contact_rows",
-    "from_distance",
     "make_constraint",
     "stiffness_damping",
     "with_impedance_floor",
@@ -189,47 +184,3 @@ def with_impedance_floor(m, d, floor: float):
     new = jnp.clip(imp(r, solimp, floor), floor, MAXIMP)
     scale = new * (1.0 - old) / ((1.0 - new) * old)
     return _mjx.with_efc(d, efc_D=efc.D.at[rows].set(efc.D[rows] * scale))
-
-
-def from_distance(m, d, cfd: CFDConfig, floor: float = MINIMP):
-    """Constraint rows with contacts from distance ``(m, d) -> d`` (pyramidal cones).
-
-    Arguments:
-        m: ``mjx.Model`` with ``opt.cone`` pyramidal.
-        d: ``mjx.Data`` with contacts (their signed distances may be positive).
-        cfd: the ``cfd`` section of :class:`diffmjx.Config` (``solimp``, ``sharpness``).
-        floor: the least impedance of a row (``solver.impedance_floor``; MuJoCo's is 1e-4). With
-            0, rows fade out continuously at ``r = w_c`` when ``d_c = 0`` and in contact follow
-            the forward's.
-
-    Returns:
-        ``d`` with constraint rows for every contact closer than ``w_c``.
-    """
-    c = _mjx.contact(d)
-    cfd_solimp = jnp.asarray(cfd.solimp)
-    w_c = cfd.solimp[2]
-    shifted = make_constraint(m, _mjx.with_contact(d, c.replace(dist=c.dist - w_c)))
-    rows, con = contact_rows(m, c)
-    if rows.size == 0:
-        return shifted
-    efc = _mjx.efc(shifted)
-    r = c.dist[con] - c.includemargin[con]
-    active = r < w_c
-    solref, solimp = c.solref[con], c.solimp[con]
-    # recover MJX's row weight from R = w (1 - d) / d at the shifted distance MJX saw
-    imp_mjx = jnp.clip(jnp.vectorize(mujoco_impedance, signature="(),(5)->()")(r - w_c, solimp), MINIMP, MAXIMP)
-    weight = (1.0 / efc.D[rows]) * imp_mjx / (1.0 - imp_mjx)
-    imp = jnp.vectorize(lambda r, s, c: cfd_impedance(r, s, c, floor), signature="(),(5),(5)->()")(
-        r, solimp, cfd_solimp
-    )
-    imp = jnp.clip(imp, floor, MAXIMP)
-    k, b = stiffness_damping(m, solref, solimp)
-    jv = efc.J[rows] @ d.qvel
-    aref = -b * jv + k * imp * position_term(r, cfd.sharpness)
-    # D = 1 / R with R = w (1 - d) / d >= MINVAL, written without dividing by d (0 with floor 0)
-    efc_cfd = jnp.minimum(imp / (weight * (1.0 - imp)), 1.0 / MINVAL)
-    return _mjx.with_efc(
-        shifted,
-        efc_D=efc.D.at[rows].set(jnp.where(active, efc_cfd, efc.D[rows])),
-        efc_aref=efc.aref.at[rows].set(jnp.where(active, aref, 0.0)),
-    )

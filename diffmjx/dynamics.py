@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from diffmjx import _mjx, collision, constraint, manifold, solver, tendon
+from diffmjx import _mjx, cfd, collision, constraint, manifold, solver, tendon
 from diffmjx.checks import validate
 from diffmjx.config import Config
 from diffmjx.impedance import MINIMP
@@ -23,13 +23,11 @@ from diffmjx.impedance import MINIMP
 __all__ = [
     "State",
     "act_limits",
-    "cfd_contacts",
     "clamp_act",
     "forward",
     "forward_unchecked",
     "muscle_model",
     "stages",
-    "straight_through",
     "vector_field",
 ]
 
@@ -42,65 +40,58 @@ class State(NamedTuple):
     act: jax.Array  # (na,)
 
 
-def straight_through(forward_value, backward_value):
-    """One function's values, another's derivatives: leaf by leaf ``sg(f) + b - sg(b)``.
-
-    With MJX's accelerations as ``forward_value`` and the contacts-from-distance accelerations as
-    ``backward_value``, the trajectory stays physical while gradients see forces between bodies
-    that do not touch (paper Sec. 4, eq. 4).
-
-    Arguments:
-        forward_value: pytree whose values the result takes.
-        backward_value: pytree of the same structure whose derivatives the result takes.
-
-    Returns:
-        A pytree equal to ``forward_value`` with the derivatives of ``backward_value``.
-    """
-    sg = jax.lax.stop_gradient
-    return jax.tree.map(lambda f, b: sg(f) + (b - sg(b)), forward_value, backward_value)
-
-
 def stages(cfg: Config, remat_iterations: bool = True) -> list[tuple[str, object]]:
-    """The stages of :func:`forward` without contacts from distance, in order, as ``(name, fn(m, d) -> d)``.
-
-    Composing them gives :func:`forward`'s accelerations for a config with ``cfd.enabled`` off
-    (``experiments/benchmark_vjp`` times them one by one).
+    """The stages of :func:`forward`, in order, as ``(name, fn(m, d) -> d)``: composing them is
+    :func:`forward_unchecked` (``experiments/benchmark_vjp`` times them one by one).
 
     Arguments:
-        cfg: :class:`diffmjx.Config` (collision and the solver section are read).
+        cfg: :class:`diffmjx.Config` (the collision, muscle, solver and cfd sections are read).
         remat_iterations: passed to :func:`diffmjx.solver.solve`.
 
     Returns:
         A list of ``(name, stage)`` pairs: MJX's position stages (with :mod:`diffmjx.tendon`'s
-        tendon stage, and the smoothed collision stage under ``collision.smooth``), sensors, velocity, actuation and acceleration stages, the
-        impedance floor where it differs from MuJoCo's, the constraint solve and the acceleration
-        sensors.
+        tendon stage, :func:`diffmjx.constraint.make_constraint`'s rows and the collision stage
+        of :func:`diffmjx.collision.stage`), sensors, velocity, actuation and acceleration
+        stages; then, on constraint rows, the impedance floor where it differs from MuJoCo's,
+        the constraint solve (with ``cfd.enabled``, :func:`diffmjx.cfd.accelerations`) and the
+        acceleration sensors. A ``d`` without constraint rows skips those three: its ``qacc``
+        is ``qacc_smooth``.
     """
+    sc = cfg.solver
     out = [
-        *_mjx.position_stages(_collide(cfg), tendon.tendon, constraint.make_constraint),
+        *_mjx.position_stages(collision.stage(cfg.collision), tendon.tendon, constraint.make_constraint),
         ("sensor_pos", _mjx.sensor_pos),
         ("fwd_velocity", _mjx.fwd_velocity),
         ("sensor_vel", _mjx.sensor_vel),
         ("fwd_actuation", lambda m, d: _mjx.fwd_actuation(muscle_model(m, cfg.muscle), d)),
         ("fwd_acceleration", _mjx.fwd_acceleration),
     ]
-    floor = cfg.solver.impedance_floor
-    if floor != MINIMP:
-        out.append(("impedance_floor", lambda m, d: constraint.with_impedance_floor(m, d, floor)))
-    sc = cfg.solver
-    out.append(("solve", lambda m, d: solver.solve(solve_model(m, sc), d, sc.gradient, remat_iterations)))
-    out.append(("sensor_acc", _mjx.sensor_acc))
+    if sc.impedance_floor != MINIMP:
+        out.append(("impedance_floor", _on_rows(lambda m, d: constraint.with_impedance_floor(m, d, sc.impedance_floor))))
+    if cfg.cfd.enabled:
+
+        def solve(m, d):  # MJX's rows and CFD's, straight-through
+            return cfd.accelerations(m, d, cfg, remat_iterations)
+
+    else:
+
+        def solve(m, d):  # the solve's budget is solver.solve_model's; every other stage keeps m
+            return solver.solve(solver.solve_model(m, sc), d, sc.gradient, remat_iterations)
+
+    out.append(("solve", _on_rows(solve, without=lambda m, d: d.replace(qacc=d.qacc_smooth))))
+    out.append(("sensor_acc", _on_rows(_mjx.sensor_acc)))
     return out
 
 
-def _collide(cfg: Config):
-    """The collision stage: MJX's (None) unless ``collision.smooth``, ``collision.plane_box``,
-    ``collision.plane_cylinder`` or ``collision.box_box`` asks for DiffMJX's functions."""
-    c = cfg.collision
-    if not c.smooth and c.plane_box == "mjx" and c.plane_cylinder == "mjx" and c.box_box == "mjx":
-        return None
-    sharp = c.sharpness if c.smooth else None
-    return lambda m, d: collision.collide(m, d, sharp, c.plane_box, c.plane_cylinder, c.box_box)
+def _on_rows(stage, without=None):
+    """``stage`` for a ``d`` with constraint rows; ``without`` (default: nothing) for one without."""
+
+    def run(m, d):
+        if _mjx.efc(d).J.size == 0:
+            return d if without is None else without(m, d)
+        return stage(m, d)
+
+    return run
 
 
 def forward(m, d, cfg: Config | None = None):
@@ -110,8 +101,9 @@ def forward(m, d, cfg: Config | None = None):
     impedance :func:`diffmjx.constraint.make_constraint`'s (same values, finite derivatives), the
     constraint solve is :mod:`diffmjx.solver`'s, and with
     ``collision.smooth`` the collision stage uses :mod:`diffmjx.collision`'s smoothed functions.
-    With ``cfd.enabled`` the contacts-from-distance rows of :func:`diffmjx.constraint.from_distance`
-    give the derivatives (straight-through) or, with ``cfd.in_forward``, the accelerations.
+    With ``cfd.enabled`` the constraint solve is :func:`diffmjx.cfd.accelerations`: the
+    contacts-from-distance rows give the derivatives (straight-through) or, with
+    ``cfd.in_forward``, the accelerations. The stages are :func:`stages`.
 
     Arguments:
         m: ``mjx.Model``.
@@ -125,19 +117,6 @@ def forward(m, d, cfg: Config | None = None):
     cfg = Config() if cfg is None else cfg
     validate(m, cfg)
     return forward_unchecked(m, d, cfg)
-
-
-def solve_model(m, s):
-    """``m`` with the constraint solve's iteration budget and tolerance that ``s`` asks for.
-
-    The solve runs at least ``s.min_iterations`` iterations and stops at a tolerance no looser than
-    ``s.max_tolerance``; ``m`` is returned as it is when the model's own settings already meet both.
-    """
-    it = max(int(m.opt.iterations), s.min_iterations)
-    if it == m.opt.iterations and s.max_tolerance >= 1.0:
-        return m
-    tol = jnp.minimum(m.opt.tolerance, s.max_tolerance)
-    return m.replace(opt=m.opt.replace(iterations=it, tolerance=tol))
 
 
 def muscle_model(m, mc):
@@ -157,47 +136,11 @@ def muscle_model(m, mc):
 
 
 def forward_unchecked(m, d, cfg: Config):
-    """:func:`forward` without the up-front checks (they ran once, before tracing)."""
-    d = _mjx.fwd_position_with(m, d, _collide(cfg), tendon.tendon, constraint.make_constraint)
-    d = _mjx.sensor_pos(m, d)
-    d = _mjx.fwd_velocity(m, d)
-    d = _mjx.sensor_vel(m, d)
-    d = _mjx.fwd_actuation(muscle_model(m, cfg.muscle), d)
-    d = _mjx.fwd_acceleration(m, d)
-    if _mjx.efc(d).J.size == 0:
-        return d.replace(qacc=d.qacc_smooth)
-    if cfg.solver.impedance_floor != MINIMP:
-        d = constraint.with_impedance_floor(m, d, cfg.solver.impedance_floor)
-    ms = solve_model(m, cfg.solver)  # the solve's budget; every other stage keeps m
-    if cfg.cfd.enabled:
-        # contacts from distance: CFD rows on the same positions and velocities
-        rows = constraint.from_distance(m, cfd_contacts(m, d, cfg), cfg.cfd, cfg.solver.impedance_floor)
-        d_cfd = solver.solve(ms, rows, cfg.solver.gradient)
-        if cfg.cfd.in_forward:
-            return _mjx.sensor_acc(m, d_cfd)
-        d = solver.solve(ms, d, cfg.solver.gradient)
-        # straight-through: MJX's accelerations forward, CFD's derivatives backward; the constraint
-        # force as well, which MJX's Euler (with Euler damping, MuJoCo's default) and implicit
-        # integrators turn into the acceleration again (M^-1 (qfrc_smooth + qfrc_constraint))
-        d = d.replace(
-            qacc=straight_through(d.qacc, d_cfd.qacc),
-            qfrc_constraint=straight_through(d.qfrc_constraint, d_cfd.qfrc_constraint),
-        )
-        return _mjx.sensor_acc(m, d)
-    d = solver.solve(ms, d, cfg.solver.gradient)
-    return _mjx.sensor_acc(m, d)
-
-
-def cfd_contacts(m, d, cfg: Config):
-    """``d`` with the contacts contacts-from-distance builds its rows from.
-
-    With ``collision.smooth`` these are the forward's own. Without it, MJX's contacts serve the
-    forward, but CFD takes DiffMJX's collision functions (at ``collision.sharpness``) for the pairs
-    that have one: for a box above a plane, MJX's plane-box reports four vertices that are not the
-    lowest ones (its manifold rule assumes penetration), so CFD would pull on the wrong corners.
-    """
-    c = cfg.collision
-    return d if c.smooth else collision.collide(m, d, c.sharpness, c.plane_box, c.plane_cylinder)
+    """:func:`forward` without the up-front checks (they ran once, before tracing): the
+    composition of :func:`stages`."""
+    for _, stage in stages(cfg):
+        d = stage(m, d)
+    return d
 
 
 def act_limits(m):

@@ -1,4 +1,4 @@
-r"""Differentiable constraint solve: it solves the rows :mod:`diffmjx.constraint` built, never builds them.
+r"""Differentiable constraint solve: it solves the rows :mod:`diffmjx.constraint` (or :mod:`diffmjx.cfd`) built, never builds them.
 
 MuJoCo's constraint forces minimise the convex Gauss cost
 
@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from diffmjx import _mjx
 from diffmjx.config import GRADIENTS
 
-__all__ = ["ConstraintState", "constraint_state", "solve"]
+__all__ = ["ConstraintState", "constraint_state", "solve", "solve_model"]
 
 
 def _warmstart(m, d):
@@ -143,6 +143,26 @@ def _solve_implicit(m, d):
     qfrc = efc_jl.T @ f_out
     d = d.replace(qacc=qacc_out, qfrc_constraint=sol.qfrc_constraint + (qfrc - sg(qfrc)))
     return _mjx.with_efc_force(d, efc_force)
+
+
+def solve_model(m, s):
+    """``m`` with the constraint solve's iteration budget and tolerance that ``s`` asks for.
+
+    The solve runs at least ``s.min_iterations`` iterations and stops at a tolerance no looser than
+    ``s.max_tolerance``; ``m`` is returned as it is when the model's own settings already meet both.
+
+    Arguments:
+        m: ``mjx.Model``.
+        s: the ``solver`` section of :class:`diffmjx.Config`.
+
+    Returns:
+        ``m``, or a copy with ``opt.iterations`` and ``opt.tolerance`` replaced.
+    """
+    it = max(int(m.opt.iterations), s.min_iterations)
+    if it == m.opt.iterations and s.max_tolerance >= 1.0:
+        return m
+    tol = jnp.minimum(m.opt.tolerance, s.max_tolerance)
+    return m.replace(opt=m.opt.replace(iterations=it, tolerance=tol))
 
 
 def solve(m, d, gradient: str = "unroll", remat_iterations: bool = True):

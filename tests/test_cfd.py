@@ -217,7 +217,7 @@ def test_cfd_rows_of_a_hovering_box_come_from_its_lowest_corners():
 def test_cfd_rows_fade_out_at_w_c_with_impedance_floor_zero(floor):
     """With solver.impedance_floor = 0 and d_c = 0 a row's impedance goes to 0 as r -> w_c (the
     row switches off continuously); with MuJoCo's floor it stays at 1e-4 up to w_c and jumps."""
-    from cfd import make_constraint
+    from cfd import distance_rows
     from diffmjx import _mjx, constraint
     from diffmjx.scenes import primitive
 
@@ -228,7 +228,7 @@ def test_cfd_rows_fade_out_at_w_c_with_impedance_floor_zero(floor):
     def impedance(height):  # of the ball's contact rows: d = 1 / (1 + w D^-1) from D and the row weight w
         d = mjx.forward(mx, mjx.make_data(mx).replace(qpos=jnp.array([0.0, 0.0, height, 1.0, 0.0, 0.0, 0.0])))
         rows, _ = constraint.contact_rows(mx, _mjx.contact(d))
-        efc_d = np.asarray(_mjx.efc(make_constraint(mx, d, cfg, floor))[1])[rows]
+        efc_d = np.asarray(_mjx.efc(distance_rows(mx, d, cfg, floor))[1])[rows]
         deep = mjx.forward(mx, d.replace(qpos=d.qpos.at[2].set(0.0))) # 5 cm deep: MJX's impedance 0.95
         weight = (1 / np.asarray(_mjx.efc(deep)[1])[rows]) * 0.95 / 0.05
         return efc_d * weight / (1 + efc_d * weight)

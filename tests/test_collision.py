@@ -260,8 +260,10 @@ def test_plane_box_deepest_keeps_every_penetrating_corner():
     truth = box_corner_heights(mx, qpos)[:4]
     d = mjx.make_data(mx).replace(qpos=qpos)
     stock = np.asarray(collision.detect(mx, d).dist)
-    deepest = np.asarray(collision.detect(mx, d, None, "deepest").dist)
-    smooth_deepest = np.asarray(collision.detect(mx, d, 1e4, "deepest").dist)
+    rules = diffmjx.CollisionConfig(plane_box="deepest", plane_cylinder="mjx", box_box="mjx")
+    deepest = np.asarray(collision.detect(mx, d, rules).dist)
+    smooth = diffmjx.CollisionConfig(smooth=True, sharpness=1e4, plane_box="deepest", plane_cylinder="mjx", box_box="mjx")
+    smooth_deepest = np.asarray(collision.detect(mx, d, smooth).dist)
     assert (stock < 0).sum() == 1  # MJX drops the second penetrating corner
     np.testing.assert_allclose(np.sort(deepest), truth, atol=1e-12)
     np.testing.assert_allclose(np.sort(smooth_deepest), truth, atol=1e-12)
@@ -296,8 +298,9 @@ def test_plane_cylinder_deepest_keeps_the_far_end_in_contact():
     np.testing.assert_allclose(float(np.asarray(_kinematics("cylinder")(d, qpos).geom_xmat[1])[2, 2]), a_z, atol=1e-12)
     stock = np.asarray(collision.detect(mx, d).dist)
     assert (stock < 0).sum() == 1  # MJX drops the far end
-    for sharpness in (None, 1e4):
-        dist = np.sort(np.asarray(collision.detect(mx, d, sharpness, "mjx", "deepest").dist))
+    for smooth in (False, True):
+        rules = diffmjx.CollisionConfig(smooth=smooth, sharpness=1e4, plane_box="mjx", plane_cylinder="deepest", box_box="mjx")
+        dist = np.sort(np.asarray(collision.detect(mx, d, rules).dist))
         np.testing.assert_allclose(dist[:2], truth, atol=1e-12)
         assert dist[2] > 0.01  # the third slot: the near disk's 120-degree point, well above
     cfg = diffmjx.Config()
@@ -358,7 +361,8 @@ def _ball_scene(xml):
     d0 = mjx.make_data(mx)
 
     def contact(qpos):
-        c = collision.detect(mx, d0.replace(qpos=qpos), None, plane_box="deepest")
+        rules = diffmjx.CollisionConfig(plane_box="deepest", plane_cylinder="mjx", box_box="mjx")
+        c = collision.detect(mx, d0.replace(qpos=qpos), rules)
         return c.dist[0], c.pos[0], c.frame[0]
 
     return mj, jax.jit(contact), jax.jit(jax.jacrev(lambda q: contact(q)[0]))
@@ -478,7 +482,8 @@ def capsule_box_scene():
     d0 = mjx.make_data(mx)
 
     def contact(qpos, rule="deepest"):  # "mjx": MJX's own collision stage
-        c = collision.detect(mx, d0.replace(qpos=qpos), None, plane_box=rule, plane_cylinder=rule)
+        rules = diffmjx.CollisionConfig(plane_box=rule, plane_cylinder=rule, box_box="mjx")
+        c = collision.detect(mx, d0.replace(qpos=qpos), rules)
         return c.dist, c.pos, c.frame
 
     return (mj, jax.jit(contact), jax.jit(functools.partial(contact, rule="mjx")),

@@ -97,7 +97,7 @@ def test_default_solve_is_converged(scene):
     scale = np.abs(converged).max()
     np.testing.assert_allclose(ours, converged, rtol=0, atol=1e-8 * scale)
     assert np.abs(one - converged).max() > 1e-2 * scale  # one iteration stops short (9 % measured)
-    assert diffmjx.dynamics.solve_model(mx, diffmjx.Config().override(*MJX_SOLVE).solver) is mx
+    assert diffmjx.solver.solve_model(mx, diffmjx.Config().override(*MJX_SOLVE).solver) is mx
 
 
 def _touchdown_qacc(mx, d, depth, floor):

@@ -3,9 +3,10 @@
 Modules, bottom up: :mod:`~diffmjx.collision.soft` (sigmoid and C1 blends),
 :mod:`~diffmjx.collision.frames` (contact-frame helpers), :mod:`~diffmjx.collision.pairs` and
 :mod:`~diffmjx.collision.box_box` (the smoothed pair functions; neither imports the other), and
-:mod:`~diffmjx.collision.driver` (the table of smoothed pairs and the collision stage).
+:mod:`~diffmjx.collision.driver` (the table of smoothed pairs and the collision stage, configured by one
+:class:`diffmjx.config.CollisionConfig`).
 """
 
-from diffmjx.collision.driver import SMOOTHED_PAIRS, check_model, collide, detect, table
+from diffmjx.collision.driver import SMOOTHED_PAIRS, check_model, collide, detect, stage, table
 
-__all__ = ["SMOOTHED_PAIRS", "check_model", "collide", "detect", "table"]
+__all__ = ["SMOOTHED_PAIRS", "check_model", "collide", "detect", "stage", "table"]

@@ -3,7 +3,10 @@
 As MJX's ``collision_driver``: the table of which geom pairs use which function lives here.
 :func:`collide` is MJX's collision stage with the smoothed functions of
 :mod:`diffmjx.collision.pairs` and :mod:`diffmjx.collision.box_box` in place of MJX's for those
-pairs; every other pair keeps MJX's function. :func:`check_model` rejects, up front, what this
+pairs; every other pair keeps MJX's function. Which functions is set by one typed object, the
+``collision`` section of :class:`diffmjx.Config` (:class:`diffmjx.config.CollisionConfig`:
+``smooth``, ``sharpness`` and the three pair rules); :func:`stage` picks MJX's stage or
+:func:`collide` for it. :func:`check_model` rejects, up front, what this
 stage cannot collide.
 """
 
@@ -29,9 +32,9 @@ from diffmjx.collision.pairs import (
     sphere_capsule,
     sphere_cylinder,
 )
-from diffmjx.config import BOX_BOX_RULES, PLANE_BOX_RULES, PLANE_CYLINDER_RULES
+from diffmjx.config import CollisionConfig
 
-__all__ = ["SMOOTHED_PAIRS", "check_model", "collide", "detect", "table"]
+__all__ = ["SMOOTHED_PAIRS", "check_model", "collide", "detect", "stage", "table"]
 
 _G = _mjx.GeomType
 # (geom types, MJX collider, contacts per pair, smoothed function)
@@ -47,35 +50,28 @@ SMOOTHED_PAIRS = tuple(types for types, *_ in _SMOOTHED)
 """Geom-type pairs that have a smoothed collision function."""
 
 
-def table(sharpness: float | None, plane_box: str = "mjx", plane_cylinder: str = "mjx", box_box: str = "mjx") -> dict:
+def table(rules: CollisionConfig) -> dict:
     """DiffMJX's collision functions, keyed by MJX geom-type pairs; other pairs keep MJX's.
 
     Arguments:
-        sharpness: smoothing sharpness in 1/m (larger is closer to MJX's exact geometry); None
-            for no smoothed functions.
-        plane_box: ``deepest`` replaces the plane-box function by
-            :func:`~diffmjx.collision.pairs.plane_box_deepest` (with or without smoothing);
-            ``mjx`` keeps MJX's vertex rule (smoothed under ``sharpness``). See
-            ``collision.plane_box`` in :class:`diffmjx.Config`.
-        plane_cylinder: ``deepest`` replaces the plane-cylinder function by
-            :func:`~diffmjx.collision.pairs.plane_cylinder_deepest` (smoothed under ``sharpness``);
-            ``mjx`` keeps MJX's rule (``collision.plane_cylinder``).
-        box_box: ``clipped`` replaces MJX's box-box by
-            :func:`~diffmjx.collision.box_box.box_box_clipped` where nothing is smoothed
-            (``sharpness`` None); under smoothing the smoothed blend of MJX's rule is used
-            (``collision.box_box``).
+        rules: the ``collision`` section of :class:`diffmjx.Config`:
+
+            * ``smooth``: the smoothed functions of :data:`SMOOTHED_PAIRS` at ``sharpness`` (1/m;
+              larger is closer to MJX's exact geometry); off: none of them.
+            * ``plane_box``: ``deepest`` replaces the plane-box function by
+              :func:`~diffmjx.collision.pairs.plane_box_deepest` (with or without smoothing);
+              ``mjx`` keeps MJX's vertex rule (smoothed under ``smooth``).
+            * ``plane_cylinder``: ``deepest`` replaces the plane-cylinder function by
+              :func:`~diffmjx.collision.pairs.plane_cylinder_deepest` (smoothed under ``smooth``);
+              ``mjx`` keeps MJX's rule.
+            * ``box_box``: ``clipped`` replaces MJX's box-box by
+              :func:`~diffmjx.collision.box_box.box_box_clipped` where nothing is smoothed; under
+              ``smooth`` the smoothed blend of MJX's rule is used whatever this says.
 
     Returns:
         ``{(GeomType, GeomType): collider}``, each collider with MJX's signature and contact count.
     """
-    if plane_box not in PLANE_BOX_RULES:
-        raise ValueError(f"plane_box={plane_box!r} is invalid; allowed: {', '.join(PLANE_BOX_RULES)}")
-    if plane_cylinder not in PLANE_CYLINDER_RULES:
-        raise ValueError(
-            f"plane_cylinder={plane_cylinder!r} is invalid; allowed: {', '.join(PLANE_CYLINDER_RULES)}"
-        )
-    if box_box not in BOX_BOX_RULES:
-        raise ValueError(f"box_box={box_box!r} is invalid; allowed: {', '.join(BOX_BOX_RULES)}")
+    sharpness = rules.sharpness if rules.smooth else None
     out = {}
     if sharpness is not None:
         out = {
@@ -89,12 +85,12 @@ def table(sharpness: float | None, plane_box: str = "mjx", plane_cylinder: str =
     # MJX's sphere-box and capsule-box report distance 1 for any separated pose: no contacts from distance
     out[(_G.SPHERE, _G.BOX)] = _mjx.primitive_collider(ncon=1)(functools.partial(sphere_box, sharpness=sharpness))
     out[(_G.CAPSULE, _G.BOX)] = _mjx.convex_collider(ncon=2)(functools.partial(capsule_box, sharpness=sharpness))
-    if plane_box == "deepest":
+    if rules.plane_box == "deepest":
         out[(_G.PLANE, _G.BOX)] = _mjx.convex_collider(ncon=4)(plane_box_deepest)
-    if plane_cylinder == "deepest":
+    if rules.plane_cylinder == "deepest":
         fn = functools.partial(plane_cylinder_deepest, sharpness=sharpness)
         out[(_G.PLANE, _G.CYLINDER)] = _mjx.primitive_collider(ncon=3)(fn)
-    if box_box == "clipped" and sharpness is None:
+    if rules.box_box == "clipped" and sharpness is None:
         out[(_G.BOX, _G.BOX)] = _mjx.convex_collider(ncon=4)(box_box_clipped)
     return out
 
@@ -129,23 +125,20 @@ def check_model(m) -> None:
             )
 
 
-def collide(m, d, sharpness: float | None, plane_box: str = "mjx", plane_cylinder: str = "mjx", box_box: str = "mjx"):
+def collide(m, d, rules: CollisionConfig):
     """Collision stage ``(m, d) -> d`` with DiffMJX's functions (:func:`table`) where we have them.
 
     Arguments:
         m: ``mjx.Model``.
         d: ``mjx.Data`` after kinematics.
-        sharpness: smoothing sharpness in 1/m (``collision.sharpness``); None: no smoothing.
-        plane_box: ``collision.plane_box``.
-        plane_cylinder: ``collision.plane_cylinder``.
-        box_box: ``collision.box_box``.
+        rules: the ``collision`` section of :class:`diffmjx.Config` (see :func:`table`).
 
     Returns:
         ``d`` with its contacts (MJX's layout: grouped by condim, then by geom-type pair).
     """
     if _mjx.ncon(d) == 0:
         return d
-    smoothed = table(sharpness, plane_box, plane_cylinder, box_box)
+    smoothed = table(rules)
     by_condim: dict[int, list] = {}
     for key, contact in _mjx.contact_groups(m, d).items():
         fn = smoothed.get(key.types) or _mjx.MJX_COLLISION_TABLE[key.types]
@@ -157,25 +150,35 @@ def collide(m, d, sharpness: float | None, plane_box: str = "mjx", plane_cylinde
     return _mjx.with_contact(d, jax.tree.map(lambda *x: jnp.concatenate(x), *contacts))
 
 
-def detect(
-    m, d, sharpness: float | None = None, plane_box: str = "mjx", plane_cylinder: str = "mjx", box_box: str = "mjx"
-):
-    """Contacts at ``d``'s positions: kinematics, then the collision stage.
+def stage(rules: CollisionConfig | None):
+    """The collision stage ``(m, d) -> d`` that :func:`diffmjx.forward` runs under ``rules``.
+
+    Arguments:
+        rules: the ``collision`` section of :class:`diffmjx.Config`, or None.
+
+    Returns:
+        MJX's own collision stage where ``rules`` is None or asks for nothing of DiffMJX's
+        (``smooth`` off and the three rules ``mjx``); else :func:`collide` under ``rules``.
+    """
+    if rules is None or (
+        not rules.smooth and rules.plane_box == "mjx" and rules.plane_cylinder == "mjx" and rules.box_box == "mjx"
+    ):
+        return _mjx.collision
+    return functools.partial(collide, rules=rules)
+
+
+def detect(m, d, rules: CollisionConfig | None = None):
+    """Contacts at ``d``'s positions: kinematics, then the collision stage of :func:`stage`.
 
     Arguments:
         m: ``mjx.Model``.
         d: ``mjx.Data`` (only ``qpos`` and the mocap poses are read).
-        sharpness: None for MJX's own collision functions, else the smoothed stage at this
-            sharpness (1/m).
-        plane_box: ``collision.plane_box``.
-        plane_cylinder: ``collision.plane_cylinder``.
-        box_box: ``collision.box_box``; ``mjx`` for the three rules with ``sharpness=None`` (the
-            defaults) is MJX's collision stage unchanged.
+        rules: the ``collision`` section of :class:`diffmjx.Config`; None (the default) for MJX's
+            collision stage unchanged, as does a section with ``smooth`` off and the three rules
+            ``mjx``.
 
     Returns:
         The ``mjx`` contact struct (``dist``, ``pos``, ``frame``, ``geom``, ...), one entry per slot.
     """
     d = _mjx.kinematics(m, d)
-    stock = sharpness is None and plane_box == "mjx" and plane_cylinder == "mjx" and box_box == "mjx"
-    d = _mjx.collision(m, d) if stock else collide(m, d, sharpness, plane_box, plane_cylinder, box_box)
-    return _mjx.contact(d)
+    return _mjx.contact(stage(rules)(m, d))

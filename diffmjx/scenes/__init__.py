@@ -30,7 +30,7 @@ import numpy as np
 
 from diffmjx import collision
 from diffmjx._mjx import mjx
-from diffmjx.config import Config
+from diffmjx.config import CollisionConfig, Config
 from diffmjx.integrate import rollout
 from diffmjx.reference import c_engine_rk4
 
@@ -116,9 +116,12 @@ def contacts_fn(mx: mjx.Model, smooth: bool, sharpness: float):
     """``qpos -> (dist, pos, frame)`` of every contact slot: MJX's collision stage, or with
     ``smooth`` DiffMJX's smoothed one at ``sharpness``. Not jitted; wrap it in ``jit``/``vmap``."""
     d0 = mjx.make_data(mx)
+    rules = None  # MJX's collision stage
+    if smooth:
+        rules = CollisionConfig(smooth=True, sharpness=sharpness, plane_box="mjx", plane_cylinder="mjx", box_box="mjx")
 
     def contacts(qpos):
-        c = collision.detect(mx, d0.replace(qpos=qpos), sharpness if smooth else None)
+        c = collision.detect(mx, d0.replace(qpos=qpos), rules)
         return c.dist, c.pos, c.frame
 
     return contacts
