@@ -1,4 +1,6 @@
-"""One-way layers: each public package imports on its own, and no project module imports itself back.
+"""One-way layers: each public package imports on its own, no project module imports itself back,
+and inside ``diffmjx`` every import goes down (or sideways) the ordered list of layers
+:data:`LAYERS`.
 
 The import graph is read from the source (``ast``), so a cycle fails here even where the import
 order happens to make it work at run time.
@@ -13,6 +15,29 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("diffmjx", "cfd", "experiments")
+
+# The library's internal layers, bottom first (names relative to ``diffmjx``; ``__init__`` is the
+# package itself). A module may import modules of its own layer or of layers below it, never above.
+# A new module must be placed here; submodules of the packages in NESTED take their parent's layer.
+LAYERS = (
+    ("_mjx", "config", "runtime", "profiling"),  # MJX internals, typed config, process settings
+    ("impedance",),  # MuJoCo's solimp spline
+    ("constraint", "solver", "tendon", "manifold"),  # rows, their solve, tendon stage, joint manifold
+    ("collision.soft",),  # smoothed collision, bottom up ...
+    ("collision.frames",),
+    ("collision.pairs", "collision.box_box"),
+    ("collision.driver",),
+    ("collision",),  # ... up to its package
+    ("checks",),  # up-front validation
+    ("cfd",),  # contacts from distance
+    ("dynamics",),  # the vector field: forward
+    ("integrate",),  # step, rollout
+    ("gradcheck", "reference"),  # gradient checks, C-engine references
+    ("scenes",),  # scenes and their helpers
+    ("mpc", "sysid"),  # applications over the core
+    ("__init__",),  # the public API
+)
+NESTED = ("scenes", "sysid")
 
 
 def _module_name(root: Path, path: Path) -> str:
@@ -71,6 +96,35 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+def layer_of(module: str, layers=LAYERS, nested=NESTED, package: str = "diffmjx") -> int | None:
+    """Index in ``layers`` of ``module`` (a full dotted name under ``package``), or None if unplaced."""
+    name = "__init__" if module == package else module.removeprefix(f"{package}.")
+    for parent in nested:
+        if name.startswith(f"{parent}."):
+            name = parent
+    return next((i for i, layer in enumerate(layers) if name in layer), None)
+
+
+def layer_violations(graph: dict[str, set[str]], layers=LAYERS, nested=NESTED, package: str = "diffmjx") -> list[str]:
+    """Messages for every module of ``package`` missing from ``layers``, every name in ``layers``
+    that is no module, and every import of a module in a higher layer."""
+    mods = {m for m in graph if m == package or m.startswith(f"{package}.")}
+    out = [
+        f"{m} is in no layer: place it in LAYERS (tests/test_layers.py)"
+        for m in sorted(mods)
+        if layer_of(m, layers, nested, package) is None
+    ]
+    known = {"__init__" if m == package else m.removeprefix(f"{package}.") for m in mods}
+    out += [f"LAYERS names {n!r}, which is no module of {package}" for layer in layers for n in layer if n not in known]
+    for m in sorted(mods):
+        here = layer_of(m, layers, nested, package)
+        for d in sorted(graph[m] & mods):
+            there = layer_of(d, layers, nested, package)
+            if here is not None and there is not None and there > here:
+                out.append(f"{m} (layer {here}) imports {d} (layer {there}), which sits above it")
+    return out
+
+
 def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     """Top-level package -> the other top-level packages its modules import."""
     out: dict[str, set[str]] = {}
@@ -82,7 +136,9 @@ def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
 
 @pytest.mark.parametrize("package", ["diffmjx", "cfd", "diffmjx.collision", "diffmjx.scenes", "diffmjx.reference"])
 def test_public_package_imports_in_a_fresh_interpreter(package):
-    run = subprocess.run([sys.executable, "-c", f"import {package}"], cwd=ROOT, capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, "-c", f"import {package}"], cwd=ROOT, capture_output=True, text=True, check=False
+    )
     assert run.returncode == 0, run.stderr
 
 
@@ -105,6 +161,41 @@ def test_layers_import_one_way():
     assert "diffmjx.collision.pairs" not in graph["diffmjx.collision.box_box"]
 
 
+def test_library_modules_import_down_the_layers():
+    """Inside ``diffmjx`` every import goes to the importer's layer or one below it (:data:`LAYERS`),
+    and every module is placed: ``_mjx`` and ``config`` at the bottom, then the solimp spline, rows
+    and solve, the collision stage, checks, contacts from distance, the vector field, integration,
+    and the applications on top."""
+    graph = import_graph(ROOT, ("diffmjx",))
+    assert "diffmjx.cfd" in graph["diffmjx.dynamics"]
+    problems = layer_violations(graph)
+    assert not problems, "\n".join(problems)
+
+
+def test_layer_check_fails_on_an_upward_import_and_an_unplaced_module():
+    """The checker itself, on a made-up graph: a low module importing a high one is caught, a
+    module in no layer is named, a nested package's new submodule takes its parent's layer, and a
+    stale name in the list is reported."""
+    layers = (("_mjx", "config"), ("dynamics",), ("sysid",), ("__init__",))
+    graph = {
+        "pkg": {"pkg.dynamics"},
+        "pkg._mjx": set(),
+        "pkg.config": {"pkg._mjx"},
+        "pkg.dynamics": {"pkg.config"},
+        "pkg.sysid": {"pkg.sysid.loss"},
+        "pkg.sysid.loss": {"pkg.dynamics", "pkg.sysid"},  # new submodule: the sysid layer
+    }
+    assert layer_violations(graph, layers, ("sysid",), "pkg") == []
+    graph["pkg.config"] = {"pkg.dynamics"}
+    graph["pkg.newmod"] = set()
+    problems = layer_violations(graph, (*layers, ("gone",)), ("sysid",), "pkg")
+    assert problems == [
+        "pkg.newmod is in no layer: place it in LAYERS (tests/test_layers.py)",
+        "LAYERS names 'gone', which is no module of pkg",
+        "pkg.config (layer 0) imports pkg.dynamics (layer 1), which sits above it",
+    ]
+
+
 def test_cycle_check_fails_on_a_reintroduced_cycle(tmp_path):
     """The checker itself: today's layout of two packages that import each other is caught, both as
     a module cycle and as packages that import both ways."""
@@ -114,7 +205,9 @@ def test_cycle_check_fails_on_a_reintroduced_cycle(tmp_path):
     (tmp_path / "core" / "dynamics.py").write_text("from plugin import rows\n\ndef forward(): ...\n")
     (tmp_path / "core" / "consts.py").write_text("FLOOR = 1e-4\n")
     (tmp_path / "plugin" / "__init__.py").write_text("from plugin.rows import rows\n")
-    (tmp_path / "plugin" / "rows.py").write_text("from core.consts import FLOOR\nfrom . import helper\n\ndef rows(): ...\n")
+    (tmp_path / "plugin" / "rows.py").write_text(
+        "from core.consts import FLOOR\nfrom . import helper\n\ndef rows(): ...\n"
+    )
     (tmp_path / "plugin" / "helper.py").write_text("import core\n")
     graph = import_graph(tmp_path, ("core", "plugin"))
     assert graph["plugin.rows"] == {"core.consts", "plugin.helper"}
