@@ -1,7 +1,9 @@
 """The one module that reaches into ``mujoco.mjx._src``.
 
 DiffMJX reuses MJX's pipeline stages and solver internals instead of forking them. Every private
-name we depend on is imported here, so an MJX upgrade (pinned in ``pyproject.toml``) touches one file.
+name we depend on is imported here, and every private field of ``mjx.Model`` / ``mjx.Data``
+(``_impl``) the library reads or writes is reached through a function here, so an MJX upgrade
+(pinned in ``pyproject.toml``) touches one file. Other modules use ``_mjx.<function or constant>``.
 """
 
 import contextlib
@@ -9,6 +11,7 @@ import io
 from typing import NamedTuple
 
 import jax
+import numpy as np
 
 with contextlib.redirect_stdout(io.StringIO()):
     # MJX prints a notice when its optional Warp backend is absent; keep user output clean.
@@ -39,6 +42,8 @@ __all__ = [
     "Rows",
     "SolverContext",
     "SolverType",
+    "TendonFields",
+    "WrapInside",
     "clip_polygon",
     "collision",
     "contact",
@@ -81,10 +86,13 @@ __all__ = [
     "solver_update_constraint",
     "solver_update_gradient",
     "tendon",
+    "tendon_fields",
     "with_contact",
     "with_efc",
     "with_efc_force",
+    "with_tendon",
     "with_timestep",
+    "wrap_inside",
 ]
 
 Model = mjx.Model
@@ -199,6 +207,40 @@ def contact(d: Data):
 
 def with_contact(d: Data, c) -> Data:
     return d.tree_replace({"_impl.contact": c})
+
+
+class TendonFields(NamedTuple):
+    """MJX's private tendon fields of a ``Data``: moment arms and the wrap path the viewer reads."""
+
+    ten_J: jax.Array  # (ntendon, nv) moment arms
+    ten_wrapadr: jax.Array  # (ntendon,) first wrap-path point of each tendon
+    ten_wrapnum: jax.Array  # (ntendon,) wrap-path points of each tendon
+    wrap_xpos: jax.Array  # (nwrap, 6) wrap-path points, two per wrap
+    wrap_obj: jax.Array  # (nwrap, 2) their objects (-2 pulley, -1 site, else geom)
+
+
+def tendon_fields(d: Data) -> TendonFields:
+    i = d._impl
+    return TendonFields(i.ten_J, i.ten_wrapadr, i.ten_wrapnum, i.wrap_xpos, i.wrap_obj)
+
+
+def with_tendon(d: Data, ten_length, fields: TendonFields) -> Data:
+    """``d`` with tendon lengths ``ten_length`` and MJX's private tendon fields ``fields``."""
+    return d.tree_replace({"ten_length": ten_length, **{f"_impl.{k}": v for k, v in fields._asdict().items()}})
+
+
+class WrapInside(NamedTuple):
+    """MJX's settings for wrapping from inside a geom (per geom wrap, then the Newton search's)."""
+
+    is_inside: np.ndarray  # (number of geom wraps,) whether the side site lies inside the geom
+    maxiter: int
+    tolerance: float
+    z_init: float
+
+
+def wrap_inside(m: Model) -> WrapInside:
+    i = m._impl
+    return WrapInside(i.is_wrap_inside, i.wrap_inside_maxiter, i.wrap_inside_tolerance, i.wrap_inside_z_init)
 
 
 def position_stages(collide=None, tendon=None, rows=None) -> list[tuple[str, object]]:

@@ -67,7 +67,11 @@ def stages(cfg: Config, remat_iterations: bool = True) -> list[tuple[str, object
         ("fwd_acceleration", _mjx.fwd_acceleration),
     ]
     if sc.impedance_floor != MINIMP:
-        out.append(("impedance_floor", _on_rows(lambda m, d: constraint.with_impedance_floor(m, d, sc.impedance_floor))))
+
+        def floor(m, d):
+            return constraint.with_impedance_floor(m, d, sc.impedance_floor)
+
+        out.append(("impedance_floor", _on_rows(floor)))
     if cfg.cfd.enabled:
 
         def solve(m, d):  # MJX's rows and CFD's, straight-through

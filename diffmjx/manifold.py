@@ -50,7 +50,7 @@ class JointLayout:
             else:
                 lin_q.append(qa)
                 lin_v.append(va)
-        as_idx = lambda x, shape: np.asarray(x, dtype=np.int32).reshape(shape)  # noqa: E731
+        as_idx = lambda x, shape: np.asarray(x, dtype=np.int32).reshape(shape)
         return cls(
             nq=int(m.nq),
             nv=int(m.nv),

@@ -61,7 +61,7 @@ def _not_converged(m, d, ctx):
 def _solve_unrolled(m, d, remat_iterations: bool = True):
     d = _warmstart(m, d)
     ctx = _mjx.SolverContext.create(m, d)
-    step = lambda c: _iterate(m, d, c)  # noqa: E731
+    step = lambda c: _iterate(m, d, c)
     if remat_iterations:
         # Rematerialise each iteration in the backward pass: the outer scan then stores one Context
         # per iteration instead of every line-search trip's residuals, stacked twice (inner and

@@ -272,7 +272,8 @@ def tendon(m, d):
     length = jnp.zeros_like(d.ten_length).at[t_jnt].set(
         jax.ops.segment_sum(prm[w_jnt] * d.qpos[np.asarray(m.jnt_qposadr)[jnt]], per_jnt, t_jnt.size)
     )
-    moment = jnp.zeros_like(d._impl.ten_J).at[np.repeat(t_jnt, num[t_jnt]), np.asarray(m.jnt_dofadr)[jnt]].set(
+    fields = _mjx.tendon_fields(d)
+    moment = jnp.zeros_like(fields.ten_J).at[np.repeat(t_jnt, num[t_jnt]), np.asarray(m.jnt_dofadr)[jnt]].set(
         prm[w_jnt]
     )
 
@@ -309,8 +310,9 @@ def tendon(m, d):
     a_site, geom, b_site = objid[w_geom - 1], objid[w_geom], objid[w_geom + 1]
     xa, xb = d.site_xpos[a_site], d.site_xpos[b_site]
     side_id = np.round(prm[w_geom]).astype(int)
-    inside = np.asarray(m._impl.is_wrap_inside, dtype=bool)
-    consts = (m._impl.wrap_inside_maxiter, m._impl.wrap_inside_tolerance, m._impl.wrap_inside_z_init)
+    wrap_in = _mjx.wrap_inside(m)
+    inside = np.asarray(wrap_in.is_inside, dtype=bool)
+    consts = (wrap_in.maxiter, wrap_in.tolerance, wrap_in.z_init)
     args = (
         xa,
         xb,
@@ -333,14 +335,14 @@ def tendon(m, d):
     bg, ba, bb = geom_body[geom], site_body[a_site], site_body[b_site]
     straight_len, straight_mom = segments(xa, xb, ba, bb)
     in_len, in_mom = segments(xa, g0, ba, bg)
-    on_len, on_mom = segments(g0, g1, bg, bg)
+    _on_len, on_mom = segments(g0, g1, bg, bg)  # the arc replaces the chord g0-g1
     out_len, out_mom = segments(g1, xb, bg, bb)
     geom_len = jnp.where(missed, straight_len, in_len + arc + out_len)
     geom_mom = jnp.where(missed[:, None], straight_mom, in_mom + on_mom + out_mom)
     length, moment, t_geom, per_geom = add_per_tendon(length, moment, w_geom, geom_len, geom_mom)
 
     # wrap path for the viewer: pulleys, sites, then the tangent points of geoms that wrapped
-    int_t = d._impl.wrap_obj.dtype
+    int_t = fields.wrap_obj.dtype
     slot_pul, slot_site, slot_geom, count = [], [], [], 0
     for w in wtype:
         if w == _PULLEY:
@@ -373,13 +375,14 @@ def tendon(m, d):
     wrapnum = wrapnum.at[t_geom].add(jax.ops.segment_sum(jnp.where(missed, 0, 2).astype(int_t), per_geom, t_geom.size))
     wrapadr = jnp.concatenate([jnp.zeros(1, dtype=int_t), jnp.cumsum(wrapnum)[:-1].astype(int_t)])
 
-    return d.tree_replace(
-        {
-            "ten_length": length,
-            "_impl.ten_J": moment,
-            "_impl.ten_wrapadr": wrapadr.astype(d._impl.ten_wrapadr.dtype),
-            "_impl.ten_wrapnum": wrapnum.astype(d._impl.ten_wrapnum.dtype),
-            "_impl.wrap_xpos": wrap_xpos.astype(d._impl.wrap_xpos.dtype),
-            "_impl.wrap_obj": wrap_obj,
-        }
+    return _mjx.with_tendon(
+        d,
+        length,
+        _mjx.TendonFields(
+            ten_J=moment,
+            ten_wrapadr=wrapadr.astype(fields.ten_wrapadr.dtype),
+            ten_wrapnum=wrapnum.astype(fields.ten_wrapnum.dtype),
+            wrap_xpos=wrap_xpos.astype(fields.wrap_xpos.dtype),
+            wrap_obj=wrap_obj,
+        ),
     )
