@@ -172,6 +172,33 @@ def test_library_modules_import_down_the_layers():
     assert not problems, "\n".join(problems)
 
 
+def mjx_private_uses(path: Path) -> list[str]:
+    """Where ``path`` names MJX internals: a ``mujoco.mjx._src`` import, an ``_impl`` attribute, or
+    a ``tree_replace`` key into ``_impl`` (docstrings and comments do not count)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and "_src" in (node.module or "").split("."):
+            out.append(f"{path.name}:{node.lineno} imports {node.module}")
+        elif isinstance(node, ast.Import) and any("_src" in a.name.split(".") for a in node.names):
+            out.append(f"{path.name}:{node.lineno} imports {', '.join(a.name for a in node.names)}")
+        elif isinstance(node, ast.Attribute) and node.attr in ("_impl", "_src"):
+            out.append(f"{path.name}:{node.lineno} reads .{node.attr}")
+        elif isinstance(node, ast.Dict) and any(
+            isinstance(k, ast.Constant) and isinstance(k.value, str) and k.value.startswith("_impl.") for k in node.keys
+        ):
+            out.append(f"{path.name}:{node.lineno} replaces _impl fields")
+    return out
+
+
+def test_only_mjx_module_reaches_into_mjx_internals():
+    """``diffmjx._mjx`` is the one module that names ``mujoco.mjx._src`` or MJX's private ``_impl``
+    fields; the rest of the library and ``cfd`` call ``_mjx.<function or constant>``."""
+    files = [p for pkg in ("diffmjx", "cfd") for p in sorted((ROOT / pkg).rglob("*.py")) if p.name != "_mjx.py"]
+    found = [use for p in files for use in mjx_private_uses(p)]
+    assert not found, "\n".join(found)
+    assert mjx_private_uses(ROOT / "diffmjx" / "_mjx.py")  # the checker sees them where they are
+
+
 def test_layer_check_fails_on_an_upward_import_and_an_unplaced_module():
     """The checker itself, on a made-up graph: a low module importing a high one is caught, a
     module in no layer is named, a nested package's new submodule takes its parent's layer, and a
