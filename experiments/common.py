@@ -39,14 +39,6 @@ with contextlib.redirect_stdout(io.StringIO()):  # MJX's notice about its option
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 
-# The library defaults before the gradient-fidelity suite moved them (checkpointed AD at 1e-5,
-# MuJoCo's impedance floor, the model's own solver budget differentiated by unrolling, MJX's
-# plane-box and plane-cylinder rules): studies whose committed figures were made at those
-# defaults pin them, so a rerun reproduces the figures.
-PINNED = ("integrator.adjoint=checkpoint", "integrator.rtol=1e-5", "integrator.atol=1e-5",
-          "solver.impedance_floor=1e-4", "solver.min_iterations=0", "solver.max_tolerance=1",
-          "solver.gradient=unroll", "collision.plane_box=mjx", "collision.plane_cylinder=mjx", "collision.box_box=mjx")  # fmt: skip
-
 STAGES = Path(os.environ.get("DIFFMJX_STAGE_CACHE", Path.home() / ".cache" / "diffmjx" / "stages"))
 
 

@@ -68,8 +68,8 @@ def loss_fn(mx, cfg: diffmjx.Config, horizon: int = common.CUBE_TOSS["horizon"])
 
 def truth(mx, floor: float) -> np.ndarray:
     """Central differences of the 1e-12 solve at every shot, with impedance floor ``floor``."""
-    cfg = diffmjx.Config().override(*common.PINNED, "integrator.rtol=1e-12", "integrator.atol=1e-12",
-                                    f"solver.impedance_floor={floor}")  # fmt: skip
+    cfg = diffmjx.Config.paper().override("integrator.rtol=1e-12", "integrator.atol=1e-12",
+                                          f"solver.impedance_floor={floor}")  # fmt: skip
     f = jax.jit(jax.vmap(lambda u, v: loss_fn(mx, cfg)(u, v)[0]))
     return np.asarray((f(U0 + FD_STEP, VY0) - f(U0 - FD_STEP, VY0)) / (2 * FD_STEP))
 
@@ -78,7 +78,7 @@ def run(base: diffmjx.Config, out: Path, quick: bool = False) -> list[dict]:
     _, mx = common.load("cube_toss")
     names = QUICK if quick else tuple(CONFIGS)
     truths, rows = {}, []
-    base = base.override(*common.PINNED)  # the configurations are overrides of the defaults of then
+    base = diffmjx.Config.paper(base)  # the configurations are overrides of the defaults of then
     for name in names:
         cfg = base.override(*CONFIGS[name])
         floor = cfg.solver.impedance_floor

@@ -107,7 +107,7 @@ def _stem(task: str, preset: str) -> str:
 
 
 def _sim(cfd: bool) -> diffmjx.Config:
-    sim = diffmjx.Config().override("integrator.solver=mjx_euler", "collision.smooth=true", *common.PINNED)
+    sim = diffmjx.Config.paper().override("integrator.solver=mjx_euler", "collision.smooth=true")
     return sim.override("cfd.enabled=true", CFD_SOLIMP) if cfd else sim
 
 

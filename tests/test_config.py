@@ -200,3 +200,20 @@ def test_cli_arguments(tmp_path: Path) -> None:
     Config().override("solver.gradient=implicit").to_yaml(path)
     cfg = config_from_args(parser.parse_args(["--preset", str(path), "--set", "cfd.enabled=true"]))
     assert cfg.solver.gradient == "implicit" and cfg.cfd.enabled is True
+
+
+def test_the_paper_setting_has_one_definition():
+    """``Config.paper()`` is ``diffmjx/presets/paper.yaml`` over a base; the sysid presets name it."""
+    import diffmjx
+    from diffmjx.sysid import SysidConfig
+
+    paper = diffmjx.Config.paper()
+    ic, sc, cc = paper.integrator, paper.solver, paper.collision
+    assert (ic.adjoint, ic.rtol, ic.atol, ic.solver) == ("checkpoint", 1e-5, 1e-5, "tsit5")
+    assert (sc.impedance_floor, sc.min_iterations, sc.max_tolerance, sc.gradient) == (1e-4, 0, 1.0, "unroll")
+    assert (cc.plane_box, cc.plane_cylinder, cc.box_box) == ("mjx", "mjx", "mjx")
+    assert paper.cfd == diffmjx.Config().cfd
+    base = diffmjx.Config().override("integrator.dtmax=0.001", "cfd.enabled=true")
+    over = diffmjx.Config.paper(base)
+    assert over.integrator.dtmax == 0.001 and over.cfd.enabled and over.integrator.rtol == 1e-5
+    assert SysidConfig.load("paper").sim == SysidConfig.load("quick").sim == paper

@@ -1,5 +1,6 @@
 """integrator.remat: the same gradient, with memory that no longer grows with the horizon."""
 
+import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -8,13 +9,13 @@ from mujoco import mjx
 
 import diffmjx
 from diffmjx.scenes import load
-from experiments.common import PINNED
 
 
 def _grad(remat: bool, periods: int):
     _, mx = load("sphere_drop")
     # checkpointed AD, whose stored internals remat trades for recomputation (and the rtol of its figures)
-    cfg = diffmjx.Config().override(*PINNED[:3], f"integrator.remat={str(remat).lower()}")
+    ic = dataclasses.replace(diffmjx.Config().integrator, adjoint="checkpoint", rtol=1e-5, atol=1e-5, remat=remat)
+    cfg = dataclasses.replace(diffmjx.Config(), integrator=ic)
     ctrls = jnp.zeros((periods, 0))
 
     def final_height(speed):

@@ -22,7 +22,6 @@ import diffmjx
 from diffmjx import sysid
 from diffmjx._mjx import mjx
 from diffmjx.sysid import CubeParams, SysidConfig, TrainConfig
-from experiments.common import PINNED
 
 ROOT = Path(__file__).resolve().parents[1]
 MJX_EULER = diffmjx.Config().override("integrator.solver=mjx_euler")
@@ -86,7 +85,7 @@ def gradient_and_differences(resting_segment):
     qpos, qvel = resting_segment
     # the paper's sysid setting (checkpointed AD at 1e-5), whose gradient is the derivative of the
     # very solve that is differenced; backsolve's is within 1.3e-5 of it, not 1e-5
-    cfg = diffmjx.Config().override(*PINNED)
+    cfg = diffmjx.Config.paper()
     base = mjx.put_model(sysid.cube_mjmodel(iterations=2))
     p0 = CubeParams()
 
@@ -426,11 +425,7 @@ def test_sysid_config_overrides_presets_and_yaml(tmp_path):
     assert SysidConfig.from_yaml(tmp_path / "c.yaml") == cfg
     paper = SysidConfig.load("paper")
     assert (paper.train.learning_rate, paper.train.batch_size, paper.train.horizon) == (1e-3, 64, 4)
-    assert paper.sim == diffmjx.Config().override(
-        "integrator.adjoint=checkpoint", "integrator.rtol=1e-5", "integrator.atol=1e-5",
-        "solver.impedance_floor=1e-4", "solver.min_iterations=0", "solver.max_tolerance=1",
-        "solver.gradient=unroll", "collision.plane_box=mjx",
-    )  # the paper's setting, pinned
+    assert paper.sim == diffmjx.Config.paper()  # the one definition of the paper's setting
     with pytest.raises(ValueError, match="unknown sysid preset 'fast'; choose one of: paper, quick"):
         SysidConfig.load("fast")
     with pytest.raises(ValueError, match=r"bad override 'train\.rate=1'.*train\.learning_rate"):

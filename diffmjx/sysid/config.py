@@ -168,12 +168,16 @@ class SysidConfig:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "SysidConfig":
-        """Build from ``{data: {...}, train: {...}, sim: {section: {...}}}``; missing entries keep defaults."""
+        """Build from ``{data: {...}, train: {...}, sim: {section: {...}}}``; missing entries keep defaults.
+
+        ``sim: paper`` is the paper's simulation setting (:meth:`diffmjx.Config.paper`)."""
         if not isinstance(d, Mapping):
             raise ValueError(f"config must be a mapping of sections, got {type(d).__name__}")  # noqa: TRY004
         out: dict[str, Any] = {}
         for name, entries in d.items():
-            if name == "sim":
+            if name == "sim" and entries == "paper":
+                out["sim"] = Config.paper()
+            elif name == "sim":
                 out["sim"] = Config.from_dict({} if entries is None else entries)
             elif name in _OWN_SECTIONS:
                 out[name] = section_from_dict(_OWN_SECTIONS[name], name, entries)
