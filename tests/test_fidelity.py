@@ -47,12 +47,18 @@ def test_plane_box_rule_fixes_the_first_bounce(first_bounce):
     assert first_bounce["mjx"][0] > 0.05
 
 
-def test_defaults_on_sphere_box_and_the_readme_snippet():
-    # measured at the defaults (docs/results/fidelity.csv): sphere-box <= 0.01 %, README 0.10 %
-    assert (_errors("sphere-box", [0, 1, 3], 20) < 0.01).all()
+def test_defaults_on_the_readme_snippet():
+    # measured at the defaults (docs/results/fidelity.csv): README 0.10 %
     assert _errors("readme", [0], fidelity.scene("readme", 0).horizon)[0] < 0.01
 
 
+@pytest.mark.slow  # suite budget: another family's compile; the README snippet above stays in the default run
+def test_defaults_on_sphere_box():
+    # measured at the defaults (docs/results/fidelity.csv): sphere-box <= 0.01 %
+    assert (_errors("sphere-box", [0, 1, 3], 20) < 0.01).all()
+
+
+@pytest.mark.slow  # suite budget (95 s cold): the converged default solve stays covered by test_solver
 def test_defaults_converge_the_constraint_solve_in_resting_and_sliding_contact():
     # measured at the defaults (docs/results/fidelity.csv): 0.01 % (box settling onto four corners,
     # box-plane shot 0) and 0.004 % (capsule sliding on a plane, capsule-plane shot 1); with the

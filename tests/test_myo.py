@@ -159,6 +159,7 @@ def test_tendon_stage_covers_pulleys_fixed_tendons_and_cylinders():
     _check_tendon_stage(mj, mx, poses)
 
 
+@pytest.mark.slow  # suite budget (3 min cold): muscle gradients stay covered by test_muscle_smoothing, the hand by the tendon-stage test
 def test_muscle_gradient_through_the_baoding_hand_is_finite_and_matches_differences(hand):
     """Four fixed-step periods of the 39-muscle hand (mjx_euler, as MyoSuite steps it): the gradient of
     a ball-position and activation cost w.r.t. every control is finite and equals central differences."""

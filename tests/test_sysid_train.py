@@ -100,6 +100,7 @@ def gradient_and_differences(resting_segment):
     return float(value), grad, fd
 
 
+@pytest.mark.slow  # suite budget: test_sysid_model checks the cube-parameter gradient through a rollout by default
 def test_segment_loss_gradient_matches_central_differences(gradient_and_differences):
     value, grad, fd = gradient_and_differences
     assert 1e-8 < value < 1e-5  # the true cube predicts a resting segment to about a millimetre
@@ -145,6 +146,7 @@ def test_state_residuals_square_to_the_state_error():
     np.testing.assert_array_equal(sysid.state_residuals(qpos, qvel, qpos_rec, qvel_rec, xp=np)[..., 12:], 0)
 
 
+@pytest.mark.slow  # suite budget: CFD gradients stay covered by test_cfd, sysid gradients by test_sysid_model
 def test_fixed_step_mjx_with_cfd_has_a_gradient(resting_segment):
     """A 60 mm cube at a resting cube's recorded states hangs 2 cm above the table. Fixed-step MJX
     has no gradient with respect to its side; with CFD (reach 5 cm) it has one that says "grow".
