@@ -9,18 +9,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
-import hashlib
 import io
-import os
-import pickle
 from pathlib import Path
 
 import jax
-import mujoco
 import numpy as np
 
 import diffmjx
 from diffmjx.reference import c_engine_rk4  # noqa: F401  (re-exported)
+from diffmjx.runtime import stage  # noqa: F401  (re-exported: the studies call common.stage)
 from diffmjx.scenes import (  # noqa: F401  (re-exported)
     CUBE_TOSS,
     PRIMITIVES,
@@ -38,32 +35,6 @@ with contextlib.redirect_stdout(io.StringIO()):  # MJX's notice about its option
     from mujoco import mjx  # noqa: F401  (re-exported: the studies use common.mjx)
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
-
-STAGES = Path(os.environ.get("DIFFMJX_STAGE_CACHE", Path.home() / ".cache" / "diffmjx" / "stages"))
-
-
-def stage(name: str, key: object, fn, fresh: bool = False):
-    """``fn()``, or its result saved by an earlier run with the same ``name`` and ``key``.
-
-    Long studies save each finished stage, so an interrupted run resumes where it stopped instead of
-    recomputing an hour of gradients. ``key`` must name everything the result depends on (config
-    YAML, sweep points, ...). ``fresh=True`` (``--fresh`` on the command line) recomputes and
-    overwrites; ``DIFFMJX_STAGE_CACHE`` moves the store.
-    """
-    digest = hashlib.sha256(repr((name, key, mujoco.__version__)).encode()).hexdigest()[:16]
-    path = STAGES / f"{name}-{digest}.pkl"
-    if path.exists() and not fresh:
-        print(f"{name}: reusing {path}")
-        with open(path, "rb") as f:
-            return pickle.load(f)
-    result = fn()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "wb") as f:
-        pickle.dump(result, f)
-    tmp.replace(path)
-    return result
-
 
 def median_time(fn, *args, repeats: int = 3) -> float:
     """Median wall time of ``fn(*args)`` (blocking on the result) over ``repeats`` calls."""
