@@ -127,7 +127,7 @@ def validate(m, cfg: Config, *, solver=None, stepsize_controller=None, adjoint=N
         ValueError: naming the field (or argument) and what is allowed.
     """
     if not isinstance(cfg, Config):
-        raise ValueError(f"cfg must be a diffmjx.Config, got {type(cfg).__name__}")  # noqa: TRY004
+        raise ValueError(f"cfg must be a diffmjx.Config, got {type(cfg).__name__}")
     _check_objects(cfg, solver, stepsize_controller, adjoint)
     ic = cfg.integrator
     adaptive = (

@@ -28,8 +28,8 @@ __all__ = [
     "BOX_BOX_RULES",
     "BUDGET_POLICIES",
     "DEFAULT_PRESET",
-    "PAPER_PRESET",
     "GRADIENTS",
+    "PAPER_PRESET",
     "SOLVERS",
     "STEP_CONTROLS",
     "CFDConfig",
@@ -216,7 +216,7 @@ def section_from_dict(cls: type[Section], name: str, entries: Any) -> Section:
     """
     entries = {} if entries is None else entries
     if not isinstance(entries, Mapping):
-        raise ValueError(f"config section {name!r} must be a mapping of fields")  # noqa: TRY004
+        raise ValueError(f"config section {name!r} must be a mapping of fields")
     hints = typing.get_type_hints(cls)
     allowed = cls.field_names()
     unknown = [k for k in entries if k not in allowed]
@@ -429,7 +429,7 @@ class Config:
     def __post_init__(self) -> None:
         for name, cls in _SECTIONS.items():
             if not isinstance(getattr(self, name), cls):
-                raise ValueError(  # noqa: TRY004 - bad config data is a ValueError throughout
+                raise ValueError(
                     f"{name} must be of type {cls.__name__}, got {getattr(self, name)!r}"
                 )
 
@@ -437,7 +437,7 @@ class Config:
     def from_dict(cls, d: Mapping[str, Any]) -> Config:
         """Build from ``{section: {field: value}}``; missing entries keep their defaults."""
         if not isinstance(d, Mapping):
-            raise ValueError(  # noqa: TRY004
+            raise ValueError(
                 f"config must be a mapping of sections, got {type(d).__name__}"
             )
         sections = {}

@@ -229,7 +229,7 @@ def _sample(m, d, nominal, cost, key, dt0, cfg: PlannerConfig, sim: Config):
     noise = coloured_noise(key, (cfg.samples, *nominal.shape), cfg.noise_beta) * cfg.noise_scale * width
     cands = jnp.clip(nominal[None] + noise, lo, hi).at[0].set(nominal)
     cands = _shard_samples(cands, cfg)
-    one = lambda u: plan_cost(m, d, u, cost, sim, dt0)[0]  # noqa: E731
+    one = lambda u: plan_cost(m, d, u, cost, sim, dt0)[0]
     if cfg.sample_batch is None or cfg.sample_batch >= cfg.samples:
         costs = jax.vmap(one)(cands)
     else:
@@ -310,7 +310,7 @@ def make_planner(cfg: PlannerConfig | None = None, sim: Config | None = None) ->
         carry, costs = _start(m, d, nominal, cost, key, dt0, cfg, sim)
         if cfg.kind == "sampling":
             return carry.best_u, {"cost": carry.best_c, "trace": costs, "skipped": jnp.asarray(0)}
-        step = lambda c, _: _step(m, d, c, cost, dt0, cfg, sim)  # noqa: E731
+        step = lambda c, _: _step(m, d, c, cost, dt0, cfg, sim)
         carry, (trace, finite) = jax.lax.scan(step, carry, None, cfg.iterations)
         best, best_c = _finish(m, d, carry, cost, dt0, sim)
         return best, {"cost": best_c, "trace": trace, "skipped": jnp.sum(~finite)}

@@ -13,8 +13,8 @@ from pathlib import Path
 
 os.environ.setdefault("PDOC_ALLOW_EXEC", "1")  # mujoco's renderer probes GLFW in a subprocess on import
 
-import pdoc  # noqa: E402
-import pdoc.render  # noqa: E402
+import pdoc
+import pdoc.render
 
 PACKAGES = ("diffmjx", "cfd")
 

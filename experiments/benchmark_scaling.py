@@ -45,7 +45,7 @@ def memory_vs_horizon(cfg: diffmjx.Config, quick: bool) -> list[dict]:
     for seconds, remat in (bar := tqdm(cases, desc="memory vs horizon")):
         bar.set_postfix_str(f"{seconds} s, remat {remat}")
         c = cfg.override(f"integrator.remat={str(remat).lower()}")
-        horizon = int(round(seconds / float(mx.opt.timestep)))
+        horizon = round(seconds / float(mx.opt.timestep))
         grad = jax.jit(jax.grad(common.cube_toss_loss(mx, c, horizon=horizon)))
         t = time.perf_counter()
         compiled = grad.lower(u0).compile()

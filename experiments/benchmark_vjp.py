@@ -101,7 +101,7 @@ def _repeated(g):
 
     def run(q, v):
         zero = jax.tree_util.tree_map(jnp.zeros_like, jax.eval_shape(g, q, v))
-        body = lambda i, acc: jax.tree_util.tree_map(jnp.add, acc, g(q + 1e-12 * i, v))  # noqa: E731
+        body = lambda i, acc: jax.tree_util.tree_map(jnp.add, acc, g(q + 1e-12 * i, v))
         return jax.lax.fori_loop(0, EVALS, body, zero)
 
     return jax.jit(run)
@@ -133,7 +133,7 @@ def run(cfg: diffmjx.Config, out: Path) -> tuple[list[dict], list[dict]]:
             def prefix(q, v, names):
                 d = d0.replace(qpos=q, qvel=v)
                 for name in names:
-                    d = table[name](mx, d)
+                    d = table[name](mx, d)  # noqa: B023 (called within this iteration)
                 return d
 
             # The composed stages must be DiffMJX's forward dynamics.
@@ -144,7 +144,7 @@ def run(cfg: diffmjx.Config, out: Path) -> tuple[list[dict], list[dict]]:
                 names, prev_f, prev_b = [], 0.0, 0.0
                 for group, group_names in GROUPS:
                     names = [*names, *group_names]
-                    fwd = lambda q, v, names=names, prefix=prefix: _scalar(prefix(q, v, names))  # noqa: E731
+                    fwd = lambda q, v, names=names, prefix=prefix: _scalar(prefix(q, v, names))
                     f_us, b_us = microseconds(fwd, q0, v0), microseconds(jax.grad(fwd, argnums=(0, 1)), q0, v0)
                     rows.append(dict(state=state_name, gradient=label, group=group, stages=" ".join(group_names),
                                      forward_us=f_us, gradient_us=b_us, forward_added_us=f_us - prev_f,
@@ -152,7 +152,7 @@ def run(cfg: diffmjx.Config, out: Path) -> tuple[list[dict], list[dict]]:
                     prev_f, prev_b = f_us, b_us
                     bar.update()
             # The whole evaluation as the integrator uses it: the gradient of the accelerations only.
-            acc = lambda q, v, prefix=prefix: jnp.sum(jnp.sin(prefix(q, v, ALL_STAGES).qacc))  # noqa: E731
+            acc = lambda q, v, prefix=prefix: jnp.sum(jnp.sin(prefix(q, v, ALL_STAGES).qacc))
             grad = jax.grad(acc, argnums=(0, 1))
             f_us, b_us = microseconds(acc, q0, v0), microseconds(grad, q0, v0)
             rows.append(dict(state=state_name, gradient=label, group="whole (qacc only)", stages="dynamics.forward",
@@ -167,7 +167,7 @@ def run(cfg: diffmjx.Config, out: Path) -> tuple[list[dict], list[dict]]:
                                    **{f"gradient_{k}": kinds[k] for k in [*THUNK_KINDS.values(), "other"]}))  # fmt: skip
             bar.update()
     bar.close()
-    rounded = lambda rs: [{k: round(v, 2) if isinstance(v, float) else v for k, v in r.items()} for r in rs]  # noqa: E731
+    rounded = lambda rs: [{k: round(v, 2) if isinstance(v, float) else v for k, v in r.items()} for r in rs]
     common.write_csv(out / "benchmark_vjp.csv", rounded(rows))
     common.write_csv(out / "benchmark_vjp_thunks.csv", rounded(thunk_rows))
     _plot(rows, thunk_rows, out / "benchmark_vjp.png")

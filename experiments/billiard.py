@@ -237,7 +237,7 @@ def hit_check(cfg: diffmjx.Config) -> list[dict]:
                 ad_x=ad[0], ad_y=ad[1], fd_x=fd[0], fd_y=fd[1], c_engine_fd_x=cfd_[0], c_engine_fd_y=cfd_[1],
                 ad_rel_error_vs_fd=float(np.linalg.norm(ad - fd) / np.linalg.norm(fd)),
                 fd_rel_diff_vs_c_engine=float(np.linalg.norm(fd - cfd_) / np.linalg.norm(cfd_)),
-            )  # fmt: skip
+            )
         )
         print(rows[-1])
     return rows

@@ -140,9 +140,9 @@ def run(base: diffmjx.Config, out: Path, families, configs, n_shots: int, seed: 
             # the reference's values do not depend on how the solve is differentiated
             solve = dataclasses.replace(cfg.solver, gradient="unroll")
             ref = common.stage("fidelity-truth", (model_key, solve, cfg.collision, cfg.cfd),
-                               lambda: truth(mx, cfg, states, sc.horizon), fresh)  # fmt: skip
+                               lambda: truth(mx, cfg, states, sc.horizon), fresh)  # fmt: skip # noqa: B023 (called within this iteration)
             res = common.stage("fidelity-grad", (model_key, cfg, jax.__version__),
-                               lambda: measure(mx, cfg, states, ref, sc.horizon), fresh)  # fmt: skip
+                               lambda: measure(mx, cfg, states, ref, sc.horizon), fresh)  # fmt: skip # noqa: B023 (called within this iteration)
             ok = ref["agreement"] <= TRUTH_AGREEMENT
             e = res["rel_error"][ok] if ok.any() else np.full(1, np.nan)
             print(f"{family:<16} {config:<38} median {np.median(e):8.2%}  p90 {np.percentile(e, 90):8.2%}  "

@@ -130,7 +130,7 @@ def run(task: str, preset: str, methods, overrides, out: Path, seed: int = 0, pl
         t = time.perf_counter()
         res = mpc.closed_loop(mx, d0, cost, mpc.make_planner(cfg, sim), steps, jax.random.PRNGKey(seed))
         wall = time.perf_counter() - t
-        c0 = float(jax.jit(lambda d: cost(diffmjx.forward(mx, d, sim), d.ctrl))(d0))
+        c0 = float(jax.jit(lambda d: cost(diffmjx.forward(mx, d, sim), d.ctrl))(d0))  # noqa: B023 (called within this iteration)
         for k, c in enumerate(np.r_[c0, res.cost]):
             rows.append({"method": name, "step": k, "time_s": k * mj.opt.timestep, "cost": float(c)})
         for k, q in enumerate(np.vstack([np.asarray(d0.qpos)[None], res.qpos])):  # the frame strip's input
@@ -156,11 +156,11 @@ def check_horizon(task: str, horizon: int, out: Path):
     myo_mpc_<task>_horizon.csv."""
     rows = []
     for cfd in (False, True):
-        mj, mx, d0, cost = TASKS[task](cfd)
+        _mj, mx, d0, cost = TASKS[task](cfd)
         sim = _sim(cfd)
         lo, hi = mpc.ctrl_bounds(mx)
         u = jnp.clip(jnp.full((horizon, mx.nu), 0.05), lo, hi)
-        fn = jax.jit(jax.value_and_grad(lambda u: mpc.plan_cost(mx, d0, u, cost, sim)[0]))
+        fn = jax.jit(jax.value_and_grad(lambda u: mpc.plan_cost(mx, d0, u, cost, sim)[0]))  # noqa: B023 (called within this iteration)
         t = time.perf_counter()
         fn = fn.lower(u).compile()
         jit_s = time.perf_counter() - t
@@ -189,7 +189,7 @@ def gradient_modes(task: str, plan_steps: int, out: Path, seed: int = 0):
     whether they change what is executed: the quick preset's planner for ``plan_steps`` plan steps
     in each mode, its executed costs against the unrolled mode's. Writes
     myo_mpc_<task>_gradient_modes.csv."""
-    mj, mx, d0, cost = TASKS[task](False)
+    _mj, mx, d0, cost = TASKS[task](False)
     spec = RUNS[task]["quick"]
     cfg = mpc.PlannerConfig.load(spec["planner"], [*spec["overrides"], "kind=gradient"])
     rows, ref = [], None

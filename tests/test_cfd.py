@@ -78,9 +78,9 @@ def test_position_term_is_a_smoothed_relu():
 
 
 def test_straight_through_values_and_gradients():
-    f = lambda x: jnp.sin(x)  # noqa: E731
-    g = lambda x: x**3  # noqa: E731
-    h = lambda x: straight_through({"a": f(x)}, {"a": g(x)})["a"]  # noqa: E731
+    f = lambda x: jnp.sin(x)
+    g = lambda x: x**3
+    h = lambda x: straight_through({"a": f(x)}, {"a": g(x)})["a"]
     x = 0.7
     assert float(h(x)) == float(f(x))
     assert float(jax.grad(h)(x)) == pytest.approx(3 * x**2, rel=1e-14)
@@ -171,7 +171,7 @@ def test_every_scene_keeps_its_forward_with_cfd(scene, reaches, push):
 @pytest.mark.parametrize("adjoint", [pytest.param("checkpoint", marks=pytest.mark.slow), "backsolve"])
 def test_gradient_between_bodies_that_never_touch(adjoint):
     """Eight-ball displacement w.r.t. cue speed: exactly 0 without CFD, positive with it."""
-    loss = lambda cfg: lambda v: _two_balls(cfg)(v)[0].qpos[1]  # noqa: E731
+    loss = lambda cfg: lambda v: _two_balls(cfg)(v)[0].qpos[1]
     plain = float(jax.jit(jax.grad(loss(BASE.override(f"integrator.adjoint={adjoint}"))))(0.3))
     with_cfd = float(jax.jit(jax.grad(loss(CFD.override(f"integrator.adjoint={adjoint}"))))(0.3))
     assert plain == 0.0

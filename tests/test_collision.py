@@ -375,7 +375,7 @@ def _check_ball_contact(scene, other, q, exact=True, differentiable=True):
     import mujoco
 
     mj, contact, jac = scene
-    dist, pos, frame = (np.asarray(x) for x in contact(q))
+    dist, _pos, frame = (np.asarray(x) for x in contact(q))
     d = mujoco.MjData(mj)
     d.qpos[:] = q
     mujoco.mj_kinematics(mj, d)
@@ -552,7 +552,7 @@ def test_capsule_box_gives_the_true_distance_apart_and_mjx_manifold_touching(cap
     mj, contact, stock, jac = capsule_box_scene
     q = _capsule_box_qpos(mj, *CAPSULE_BOX_POSES[pose])
     dist, pos, frame = (np.asarray(x) for x in contact(jnp.asarray(q)))
-    s_dist, s_pos, s_frame = (np.asarray(x) for x in stock(jnp.asarray(q)))
+    s_dist, s_pos, _s_frame = (np.asarray(x) for x in stock(jnp.asarray(q)))
     d = mujoco.MjData(mj)
     d.qpos[:] = q
     mujoco.mj_kinematics(mj, d)

@@ -86,7 +86,7 @@ def test_activation_is_state_with_clamping():
 
 def test_gradient_through_activation():
     cfg = diffmjx.Config().override("integrator.rtol=1e-10", "integrator.atol=1e-10")
-    loss = lambda u: _hinge_rollout(cfg, u)[0].qpos[0]  # noqa: E731
+    loss = lambda u: _hinge_rollout(cfg, u)[0].qpos[0]
     g = float(jax.jit(jax.grad(loss))(0.3))
     f = jax.jit(loss)
     fd = (float(f(0.3 + 1e-5)) - float(f(0.3 - 1e-5))) / 2e-5

@@ -113,7 +113,7 @@ def test_coloured_noise_has_unit_variance_and_brown_correlation():
     assert brown.shape == (400, 64, 2)
     for x in (white, brown):
         assert 0.85 < x.var() < 1.15
-    lag1 = lambda x: np.mean(x[:, 1:] * x[:, :-1]) / x.var()  # noqa: E731
+    lag1 = lambda x: np.mean(x[:, 1:] * x[:, :-1]) / x.var()
     assert abs(lag1(white)) < 0.05 and lag1(brown) > 0.9
 
 

@@ -1,6 +1,7 @@
 """integrator.remat: the same gradient, with memory that no longer grows with the horizon."""
 
 import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np

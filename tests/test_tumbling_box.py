@@ -38,7 +38,7 @@ def _loss(mx, cfg):
 
 
 def test_matches_c_engine_rk4(scene):
-    mj, mx = scene
+    _mj, mx = scene
     d, traj = jax.jit(lambda d: diffmjx.rollout(mx, d, jnp.zeros((PERIODS, 0)), TIGHT))(_data(mx, jnp.asarray(OMEGA0)))
     ref = mujoco.MjModel.from_xml_path(str(path("tumbling_box")))
     ref.opt.timestep = 1e-5

@@ -152,7 +152,7 @@ class SysidConfig:
     def __post_init__(self) -> None:
         for name, cls in (*_OWN_SECTIONS.items(), ("sim", Config)):
             if not isinstance(getattr(self, name), cls):
-                raise ValueError(f"{name} must be of type {cls.__name__}, got {getattr(self, name)!r}")  # noqa: TRY004
+                raise ValueError(f"{name} must be of type {cls.__name__}, got {getattr(self, name)!r}")
         if self.data.horizon != self.train.horizon:
             raise ValueError(
                 f"train.horizon={self.train.horizon} differs from data.horizon={self.data.horizon}: the segments "
@@ -172,7 +172,7 @@ class SysidConfig:
 
         ``sim: paper`` is the paper's simulation setting (:meth:`diffmjx.Config.paper`)."""
         if not isinstance(d, Mapping):
-            raise ValueError(f"config must be a mapping of sections, got {type(d).__name__}")  # noqa: TRY004
+            raise ValueError(f"config must be a mapping of sections, got {type(d).__name__}")
         out: dict[str, Any] = {}
         for name, entries in d.items():
             if name == "sim" and entries == "paper":

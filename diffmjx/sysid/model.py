@@ -167,7 +167,7 @@ def check_params(params: CubeParams, *, strict: bool = False) -> None:
         ValueError: ``CubeParams.<field>[i] (meaning)=value``, the interval and the problem.
     """
     if not isinstance(params, CubeParams):
-        raise ValueError(f"params must be a CubeParams, got {type(params).__name__}")  # noqa: TRY004
+        raise ValueError(f"params must be a CubeParams, got {type(params).__name__}")
     for name, shape in _SHAPES.items():
         value = np.asarray(getattr(params, name), dtype=np.float64)
         if value.shape != shape:
@@ -248,7 +248,7 @@ def _base(iterations: int) -> _mjx.Model:
 def _check_base(base) -> None:
     """Refuse a ``base`` that is not the cube scene (static fields always; array leaves when concrete)."""
     if not isinstance(base, _mjx.Model):
-        raise ValueError(f"base must be an mjx.Model, got {type(base).__name__}")  # noqa: TRY004
+        raise ValueError(f"base must be an mjx.Model, got {type(base).__name__}")
     ok = (
         base.nbody == 2
         and base.ngeom == 2

@@ -68,7 +68,7 @@ def _exact_keys(d: Mapping, keys, where: str, prefix: str, owner: str) -> None:
 
 def _check_params_dict(d: Any, where: str) -> FittedParams:
     if not isinstance(d, Mapping):
-        raise ValueError(f"{where}: expected a JSON object with keys {', '.join(PARAMS_JSON_KEYS)}")  # noqa: TRY004
+        raise ValueError(f"{where}: expected a JSON object with keys {', '.join(PARAMS_JSON_KEYS)}")
     _exact_keys(d, PARAMS_JSON_KEYS, where, "", "the keys are")
     for key in ("side_length_m", "mass_kg", "friction"):
         _number(key, d[key])
@@ -80,7 +80,7 @@ def _check_params_dict(d: Any, where: str) -> FittedParams:
             _number(f"{key}[{i}]", x)
     options = d["options"]
     if not isinstance(options, Mapping):
-        raise ValueError(f"options={options!r} is invalid; expected an object with keys {', '.join(OPTION_KEYS)}")  # noqa: TRY004
+        raise ValueError(f"options={options!r} is invalid; expected an object with keys {', '.join(OPTION_KEYS)}")
     _exact_keys(options, OPTION_KEYS, where, "options.", "options has")
     for key, positive in (("timestep", True), ("tolerance", False), ("impratio", True)):
         _number(f"options.{key}", options[key])
@@ -95,7 +95,7 @@ def _check_params_dict(d: Any, where: str) -> FittedParams:
             raise ValueError(f"options.{key}={options[key]!r} is not allowed; choose one of: {', '.join(names)}")
     overrides = d["config_overrides"]
     if not isinstance(overrides, (Mapping, list)):
-        raise ValueError(f"config_overrides={overrides!r} is invalid; expected an object or a list")  # noqa: TRY004
+        raise ValueError(f"config_overrides={overrides!r} is invalid; expected an object or a list")
     params = CubeParams(
         side_length=float(d["side_length_m"]),
         mass=float(d["mass_kg"]),
