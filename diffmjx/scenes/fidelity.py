@@ -225,6 +225,15 @@ def _threads(fn, items, desc):
     return res
 
 
+def reference_config(cfg: Config) -> Config:
+    """``cfg``'s physics solved for the suite's reference: checkpointed AD (whose forward is the
+    plain solve) at rtol = atol = :data:`REF_TOL`, kink control off, 4096 steps per period."""
+    ic = dataclasses.replace(
+        cfg.integrator, adjoint="checkpoint", rtol=REF_TOL, atol=REF_TOL, kink_step=None, max_steps=4096
+    )
+    return dataclasses.replace(cfg, integrator=ic)
+
+
 def truth(mx, cfg: Config, states: dict, horizon: int = HORIZON) -> dict:
     """Central differences (two steps) of the 1e-12 solve with ``cfg``'s model settings.
 
@@ -234,8 +243,7 @@ def truth(mx, cfg: Config, states: dict, horizon: int = HORIZON) -> dict:
         reference solve ran out of steps); a shot's truth is converged where it is at most
         :data:`TRUTH_AGREEMENT`.
     """
-    tight = cfg.override("integrator.adjoint=checkpoint", f"integrator.rtol={REF_TOL}", f"integrator.atol={REF_TOL}",
-                         "integrator.kink_step=null", "integrator.max_steps=4096")  # fmt: skip
+    tight = reference_config(cfg)
     loss = loss_fn(mx, tight, horizon)
 
     def value_and_exhausted(q, v, w):
@@ -301,8 +309,7 @@ def timeline(mx, cfg: Config, state: dict, horizon: int = HORIZON) -> dict:
     from there; a kink resolved by the integration leaves no step. Returns arrays per period:
     ``rel_error``, ``truth_agreement``, ``truth_norm``.
     """
-    tight = cfg.override("integrator.adjoint=checkpoint", f"integrator.rtol={REF_TOL}", f"integrator.atol={REF_TOL}",
-                         "integrator.kink_step=null", "integrator.max_steps=4096")  # fmt: skip
+    tight = reference_config(cfg)
     qpos0, w = jnp.asarray(state["qpos"]), jnp.asarray(state["w"])
     ctrls = jnp.zeros((horizon, mx.nu))
 
