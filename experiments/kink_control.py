@@ -68,8 +68,7 @@ def loss_fn(mx, cfg: diffmjx.Config, horizon: int = common.CUBE_TOSS["horizon"])
 
 def truth(mx, floor: float) -> np.ndarray:
     """Central differences of the 1e-12 solve at every shot, with impedance floor ``floor``."""
-    cfg = diffmjx.Config.paper().override("integrator.rtol=1e-12", "integrator.atol=1e-12",
-                                          f"solver.impedance_floor={floor}")  # fmt: skip
+    cfg = diffmjx.converged(diffmjx.Config.paper().override(f"solver.impedance_floor={floor}"))
     f = jax.jit(jax.vmap(lambda u, v: loss_fn(mx, cfg)(u, v)[0]))
     return np.asarray((f(U0 + FD_STEP, VY0) - f(U0 - FD_STEP, VY0)) / (2 * FD_STEP))
 
