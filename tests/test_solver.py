@@ -170,6 +170,7 @@ def test_rematerialised_iterations_give_the_stored_iterations_gradient(scene):
     np.testing.assert_allclose(jac[True], jac[False], rtol=0, atol=1e-12 * scale)
 
 
+@pytest.mark.slow  # suite budget (36 s cold): implicit and unrolled gradients stay compared by default above
 def test_auto_gradient_is_implicit_for_pyramidal_and_unroll_for_elliptic_cones(scene):
     """The default solver.gradient=auto: the implicit gradient where it applies (pyramidal cones),
     the unrolled one elsewhere, so Config() runs on elliptic models too."""
