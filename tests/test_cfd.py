@@ -1,5 +1,7 @@
 """Contacts from distance: the extended impedance spline and the straight-through combinator."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import mujoco
@@ -111,6 +113,7 @@ CFD = BASE.override("cfd.enabled=true", "cfd.solimp=[0.0, 0.9, 0.1, 0.5, 2.0]")
 
 
 def _two_balls(cfg, periods=50):
+    """``v0 -> rollout`` of the two-ball scene (not jitted: callers differentiate it)."""
     _, mx = load("two_balls")  # cue ball pushed along x towards the eight ball 0.3 m away
 
     def run(v0):
@@ -120,10 +123,16 @@ def _two_balls(cfg, periods=50):
     return run
 
 
+@functools.cache
+def _two_balls_jit(cfg):
+    """One compiled rollout per config, shared by every test and parameter that runs it."""
+    return jax.jit(_two_balls(cfg))
+
+
 @pytest.mark.parametrize("v0", [0.3, 1.0])  # 0.3: the balls never touch; 1.0: they collide
 def test_straight_through_forward_is_unchanged(v0):
-    plain = jax.jit(_two_balls(BASE))(v0)
-    cfd = jax.jit(_two_balls(CFD))(v0)
+    plain = _two_balls_jit(BASE)(v0)
+    cfd = _two_balls_jit(CFD)(v0)
     for a, b in zip(jax.tree.leaves(plain[1]), jax.tree.leaves(cfd[1]), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
@@ -181,7 +190,7 @@ def test_gradient_between_bodies_that_never_touch(adjoint):
 
 def test_cfd_in_forward_makes_bodies_hover():
     """cfd.in_forward applies the forces from distance physically: the eight ball is pushed."""
-    d, _ = jax.jit(_two_balls(CFD.override("cfd.in_forward=true")))(0.3)
+    d, _ = _two_balls_jit(CFD.override("cfd.in_forward=true"))(0.3)
     assert float(d.qpos[1]) > 1e-3
 
 

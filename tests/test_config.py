@@ -18,23 +18,6 @@ from diffmjx.config import (
 )
 
 
-def test_defaults() -> None:
-    cfg = Config()
-    assert cfg.integrator.solver == "tsit5"
-    assert cfg.integrator.adjoint == "backsolve"
-    assert cfg.integrator.step_control == "pid"
-    assert (cfg.integrator.pcoeff, cfg.integrator.icoeff, cfg.integrator.dcoeff) == (0.2, 0.4, 0.0)
-    assert cfg.integrator.rtol == cfg.integrator.atol == 1e-7
-    assert cfg.solver.impedance_floor == 0.0 and cfg.collision.plane_box == "deepest"
-    assert cfg.integrator.dt0 is None and cfg.integrator.checkpoints is None
-    assert (cfg.integrator.substeps, cfg.integrator.max_steps) == (1, 4096)
-    assert cfg.integrator.on_budget_exhausted == "flag"
-    assert cfg.solver.gradient == "auto"
-    assert cfg.collision.smooth is False and cfg.collision.sharpness == 10000.0
-    assert cfg.cfd.solimp == (0.0, 0.01, 0.1, 1.0, 2.0)
-    assert cfg.cfd.enabled is False and cfg.cfd.in_forward is False
-
-
 def test_config_is_frozen_and_hashable() -> None:
     cfg = Config()
     with pytest.raises(AttributeError):

@@ -1,5 +1,7 @@
 """Differentiable constraint solve: forward identical to MJX's, reverse mode through iterations > 1."""
 
+import copy
+
 import jax
 import jax.numpy as jnp
 import mujoco
@@ -51,13 +53,15 @@ def test_grad_through_step_with_four_iterations(scene):
         return diffmjx.step(mx, d.replace(qvel=d.qvel.at[2].set(vz)), cfg).qvel[2]
 
     g = float(jax.jit(jax.grad(loss))(-0.5))
-    fd = (float(loss(-0.5 + 1e-6)) - float(loss(-0.5 - 1e-6))) / 2e-6
+    f = jax.jit(loss)  # differences through one compiled program, not op-by-op dispatch
+    fd = (float(f(-0.5 + 1e-6)) - float(f(-0.5 - 1e-6))) / 2e-6
     assert np.isfinite(g) and abs(g) > 0
     assert abs(g - fd) < 1e-4 * max(1.0, abs(fd))
 
 
 def test_implicit_and_unrolled_gradients_agree_at_convergence(scene):
     mj, _, d = scene
+    mj = copy.copy(mj)  # the module's fixture stays as it is
     mj.opt.iterations, mj.opt.tolerance = 100, 1e-14
     mx = mjx.put_model(mj)
 
@@ -72,6 +76,7 @@ def test_implicit_and_unrolled_gradients_agree_at_convergence(scene):
 
 def test_cg_forward_equals_mjx_solver(scene):
     mj, _, d = scene
+    mj = copy.copy(mj)  # the module's fixture stays as it is
     mj.opt.solver = mujoco.mjtSolver.mjSOL_CG
     mx = mjx.put_model(mj)
     ref = jax.jit(mjx.forward)(mx, d)
@@ -86,7 +91,7 @@ def test_default_solve_is_converged(scene):
     model's budget: with a model of 1 iteration its accelerations are MJX's at 100 iterations and
     tolerance 1e-10, and differ from MJX's 1-iteration solve on this four-contact state."""
     _, _, d = scene
-    mj, _ = load("cube_toss")  # its own copy: other tests change the fixture's solver options
+    mj, _ = load("cube_toss")  # its own model: this test changes the solver options
     mj.opt.iterations = 1
     mx = mjx.put_model(mj)
     d = d.replace(qpos=d.qpos.at[2].set(0.05), qvel=d.qvel.at[0].set(2.0).at[2].set(-1.0))  # fast slide: rows change

@@ -413,7 +413,8 @@ def test_train_config_normalises():
     p = tc.initial_params()
     assert float(p.side_length) == 0.06 and p.solref.tolist() == [0.03, 1.0] and float(p.mass) == 0.37
     assert TrainConfig(free="mass").free == ("mass",)
-    hash(tc)  # frozen and hashable, like the DiffMJX sections
+    same = TrainConfig(free=["side_length", "friction"], inits={"side_length": 0.06, "solref": (0.03, 1.0)})
+    assert same == tc and hash(same) == hash(tc)  # frozen and hashable, like the DiffMJX sections
 
 
 def test_sysid_config_overrides_presets_and_yaml(tmp_path):
