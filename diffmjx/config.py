@@ -44,6 +44,7 @@ __all__ = [
     "config_from_args",
     "knob",
     "parse_value",
+    "preset_path",
     "section_from_dict",
 ]
 
@@ -203,6 +204,22 @@ class Section:
             value = coerce_text(typing.get_type_hints(type(self))[key], parse_value(f"{self._section}.{key}", text))
             out = dataclasses.replace(out, **{key: value})
         return out
+
+
+def preset_path(preset: str | Path, kind: str) -> Path:
+    """A preset given as a path, or by name: ``diffmjx/presets/<kind>_<name>.yaml``.
+
+    Raises:
+        ValueError: for a name with no such file, listing the ``kind``'s presets.
+    """
+    path = Path(preset)
+    if path.suffix:
+        return path
+    path = PRESETS / f"{kind}_{preset}.yaml"
+    if not path.exists():
+        names = sorted(p.stem.removeprefix(f"{kind}_") for p in PRESETS.glob(f"{kind}_*.yaml"))
+        raise ValueError(f"unknown {kind} preset {str(preset)!r}; choose one of: {', '.join(names)} or a path")
+    return path
 
 
 def section_from_dict(cls: type[Section], name: str, entries: Any) -> Section:

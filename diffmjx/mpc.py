@@ -34,7 +34,7 @@ import numpy as np
 import optax
 import yaml
 
-from diffmjx.config import Config, Section, knob, section_from_dict
+from diffmjx.config import Config, Section, knob, preset_path, section_from_dict
 from diffmjx.integrate import rollout
 
 __all__ = [
@@ -49,7 +49,6 @@ __all__ = [
     "replicate",
 ]
 
-PRESETS = Path(__file__).parent / "presets"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,13 +96,7 @@ class PlannerConfig(Section):
         ``paper``, ``quick``), then ``overrides``."""
         cfg = cls()
         if preset is not None:
-            path = Path(preset)
-            if not path.suffix:
-                path = PRESETS / f"planner_{preset}.yaml"
-                if not path.exists():
-                    names = sorted(p.stem.removeprefix("planner_") for p in PRESETS.glob("planner_*.yaml"))
-                    raise ValueError(f"unknown planner preset {preset!r}; choose one of: {', '.join(names)}")
-            data = yaml.safe_load(path.read_text()) or {}
+            data = yaml.safe_load(preset_path(preset, "planner").read_text()) or {}
             cfg = section_from_dict(cls, "planner", data.get("planner", data))
         return cfg.override(*overrides)
 

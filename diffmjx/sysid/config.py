@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import numpy as np
 import yaml
 
-from diffmjx.config import Config, Section, coerce_text, knob, parse_value, section_from_dict
+from diffmjx.config import Config, Section, coerce_text, knob, parse_value, preset_path, section_from_dict
 from diffmjx.sysid.data import DataConfig
 from diffmjx.sysid.model import _SHAPES, CubeParams, check_params
 
@@ -26,7 +26,6 @@ __all__ = ["FREE_PARAMS", "SysidConfig", "TrainConfig", "sim_overrides"]
 FREE_PARAMS = CubeParams._fields
 """Parameters that can be identified (the fields of :class:`~diffmjx.sysid.CubeParams`)."""
 
-PRESETS = Path(__file__).resolve().parents[1] / "presets"
 
 
 def _check_free(key: str, value: Any) -> tuple[str, ...]:
@@ -205,13 +204,7 @@ class SysidConfig:
         """
         if preset is None:
             return cls().override(*overrides)
-        path = Path(preset)
-        if not path.suffix:
-            path = PRESETS / f"sysid_{preset}.yaml"
-            if not path.exists():
-                names = sorted(p.stem.removeprefix("sysid_") for p in PRESETS.glob("sysid_*.yaml"))
-                raise ValueError(f"unknown sysid preset {str(preset)!r}; choose one of: {', '.join(names)} or a path")
-        return cls.from_yaml(path).override(*overrides)
+        return cls.from_yaml(preset_path(preset, "sysid")).override(*overrides)
 
     def override(self, *assignments: str) -> "SysidConfig":
         """A new config with ``section.field=value`` assignments applied in order (validated at the end).
