@@ -4,6 +4,7 @@ DiffMJX reuses MJX's pipeline stages and solver internals instead of forking the
 name we depend on is imported here, and every private field of ``mjx.Model`` / ``mjx.Data``
 (``_impl``) the library reads or writes is reached through a function here, so an MJX upgrade
 (pinned in ``pyproject.toml``) touches one file. Other modules use ``_mjx.<function or constant>``.
+The one private name of JAX the library reads (:func:`jax_backends_initialized`) lives here too.
 """
 
 import contextlib
@@ -57,8 +58,11 @@ __all__ = [
     "fwd_position",
     "fwd_position_with",
     "fwd_velocity",
+    "geom_pairs",
+    "has_collision_fn",
     "has_frictionloss",
     "jac",
+    "jax_backends_initialized",
     "kinematics",
     "make_constraint",
     "make_frame",
@@ -122,6 +126,10 @@ solver_linesearch = mjx_solver._linesearch
 solver_rescale = mjx_solver._rescale
 scan_while_loop = mjx_solver._while_loop_scan
 mjx_solve = mjx_solver.solve
+
+# Candidate geom pairs as MJX builds them (contype/conaffinity, <pair>, <exclude>, parent filtering).
+geom_pairs = collision_driver.geom_pairs
+has_collision_fn = collision_driver.has_collision_fn
 
 full_m = support.full_m
 mul_m = support.mul_m
@@ -269,3 +277,10 @@ def fwd_position_with(m: Model, d: Data, collide=None, tendon=None, rows=None) -
     for _, stage in position_stages(collide, tendon, rows):
         d = stage(m, d)
     return d
+
+
+def jax_backends_initialized() -> bool:
+    """Whether JAX has created its backends: ``XLA_FLAGS`` is read then, once per process."""
+    from jax._src import xla_bridge
+
+    return xla_bridge.backends_are_initialized()

@@ -7,6 +7,7 @@ a message that names the field and what is allowed, not with an error from deep 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import warnings
@@ -17,15 +18,31 @@ import numpy as np
 
 from diffmjx import _mjx, collision
 from diffmjx.config import Config
-from diffmjx.impedance import MINIMP
+from diffmjx.impedance import MINIMP, MINVAL
 
 __all__ = ["TouchdownJumpWarning", "touchdown_jumps", "validate"]
 
 class TouchdownJumpWarning(UserWarning):
     """A model's contacts start with a force at touchdown, a jump that no gradient sees.
 
-    Silence it with ``warnings.filterwarnings("ignore", category=diffmjx.TouchdownJumpWarning)``.
+    Shown once per model (per state of the warning filters). Silence it with
+    ``warnings.filterwarnings("ignore", category=diffmjx.TouchdownJumpWarning)``.
     """
+
+
+def _mixed_solimp0(imp, solmix, priority, g1: int, g2: int) -> float:
+    """``solimp[0]`` of a contact between geoms ``g1`` and ``g2`` as MuJoCo combines them: the
+    higher ``priority`` geom's, else the ``solmix``-weighted mean."""
+    if priority[g1] != priority[g2]:
+        return float(imp[g1] if priority[g1] > priority[g2] else imp[g2])
+    s1, s2 = float(solmix[g1]), float(solmix[g2])
+    if s1 < MINVAL and s2 < MINVAL:
+        mix = 0.5
+    elif s1 < MINVAL or s2 < MINVAL:
+        mix = 0.0 if s1 < MINVAL else 1.0
+    else:
+        mix = s1 / (s1 + s2)
+    return float(mix * imp[g1] + (1.0 - mix) * imp[g2])
 
 
 def touchdown_jumps(m) -> dict[str, float]:
@@ -38,13 +55,21 @@ def touchdown_jumps(m) -> dict[str, float]:
     time), at every touchdown, at every tolerance: gradients through a touchdown can be tens of
     percent off (docs/solver.md). ``solimp[0] = 0`` starts the force from zero.
 
+    Only contacts the model can make count: the candidate geom pairs MJX collides (``contype`` /
+    ``conaffinity`` bits, ``<pair>``, ``<exclude>``, no self or parent-child pairs, pairs of types
+    with a collision function), each with its ``solimp`` as MuJoCo combines the two geoms'
+    (``priority``, ``solmix``). A geom that collides with nothing is never listed.
+
     Arguments:
         m: ``mjx.Model`` or ``mujoco.MjModel``, with concrete (not traced) arrays.
 
     Returns:
-        ``{name: solimp[0]}`` for every collidable geom (name, or ``geom <id>`` if unnamed) and
+        ``{name: solimp[0]}`` for every geom (name, or ``geom <id>`` if unnamed) with its own
+        ``solimp[0]`` above the threshold in a candidate pair whose contact has it above too, and
         every ``<pair>`` (``pair <id>``) above the threshold; empty if none.
     """
+    if np.ndim(m.geom_solimp) != 2:  # a batched model: one check per model is not what this answers
+        return {}
     names = m.names if isinstance(m.names, bytes) else bytes(m.names)
 
     def name(adr, kind, i):
@@ -52,35 +77,66 @@ def touchdown_jumps(m) -> dict[str, float]:
         text = names[int(adr) : end if end >= 0 else None].decode()
         return text or f"{kind} {i}"
 
-    out = {}
-    if np.ndim(m.geom_solimp) != 2:  # a batched model: one check per model is not what this answers
-        return out
-    collidable = (np.asarray(m.geom_contype) != 0) | (np.asarray(m.geom_conaffinity) != 0)
-    for i, (imp, on) in enumerate(zip(np.asarray(m.geom_solimp)[:, 0], collidable, strict=True)):
-        if on and imp > MINIMP:
-            out[name(np.asarray(m.name_geomadr)[i], "geom", i)] = float(imp)
-    for i, imp in enumerate(np.asarray(m.pair_solimp).reshape(-1, 5)[:, 0]):
-        if imp > MINIMP:
-            out[f"pair {i}"] = float(imp)
+    imp = np.asarray(m.geom_solimp)[:, 0]
+    solmix, priority = np.asarray(m.geom_solmix), np.asarray(m.geom_priority)
+    pair_imp = np.asarray(m.pair_solimp).reshape(-1, 5)[:, 0]
+    types, adr = np.asarray(m.geom_type), np.asarray(m.name_geomadr)
+    geoms, pairs = set(), set()
+    for g1, g2, pair in _mjx.geom_pairs(m):
+        if pair >= 0:
+            if pair_imp[pair] > MINIMP:
+                pairs.add(int(pair))
+        elif _mjx.has_collision_fn(types[g1], types[g2]) and _mixed_solimp0(imp, solmix, priority, g1, g2) > MINIMP:
+            geoms.update(int(g) for g in (g1, g2) if imp[g] > MINIMP)
+    out = {name(adr[g], "geom", g): float(imp[g]) for g in sorted(geoms)}
+    out.update({f"pair {i}": float(pair_imp[i]) for i in sorted(pairs)})
     return out
+
+
+_JUMPS: dict[str, dict[str, float]] = {}  # model fingerprint -> touchdown_jumps(m)
+_WARNED: dict[tuple, list] = {}  # (model fingerprint, filter list's id, its filters) warned -> that list
+
+
+def _fingerprint(m) -> str:
+    """A hash of the model fields :func:`touchdown_jumps` reads."""
+    h = hashlib.sha256()
+    h.update(m.names if isinstance(m.names, bytes) else bytes(m.names))
+    fields = ("geom_solimp", "geom_solmix", "geom_priority", "geom_type", "geom_contype", "geom_conaffinity",
+              "geom_bodyid", "body_parentid", "body_weldid", "pair_solimp", "pair_geom1", "pair_geom2",
+              "exclude_signature")  # fmt: skip
+    for f in fields:
+        a = np.ascontiguousarray(np.asarray(getattr(m, f)))
+        h.update(f"{f}{a.shape}{a.dtype}".encode())
+        h.update(a.tobytes())
+    h.update(str(int(m.opt.disableflags)).encode())
+    return h.hexdigest()
 
 
 def _warn_touchdown_jumps(m, cfg: Config) -> None:
     if cfg.cfd.enabled:  # contacts from distance: the backward pass uses its own rows by design
         return
-    fields = (m.geom_solimp, m.geom_contype, m.geom_conaffinity, m.pair_solimp)
+    fields = (m.geom_solimp, m.geom_contype, m.geom_conaffinity, m.pair_solimp, m.geom_solmix)
     if any(isinstance(x, jax.core.Tracer) for x in fields):  # a model built inside a trace: values unknown
         return
-    jumps = touchdown_jumps(m)
-    if not jumps:
+    key = _fingerprint(m)
+    if key not in _JUMPS:
+        _JUMPS[key] = touchdown_jumps(m)
+    jumps = _JUMPS[key]
+    # once per model: tracing, vmap and each rollout call validate the same model again. New warning
+    # filters (a ``catch_warnings`` block, ``pytest.warns``, ``filterwarnings``) show it again; the
+    # list object is kept alive so that its id is never reused by a later block's list.
+    seen = (key, id(warnings.filters), tuple(warnings.filters))
+    if not jumps or seen in _WARNED:
         return
+    _WARNED[seen] = warnings.filters
     listed = ", ".join(f"{k!r} ({v:.3g})" for k, v in list(jumps.items())[:6])
     more = f" and {len(jumps) - 6} more" if len(jumps) > 6 else ""
     warnings.warn(
         f"contacts of {listed}{more} start with solimp[0] > 0 (the impedance at touch): their force jumps "
         "at every touchdown, and no gradient sees that jump, so gradients through a touchdown can be tens "
         "of percent off at any tolerance. For gradients through contact set solimp[0] = 0 "
-        '(e.g. solimp="0 0.95 0.001 0.5 2"); see diffmjx.touchdown_jumps and docs/solver.md',
+        '(e.g. solimp="0 0.95 0.001 0.5 2"); see diffmjx.touchdown_jumps and docs/solver.md. Shown once per '
+        'model; silence it with warnings.filterwarnings("ignore", category=diffmjx.TouchdownJumpWarning)',
         TouchdownJumpWarning,
         stacklevel=_caller_level(),
     )

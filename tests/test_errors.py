@@ -88,6 +88,57 @@ def test_a_touchdown_force_jump_is_named_and_warned_about(mx):
     assert diffmjx.touchdown_jumps(pair) == {"pair 0": 0.5}
 
 
+def test_touchdown_jumps_lists_only_contacts_the_model_can_make():
+    """Geoms that collide with nothing (no matching contype/conaffinity bit, an excluded body pair,
+    a visual geom, a geom on its own body) keep MuJoCo's default solimp without a warning; a geom
+    whose contact mixes with a zero-impedance partner is still listed."""
+    import mujoco
+
+    xml = """<mujoco><default><geom solimp="0 0.95 0.001 0.5 2"/></default><worldbody>
+      <geom name="floor" type="plane" size="1 1 0.1"/>
+      <body name="cube" pos="0 0 0.2"><freejoint/><geom name="cube" type="box" size=".05 .05 .05"/>
+        <geom name="visual" type="sphere" size=".02" contype="0" conaffinity="0" solimp="0.9 0.95 0.001"/>
+        <geom name="same_body" type="sphere" size=".01" contype="2" conaffinity="2" solimp="0.9 0.95 0.001"/></body>
+      <body name="ghost" pos="1 0 0.2"><freejoint/>
+        <geom name="other_bits" type="sphere" size=".05" contype="4" conaffinity="4" solimp="0.9 0.95 0.001"/></body>
+      <body name="excluded" pos="2 0 0.2"><freejoint/>
+        <geom name="excluded" type="sphere" size=".05" solimp="0.9 0.95 0.001"/></body>
+      <body name="mixed" pos="3 0 0.2"><freejoint/>
+        <geom name="mixed" type="sphere" size=".05" solimp="0.5 0.95 0.001"/></body>
+    </worldbody><contact><exclude body1="world" body2="excluded"/></contact></mujoco>"""
+    model = mujoco.MjModel.from_xml_string(xml)
+    # 'mixed' meets the zero-impedance floor and cube (contacts at 0.25) and 'excluded' (0.7);
+    # 'excluded' is excluded from the floor but still meets 'mixed'
+    jumps = diffmjx.touchdown_jumps(model)
+    assert set(jumps) == {"mixed", "excluded"} and jumps["mixed"] == 0.5
+    model.geom_conaffinity[model.geom("excluded").id] = 0  # now it collides with nothing
+    model.geom_contype[model.geom("excluded").id] = 0
+    assert diffmjx.touchdown_jumps(model) == {"mixed": 0.5}
+
+
+def test_touchdown_warning_is_shown_once_per_model():
+    """Tracing, vmap and every rollout call validate the same model again: one warning per model,
+    another for another model, and ``filterwarnings`` silences it."""
+    import warnings
+
+    from mujoco import mjx
+
+    drop = load("box_drop")[0]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            diffmjx.validate(mjx.put_model(drop), diffmjx.Config())
+        drop.geom_solimp[0, 0] = 0.8  # another model
+        diffmjx.validate(mjx.put_model(drop), diffmjx.Config())
+    jumps = [w for w in caught if issubclass(w.category, diffmjx.TouchdownJumpWarning)]
+    assert len(jumps) == 2 and "'table' (0.9)" in str(jumps[0].message) and "'table' (0.8)" in str(jumps[1].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warnings.filterwarnings("ignore", category=diffmjx.TouchdownJumpWarning)
+        drop.geom_solimp[0, 0] = 0.7
+        diffmjx.validate(mjx.put_model(drop), diffmjx.Config())
+
+
 def test_no_touchdown_warning_check_for_a_model_built_inside_a_trace():
     """A model put inside ``jit`` has traced arrays: the check must not convert them (it did)."""
     import warnings
