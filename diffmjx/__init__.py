@@ -26,7 +26,7 @@ from diffmjx.config import (
 from diffmjx.dynamics import State, forward
 from diffmjx.gradcheck import GradCheck, Reference, central_differences, converged, gradcheck, reference_gradient
 from diffmjx.integrate import Method, Stats, Trajectory, diffrax_method, rollout, step
-from diffmjx.runtime import enable_compilation_cache
+from diffmjx.runtime import enable_compilation_cache, enable_gpu
 
 __all__ = [
     "CFDConfig",
@@ -48,6 +48,7 @@ __all__ = [
     "converged",
     "diffrax_method",
     "enable_compilation_cache",
+    "enable_gpu",
     "forward",
     "gradcheck",
     "reference_gradient",

@@ -23,3 +23,25 @@ def test_gradient_program_has_no_host_callback(overrides, cacheable):
     cfg = diffmjx.Config().override(*overrides)
     text = jax.jit(jax.grad(cube_toss_loss(mx, cfg, horizon=2))).lower(-2.0).as_text()
     assert ("callback" not in text) == cacheable
+
+
+def test_enable_gpu_adds_flags_once_and_refuses_after_jax_ran():
+    """``enable_gpu`` keeps a flag the user set, adds the others, and, in a process where JAX already
+    ran (this one), raises instead of leaving the flags silently unread."""
+    import subprocess
+    import sys
+
+    script = (
+        "import os, jax, diffmjx\n"
+        "os.environ['XLA_FLAGS'] = '--xla_gpu_graph_min_graph_size=5'\n"
+        "flags = diffmjx.enable_gpu()\n"
+        "assert flags.split() == ['--xla_gpu_graph_min_graph_size=5', "
+        "'--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL'], flags\n"
+        "assert float(jax.jit(lambda x: x + 1)(1.0)) == 2.0\n"  # XLA accepts them (on a CPU too)
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
+    jax.numpy.zeros(1).block_until_ready()
+    with pytest.raises(RuntimeError, match="before JAX's first computation"):
+        diffmjx.enable_gpu()
