@@ -8,7 +8,6 @@ a message that names the field and what is allowed, not with an error from deep 
 from __future__ import annotations
 
 import hashlib
-import os
 import sys
 import warnings
 
@@ -142,13 +141,18 @@ def _warn_touchdown_jumps(m, cfg: Config) -> None:
     )
 
 
+# modules whose frames a warning skips: this package and the tracing machinery between it and the
+# user's call (jit, vmap, grad, Equinox's and Diffrax's wrappers)
+_INTERNAL = ("diffmjx", "cfd", "jax", "jaxlib", "equinox", "diffrax", "lineax", "optimistix", "functools", "contextlib")
+
+
 def _caller_level() -> int:
-    """``stacklevel`` of the first frame outside this package, seen from the function calling this."""
-    package = os.path.dirname(os.path.abspath(__file__))
+    """``stacklevel`` of the first frame of the user's code, seen from the function calling this:
+    frames of this package and of JAX's tracing machinery are skipped."""
     frame, level = sys._getframe(1), 1
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
+    while frame is not None and str(frame.f_globals.get("__name__", "")).split(".")[0] in _INTERNAL:
         frame, level = frame.f_back, level + 1
-    return level
+    return level if frame is not None else 1
 
 
 def _check_objects(cfg: Config, solver, stepsize_controller, adjoint) -> None:

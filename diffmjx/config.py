@@ -66,6 +66,25 @@ DEFAULT_PRESET = PRESETS / "default.yaml"
 PAPER_PRESET = PRESETS / "paper.yaml"
 """The paper's simulation setting (:meth:`Config.paper`): the one definition of it."""
 
+AUTO_KINK_FACTOR = 10.0
+"""``integrator.kink_step=auto`` is ``min(AUTO_KINK_FACTOR * rtol, AUTO_KINK_MAX)`` seconds."""
+AUTO_KINK_MAX = 1e-6
+
+
+def _check_kink_step(key: str, value: Any) -> Any:
+    """``auto``, None (off) or a step in seconds > 0 (numbers written as text are converted)."""
+    if value is None or value == "auto":
+        return value
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            pass
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    raise ValueError(f"{key}={value!r} is invalid; expected auto, a step in seconds > 0, or null (off)")
+
+
 _SOLIMP_MEANINGS = ("d at r=w_c", "d at r=0", "w_c", "midpoint", "power")
 
 
@@ -95,8 +114,9 @@ def knob(
 def _unwrap_optional(hint: Any) -> tuple[Any, bool]:
     """Split ``X | None`` into ``(X, True)``; any other hint gives ``(hint, False)``."""
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        (base,) = [a for a in typing.get_args(hint) if a is not type(None)]
-        return base, True
+        rest = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(rest) == 1 and len(rest) < len(typing.get_args(hint)):
+            return rest[0], True
     return hint, False
 
 
@@ -270,7 +290,10 @@ class IntegratorConfig(Section):
             edge, stick-slip: a kink of the contact force) is rejected and shrunk until it is
             at most this long (s), so no longer step straddles a kink; None turns this off.
             Discretise-then-optimise gradients of a step that straddles a kink are off by
-            O(step x stiffness), so without it they scatter from shot to shot.
+            O(step x stiffness), so without it they scatter from shot to shot. ``auto`` (the
+            default): ``min(10 rtol, 1e-6)`` seconds with the ``checkpoint`` and ``forward``
+            adjoints, off with ``backsolve`` (whose adjoint solve controls its own error across
+            kinks); :meth:`kink_step_used` gives the value.
     """
 
     _section = "integrator"
@@ -293,7 +316,29 @@ class IntegratorConfig(Section):
     backsolve_rtol: float | None = knob(None, gt=0)
     backsolve_atol: float | None = knob(None, gt=0)
     on_budget_exhausted: str = knob("flag", choices=BUDGET_POLICIES)
-    kink_step: float | None = knob(None, gt=0)
+    kink_step: float | str | None = knob("auto", check=_check_kink_step)
+
+    def kink_step_used(self, *, backsolve: bool | None = None, rtol: float | None = None) -> float | None:
+        """The kink step in seconds that applies, or None (off): ``kink_step`` with ``auto``
+        resolved for the adjoint and tolerance (see the class docstring).
+
+        Arguments:
+            backsolve: whether the adjoint is a backsolve one; None: ``adjoint == "backsolve"``
+                (pass it for a Diffrax adjoint object given in place of the config's).
+            rtol: the adaptive controller's ``rtol``; None: this section's, if ``step_control``
+                is ``pid`` (pass it for a Diffrax controller object).
+        """
+        if self.kink_step != "auto":
+            return self.kink_step
+        if backsolve is None:
+            backsolve = self.adjoint == "backsolve"
+        if rtol is None:
+            if self.step_control != "pid":
+                return None
+            rtol = self.rtol
+        if backsolve:
+            return None
+        return min(AUTO_KINK_FACTOR * float(rtol), AUTO_KINK_MAX)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -196,7 +196,9 @@ def _period_diffrax(m, d, cfg: Config, layout, dt_hint, method: Method):
     warm = isinstance(controller, diffrax.PIDController)
     backsolve = isinstance(adjoint, diffrax.BacksolveAdjoint)
     nefc = _mjx.efc(d).J.shape[0]
-    kinks = warm and not backsolve and ic.kink_step is not None and nefc > 0
+    rtol = getattr(controller, "rtol", None)
+    kink_step = ic.kink_step_used(backsolve=backsolve, rtol=rtol if isinstance(rtol, (int, float)) else None)
+    kinks = warm and not backsolve and kink_step is not None and nefc > 0
 
     def vf(t, y, args):
         m, inputs = jax.tree_util.tree_unflatten(treedef, args)
@@ -224,7 +226,7 @@ def _period_diffrax(m, d, cfg: Config, layout, dt_hint, method: Method):
         y0 = (y0, jnp.zeros(nefc, d.qvel.dtype))
     if warm:
         first_step = dt0
-        controller, dt0 = _period_controller(controller, first_step, ic.kink_step if kinks else None), None
+        controller, dt0 = _period_controller(controller, first_step, kink_step if kinks else None), None
         if backsolve:
             # the adjoint solve starts from -dt0 when given one: hold its first step in its own
             # controller too, or keep dt0 if that controller cannot hold it

@@ -12,8 +12,11 @@ O(step x stiffness). ``integrator.kink_step`` rejects such steps until they are 
 README's "Use" snippet (u0 = -2, no lateral velocity), against central differences (step 1e-4) of
 a 1e-12 solve with the same impedance floor. Errors are relative to max(|truth|, 5 % of the median
 |truth|) as in the test. Each configuration's ten gradients are one vmapped program: its run time
-(``backward_run_s``, all ten shots) and JIT time are reported beside the errors. Writes
-docs/results/kink_control.{csv,png} (about 12 min; ``--quick``: three configurations).
+(``backward_run_s``, all ten shots) and JIT time are reported beside the errors. The configurations
+of ``CONFIGS`` are overrides of the paper's setting (``diffmjx.Config.paper()``, the defaults of the
+time the study was first made); those of ``DEFAULT_CONFIGS`` of today's ``diffmjx.Config()``, among
+them ``checkpoint`` with ``kink_step=auto``. Writes docs/results/kink_control.{csv,png} (about
+20 min; ``--quick``: five configurations).
 """
 
 import time
@@ -48,7 +51,17 @@ CONFIGS = {  # name -> overrides of the defaults
         "integrator.rtol=1e-7", "integrator.atol=1e-7", "integrator.adjoint=backsolve", "solver.impedance_floor=0",
     ),
 }  # fmt: skip
-QUICK = ("checkpoint 1e-8, floor 0", "checkpoint 1e-8, floor 0, kink 1e-7", "backsolve 1e-7, floor 0")
+# name -> overrides of the library's defaults as they are now (``diffmjx.Config()``: floor 0, the
+# converged implicit solve, the deepest plane-box rule), where ``kink_step=auto`` turns kink control
+# on for checkpoint at min(10 rtol, 1e-6) s
+DEFAULT_CONFIGS = {
+    "defaults (backsolve 1e-7)": (),
+    "defaults, checkpoint (kink auto: 1e-6)": ("integrator.adjoint=checkpoint",),
+    "defaults, checkpoint, kink 1e-7": ("integrator.adjoint=checkpoint", "integrator.kink_step=1e-7"),
+    "defaults, checkpoint, no kink control": ("integrator.adjoint=checkpoint", "integrator.kink_step=null"),
+}
+QUICK = ("checkpoint 1e-8, floor 0", "checkpoint 1e-8, floor 0, kink 1e-7", "backsolve 1e-7, floor 0",
+         "defaults (backsolve 1e-7)", "defaults, checkpoint (kink auto: 1e-6)")  # fmt: skip
 FD_STEP = 1e-4
 
 
@@ -66,24 +79,25 @@ def loss_fn(mx, cfg: diffmjx.Config, horizon: int = common.CUBE_TOSS["horizon"])
     return loss
 
 
-def truth(mx, floor: float) -> np.ndarray:
-    """Central differences of the 1e-12 solve at every shot, with impedance floor ``floor``."""
-    cfg = diffmjx.converged(diffmjx.Config.paper().override(f"solver.impedance_floor={floor}"))
+def truth(mx, cfg: diffmjx.Config) -> np.ndarray:
+    """Central differences of the 1e-12 solve of ``cfg``'s physics at every shot."""
+    cfg = diffmjx.converged(cfg)
     f = jax.jit(jax.vmap(lambda u, v: loss_fn(mx, cfg)(u, v)[0]))
     return np.asarray((f(U0 + FD_STEP, VY0) - f(U0 - FD_STEP, VY0)) / (2 * FD_STEP))
 
 
 def run(base: diffmjx.Config, out: Path, quick: bool = False) -> list[dict]:
     _, mx = common.load("cube_toss")
-    names = QUICK if quick else tuple(CONFIGS)
+    names = QUICK if quick else (*CONFIGS, *DEFAULT_CONFIGS)
     truths, rows = {}, []
-    base = diffmjx.Config.paper(base)  # the configurations are overrides of the defaults of then
+    paper = diffmjx.Config.paper(base)  # CONFIGS are overrides of the defaults of then
     for name in names:
-        cfg = base.override(*CONFIGS[name])
-        floor = cfg.solver.impedance_floor
-        if floor not in truths:
-            truths[floor] = truth(mx, floor)
-        ref = truths[floor]
+        overrides = CONFIGS.get(name, DEFAULT_CONFIGS.get(name))
+        cfg = (paper if name in CONFIGS else base).override(*overrides)
+        physics = (cfg.solver, cfg.collision, cfg.cfd)  # the truth depends on these only
+        if physics not in truths:
+            truths[physics] = truth(mx, cfg)
+        ref = truths[physics]
         grad_fn = jax.jit(jax.vmap(jax.grad(loss_fn(mx, cfg), has_aux=True)))
         t = time.perf_counter()
         compiled = grad_fn.lower(U0, VY0).compile()
@@ -96,7 +110,7 @@ def run(base: diffmjx.Config, out: Path, quick: bool = False) -> list[dict]:
         print(f"{name:<40} median {np.median(err):7.2%}  max {err.max():7.2%}  README {err[-1]:7.2%}  "
               f"{run_s:6.1f} s  JIT {jit_s:5.0f} s")  # fmt: skip
         for shot, g, r, e, a, j in zip(SHOTS, grad, ref, err, np.asarray(acc), np.asarray(rej), strict=True):
-            rows.append(dict(config=name, overrides=" ".join(CONFIGS[name]), shot=shot, grad_ad=g, grad_truth=r,
+            rows.append(dict(config=name, overrides=" ".join(overrides), shot=shot, grad_ad=g, grad_truth=r,
                              rel_error=e, wrong_sign=bool(np.sign(g) != np.sign(r)), accepted_steps=int(a),
                              rejected_steps=int(j), budget_exhausted=bool(np.asarray(exhausted).any()),
                              backward_run_s=run_s, backward_jit_s=jit_s))  # fmt: skip
@@ -112,19 +126,23 @@ def _plot(rows: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     names = list(dict.fromkeys(r["config"] for r in rows))
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    colors = plt.get_cmap("tab20")(np.linspace(0, 1, 20))[: len(names)] if len(names) > 10 else None
+    fig, ax = plt.subplots(figsize=(10.5, 4.8))
     for k, name in enumerate(names):
         sel = [r for r in rows if r["config"] == name]
         err = np.array([100 * r["rel_error"] for r in sel])
         t = sel[0]["backward_run_s"]
-        ax.scatter(np.full(len(err), t), np.maximum(err, 1e-3), s=14, color=f"C{k}", alpha=0.7)
-        ax.plot([t], [np.median(np.maximum(err, 1e-3))], marker="_", ms=22, mew=2.5, color=f"C{k}", label=name)
+        color = colors[k] if colors is not None else f"C{k}"
+        marker = "s" if name in DEFAULT_CONFIGS else "o"  # squares: today's defaults
+        ax.scatter(np.full(len(err), t), np.maximum(err, 1e-3), s=14, color=color, alpha=0.7, marker=marker)
+        ax.plot([t], [np.median(np.maximum(err, 1e-3))], marker="_", ms=22, mew=2.5, color=color, label=name,
+                ls="none")  # fmt: skip
     ax.set_yscale("log")
     ax.axhline(1.0, color="k", ls=":", lw=1)
     ax.set_xlabel("backward run time of the ten shots (s, vmapped)")
     ax.set_ylabel("relative gradient error (%)")
-    ax.set_title("Cube toss: gradient error per shot (bar: median) vs backward time")
-    ax.legend(fontsize=7, loc="upper right")
+    ax.set_title("Cube toss: gradient error per shot (bar: median; squares: today's defaults) vs backward time")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     common.save_figure(fig, path)
 
 

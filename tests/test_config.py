@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import diffmjx
 from diffmjx.config import (
     DEFAULT_PRESET,
     CFDConfig,
@@ -200,3 +201,23 @@ def test_the_paper_setting_has_one_definition():
     over = diffmjx.Config.paper(base)
     assert over.integrator.dtmax == 0.001 and over.cfd.enabled and over.integrator.rtol == 1e-5
     assert SysidConfig.load("paper").sim == SysidConfig.load("quick").sim == paper
+
+
+def test_kink_step_auto_turns_kink_control_on_for_checkpoint_only():
+    """``integrator.kink_step=auto`` (the default): min(10 rtol, 1e-6) s with the checkpoint and
+    forward adjoints, off with backsolve; null is off, a number is that step; anything else names
+    the field."""
+    ic = diffmjx.Config().integrator
+    assert ic.kink_step == "auto" and ic.kink_step_used() is None  # backsolve
+    used = lambda *o: diffmjx.Config().override(*o).integrator.kink_step_used()
+    assert used("integrator.adjoint=checkpoint") == pytest.approx(1e-6)
+    assert used("integrator.adjoint=forward", "integrator.rtol=1e-8") == pytest.approx(1e-7)
+    assert used("integrator.adjoint=checkpoint", "integrator.rtol=1e-5") == pytest.approx(1e-6)  # capped
+    assert used("integrator.adjoint=checkpoint", "integrator.kink_step=null") is None
+    assert used("integrator.adjoint=checkpoint", "integrator.kink_step=1e-7") == 1e-7
+    assert used("integrator.adjoint=checkpoint", "integrator.step_control=constant") is None
+    assert ic.kink_step_used(backsolve=False, rtol=1e-9) == pytest.approx(1e-8)  # Diffrax objects given
+    assert diffmjx.Config.paper().integrator.kink_step_used() is None  # the paper had none
+    for bad in ("fast", "-1e-7", "0"):
+        with pytest.raises(ValueError, match=r"integrator\.kink_step.*auto"):
+            diffmjx.Config().override(f"integrator.kink_step={bad}")

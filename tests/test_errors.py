@@ -137,6 +137,11 @@ def test_touchdown_warning_is_shown_once_per_model():
         warnings.filterwarnings("ignore", category=diffmjx.TouchdownJumpWarning)
         drop.geom_solimp[0, 0] = 0.7
         diffmjx.validate(mjx.put_model(drop), diffmjx.Config())
+    # raised while JAX traces: it points at the user's code, not into JAX
+    m = mjx.put_model(drop)
+    with pytest.warns(diffmjx.TouchdownJumpWarning) as caught:
+        jax.jit(lambda x: diffmjx.forward(m, mjx.make_data(m)).qpos[0] + x)(0.0)
+    assert caught[0].filename == __file__
 
 
 def test_no_touchdown_warning_check_for_a_model_built_inside_a_trace():

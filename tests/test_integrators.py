@@ -125,7 +125,8 @@ def test_diffrax_objects_equal_config_strings(toss):
     import diffrax
 
     mx, d = toss
-    cfg = diffmjx.Config().override("integrator.rtol=1e-6", "integrator.atol=1e-6", "integrator.solver=bosh3")
+    cfg = diffmjx.Config().override("integrator.rtol=1e-6", "integrator.atol=1e-6", "integrator.solver=bosh3",
+                                    "integrator.adjoint=checkpoint")  # fmt: skip
     pid = diffrax.PIDController(rtol=1e-6, atol=1e-6, pcoeff=0.2, icoeff=0.4)
     ref = _final(mx, d, cfg)
     objects = _final(mx, d, diffmjx.Config(), solver=diffrax.Bosh3(), stepsize_controller=pid,
@@ -167,7 +168,8 @@ def test_kink_control_shrinks_straddling_steps_and_keeps_the_trajectory(toss):
     contact row is active (free flight of the first periods)."""
     mx, d = toss
     cfg = diffmjx.Config().override(  # kink control applies to checkpoint (backsolve has its own error control)
-        "integrator.adjoint=checkpoint", "integrator.rtol=1e-8", "integrator.atol=1e-8", "solver.impedance_floor=0"
+        "integrator.adjoint=checkpoint", "integrator.rtol=1e-8", "integrator.atol=1e-8", "solver.impedance_floor=0",
+        "integrator.kink_step=null",  # off (checkpoint's default, auto, would turn it on)
     )
     run = jax.jit(lambda d, c: diffmjx.rollout(mx, d, jnp.zeros((60, 0)), c), static_argnums=1)
     d_off, t_off = run(d, cfg)

@@ -15,7 +15,8 @@ from diffmjx.scenes import load
 def _grad(remat: bool, periods: int):
     _, mx = load("sphere_drop")
     # checkpointed AD, whose stored internals remat trades for recomputation (and the rtol of its figures)
-    ic = dataclasses.replace(diffmjx.Config().integrator, adjoint="checkpoint", rtol=1e-5, atol=1e-5, remat=remat)
+    ic = dataclasses.replace(diffmjx.Config().integrator, adjoint="checkpoint", rtol=1e-5, atol=1e-5, remat=remat,
+                             kink_step=None)  # fmt: skip
     cfg = dataclasses.replace(diffmjx.Config(), integrator=ic)
     ctrls = jnp.zeros((periods, 0))
 
