@@ -47,6 +47,7 @@ def test_plane_box_rule_fixes_the_first_bounce(first_bounce):
     assert first_bounce["mjx"][0] > 0.05
 
 
+@pytest.mark.slow  # suite budget: tests/test_cube_toss.py checks the same toss at the same defaults on nine shots
 def test_defaults_on_the_readme_snippet():
     # measured at the defaults (docs/results/fidelity.csv): README 0.10 %
     assert _errors("readme", [0], fidelity.scene("readme", 0).horizon)[0] < 0.01

@@ -119,6 +119,7 @@ def _final(mx, d, cfg, **objects):
     return jax.jit(lambda d: diffmjx.rollout(mx, d, jnp.zeros((30, 0)), cfg, **objects)[0].qpos)(d)
 
 
+@pytest.mark.slow  # suite budget: objects are still checked up front below, and kink_step_used in test_config
 def test_diffrax_objects_equal_config_strings(toss):
     """A solver, step-size controller and adjoint passed as Diffrax objects give what the
     equivalent config strings give, bit for bit (the PID controller keeps its warm start)."""
