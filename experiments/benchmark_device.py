@@ -449,7 +449,7 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--budget-s", type=float, default=420.0, help="wall-time budget of the whole run (default 420)")
     p.add_argument("--compile-budget-s", type=float, default=180.0, help="of it, for the parallel compile pass")
-    p.add_argument("--tag", default=None, help="CSV name: benchmark_device_<tag>.csv (default: the platform)")
+    p.add_argument("--tag", default=None, help="CSV name: benchmark_device_<tag>.csv (default: cpu, or the GPU's kind, e.g. h200)")
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--variants", default=None, help="comma-separated (default: default,graphs on a GPU, else default)")
     p.add_argument("--jobs", default=";".join(JOBS), help="';'-separated jobs of comma-separated sections, in order")
@@ -474,8 +474,10 @@ def main(argv=None) -> None:
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # the driver only asks for the platform
     import jax
 
-    platform = jax.devices()[0].platform
-    args.tag = args.tag or platform
+    dev = jax.devices()[0]
+    platform = dev.platform
+    kind = str(getattr(dev, "device_kind", platform)).lower().replace("nvidia ", "").replace(" ", "-")
+    args.tag = args.tag or (platform if platform == "cpu" else kind)  # e.g. benchmark_device_h200.csv
     args.variants = args.variants or ("default,graphs" if platform == "gpu" else "default")
     unknown = set(args.variants.split(",")) - set(VARIANTS)
     if unknown:
