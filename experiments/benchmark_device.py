@@ -39,7 +39,6 @@ import argparse
 import csv
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -74,19 +73,18 @@ def _emit(path: Path, row: dict) -> None:
     print("ROW", shown, flush=True)
 
 
-def _timed_calls(fn, args, repeats: int, warm: bool = True) -> tuple[float, list[float]]:
+def _timed(fn, args, repeats: int, warm: bool = True) -> float:
+    """Median wall time of ``fn(*args)`` (``common.median_time``), after a warm-up call; nan in the
+    compile pass."""
     import jax
 
+    from experiments import common
+
     if _COMPILE_ONLY:
-        return float("nan"), []
+        return float("nan")
     if warm:
         jax.block_until_ready(fn(*args))  # the first call after loading a program allocates
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t)
-    return statistics.median(times), times
+    return common.median_time(fn, *args, repeats=repeats)
 
 
 def _compile(fn, *args):
@@ -101,22 +99,6 @@ def _compile(fn, *args):
 # ---------------------------------------------------------------- sections (run inside a worker)
 
 
-def _contact_state(mj):
-    """(qpos, qvel) of the toss's first state with at least 4 loaded constraint rows (C engine)."""
-    import mujoco
-
-    from diffmjx import scenes
-
-    md = mujoco.MjData(mj)
-    md.qpos[2], md.qvel[1], md.qvel[2] = scenes.CUBE_TOSS["qz0"], scenes.CUBE_TOSS["vy0"], scenes.CUBE_TOSS["u0"]
-    while (md.efc_force != 0).sum() < 4:
-        mujoco.mj_step(mj, md)
-        mujoco.mj_forward(mj, md)
-        if md.time > 1.0:
-            raise RuntimeError("the cube toss never came into contact")
-    return md.qpos.copy(), md.qvel.copy()
-
-
 def section_calls(ctx, emit, batches=(1, 64, 1024), repeats=50):
     import jax
     import jax.numpy as jnp
@@ -125,9 +107,10 @@ def section_calls(ctx, emit, batches=(1, 64, 1024), repeats=50):
 
     import diffmjx
     from diffmjx import scenes
+    from experiments.benchmark_vjp import states
 
     mj, mx = scenes.load("cube_toss")
-    q0, v0 = (jnp.asarray(x) for x in _contact_state(mj))
+    q0, v0 = (jnp.asarray(x) for x in states(mj)["contact"])  # the toss's first loaded state
     d0 = mjx.make_data(mx).replace(qpos=q0, qvel=v0)
     cfg = diffmjx.Config()
 
@@ -141,14 +124,14 @@ def section_calls(ctx, emit, batches=(1, 64, 1024), repeats=50):
     }
     for what, (fn, args) in single.items():
         compiled, jit_s = _compile(fn, *args)
-        med, _ = _timed_calls(compiled, args, repeats)
+        med = _timed(compiled, args, repeats)
         emit(section="calls", what=what, batch=1, jit_s=jit_s, run_s=med, per_call_ms=1e3 * med, repeats=repeats)
     rng = np.random.default_rng(0)
     for b in batches:
         vs = v0 + 1e-3 * jnp.asarray(rng.standard_normal((b, v0.shape[0])))
         fn = jax.vmap(lambda v: diffmjx.forward(mx, d0.replace(qvel=v), cfg).qacc)
         compiled, jit_s = _compile(fn, vs)
-        med, _ = _timed_calls(compiled, (vs,), max(10, repeats // 5))
+        med = _timed(compiled, (vs,), max(10, repeats // 5))
         emit(section="calls", what="diffmjx.forward vmapped", batch=b, jit_s=jit_s, run_s=med, per_call_ms=1e3 * med,
              repeats=max(10, repeats // 5))  # fmt: skip
 
@@ -178,12 +161,12 @@ def section_toss(ctx, emit, repeats=3):
     u0 = jnp.asarray(scenes.CUBE_TOSS["u0"])
     forward, vg = _toss_fns(diffmjx.Config())
     compiled, jit_s = _compile(forward, u0)
-    med, _ = _timed_calls(compiled, (u0,), repeats)
+    med = _timed(compiled, (u0,), repeats)
     value, acc, rej = (float("nan"),) * 3 if _COMPILE_ONLY else compiled(u0)
     emit(section="toss", what="forward", batch=1, jit_s=jit_s, run_s=med, repeats=repeats, accepted=float(acc),
          rejected=float(rej), value=float(value))  # fmt: skip
     compiled, jit_s = _compile(vg, u0)
-    med, _ = _timed_calls(compiled, (u0,), repeats)
+    med = _timed(compiled, (u0,), repeats)
     value, grad = (float("nan"),) * 2 if _COMPILE_ONLY else compiled(u0)
     emit(section="toss", what="value and gradient", batch=1, jit_s=jit_s, run_s=med, repeats=repeats,
          value=float(value), grad=float(grad))  # fmt: skip
@@ -200,7 +183,7 @@ def section_toss_vmap(ctx, emit):
     u0 = scenes.CUBE_TOSS["u0"] + jnp.linspace(-0.05, 0.05, b)
     _, vg = _toss_fns(diffmjx.Config())
     compiled, jit_s = _compile(jax.vmap(vg), u0)
-    med, _ = _timed_calls(compiled, (u0,), 1, warm=False)
+    med = _timed(compiled, (u0,), 1, warm=False)
     emit(section="toss_vmap", what="value and gradient vmapped", batch=b, jit_s=jit_s, run_s=med,
          per_call_ms=1e3 * med / b, repeats=1)  # fmt: skip
 
@@ -217,7 +200,7 @@ def section_euler(ctx, emit):
     u0 = scenes.CUBE_TOSS["u0"] + jnp.linspace(-0.05, 0.05, b)
     _, vg = _toss_fns(cfg)
     compiled, jit_s = _compile(jax.vmap(vg), u0)
-    med, _ = _timed_calls(compiled, (u0,), 1, warm=False)
+    med = _timed(compiled, (u0,), 1, warm=False)
     value, grad = (jnp.full(b, jnp.nan),) * 2 if _COMPILE_ONLY else compiled(u0)
     emit(section="euler", what="MJX Euler dt 3e-5, value and gradient vmapped", batch=b, jit_s=jit_s, run_s=med,
          per_call_ms=1e3 * med / b, repeats=1, value=float(value[b // 2]), grad=float(grad[b // 2]))  # fmt: skip
