@@ -45,10 +45,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from diffmjx.runtime import GPU_XLA_FLAGS
+
 VARIANTS = {  # name -> XLA flag sets, the first one this XLA accepts is used
     "default": ("",),
-    "graphs": (
-        "--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL --xla_gpu_graph_min_graph_size=1",
+    "graphs": (  # diffmjx.enable_gpu()'s flags, then the same spelled out for an XLA without the +/- syntax
+        " ".join(GPU_XLA_FLAGS),
         "--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,CONDITIONAL,WHILE "
         "--xla_gpu_graph_min_graph_size=1",
     ),
