@@ -9,8 +9,10 @@ only against a tightened one. A ``loss`` with a ``cfg`` keyword gets that compar
 """
 
 import dataclasses
+import functools
 import inspect
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import jax
@@ -49,39 +51,71 @@ class GradCheck(NamedTuple):
 
 
 def central_differences(
-    loss: Callable, params, steps: Sequence[float] = DEFAULT_STEPS, *, batch: bool = False
+    loss: Callable,
+    params,
+    steps: Sequence[float] = DEFAULT_STEPS,
+    *,
+    args: tuple = (),
+    batch: bool = False,
+    workers: int = 1,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Central differences of a scalar ``loss(params)``, one estimate per step.
+    """Central differences of ``loss(params, *args)``, one estimate per step.
+
+    Each perturbed point is ``params`` with one raveled entry moved by ``+h`` or ``-h`` (in float64
+    arithmetic, ``x + h`` and ``x + (-h)``), and each estimate is ``(f(x + h) - f(x - h)) / (2 h)``.
+    A loss that returns NaN where its solve failed (e.g. ran out of steps) gives NaN estimates,
+    which a caller can test for.
 
     Arguments:
-        loss: scalar function of a parameter pytree (jitted here).
+        loss: function of a parameter pytree and ``args``, returning a scalar or an array (jitted
+            here, once per ``loss`` object: calls with other ``params`` values or ``args`` of the
+            same shapes reuse the compiled program).
         params: parameter pytree, raveled to a vector for differencing.
         steps: absolute difference steps, in parameter units.
+        args: further arguments of ``loss``, not differentiated (e.g. one shot's initial state).
         batch: evaluate every perturbed point (two per step and direction) in one jitted ``vmap``
             instead of one call after another. One compile and one dispatch instead of
             ``4 n len(steps)`` host round trips; under ``vmap`` an adaptive solve runs until its
             slowest lane is done.
+        workers: with ``batch=False``, evaluate the points on this many threads (XLA releases the
+            GIL while it runs, so on a multi-core CPU two workers keep two cores busy).
 
     Returns:
-        ``(sweep, steps)``: the (len(steps), n) estimates over the raveled parameters, and the
-        steps as an array.
+        ``(sweep, steps)``: the estimates, shaped ``(len(steps), n, *loss_shape)`` over the raveled
+        parameters (``(len(steps), n)`` for a scalar loss), and the steps as an array.
     """
     flat, unravel = ravel_pytree(params)
+    flat = np.asarray(flat)
     steps_arr = np.asarray(steps, dtype=float)
+    if workers < 1:
+        raise ValueError(f"workers={workers!r}: give at least 1")
+    jobs = [(k, i, s) for k in range(len(steps_arr)) for i in range(flat.size) for s in (1.0, -1.0)]
+    points = np.repeat(flat[None], len(jobs), axis=0)
+    for row, (k, i, s) in enumerate(jobs):
+        points[row, i] += s * steps_arr[k]
     if batch:
-        eye = jnp.eye(flat.size, dtype=flat.dtype)
-        h = jnp.asarray(steps_arr, flat.dtype)[:, None, None]
-        points = jnp.stack([flat + h * eye, flat - h * eye])  # (2, len(steps), n, n)
-        f = jax.jit(jax.vmap(lambda x: loss(unravel(x))))
-        values = np.asarray(f(points.reshape(-1, flat.size))).reshape(2, len(steps_arr), flat.size)
-        return (values[0] - values[1]) / (2 * steps_arr[:, None]), steps_arr
-    f = jax.jit(lambda x: loss(unravel(x)))
-    sweep = np.zeros((len(steps), flat.size))
-    for k, h in enumerate(steps):
-        for i in range(flat.size):
-            e = jnp.zeros_like(flat).at[i].set(h)
-            sweep[k, i] = (float(f(flat + e)) - float(f(flat - e))) / (2 * h)
-    return sweep, steps_arr
+        f = _compiled(loss, len(args), batched=True)
+        values = np.asarray(f(jax.vmap(unravel)(jnp.asarray(points)), *args))
+    else:
+        f = _compiled(loss, len(args), batched=False)
+        one = lambda x: np.asarray(f(unravel(jnp.asarray(x)), *args))
+        if workers == 1:
+            values = [one(x) for x in points]
+        else:
+            with ThreadPoolExecutor(workers) as pool:
+                values = list(pool.map(one, points))
+        values = np.stack(values)
+    values = values.reshape(len(steps_arr), flat.size, 2, *values.shape[1:])
+    h = steps_arr.reshape(-1, *([1] * (values.ndim - 2)))
+    return (values[:, :, 0] - values[:, :, 1]) / (2 * h), steps_arr
+
+
+@functools.lru_cache(maxsize=8)
+def _compiled(loss: Callable, nargs: int, batched: bool):
+    """``loss`` jitted (and vmapped over its first argument): one compiled program per loss object."""
+    if batched:
+        return jax.jit(jax.vmap(loss, in_axes=(0,) + (None,) * nargs))
+    return jax.jit(loss)
 
 
 class Reference(NamedTuple):
@@ -101,7 +135,9 @@ def reference_gradient(
     *,
     steps: Sequence[float] = (1e-3, 1e-4),
     tol: float = 1e-12,
+    max_steps: int | None = None,
     batch: bool = True,
+    workers: int = 1,
 ) -> Reference:
     """Central differences of ``loss(params, cfg=converged(cfg, tol))``: the gradient that AD with
     ``cfg`` should converge to, batched over directions and steps in one jitted program.
@@ -113,15 +149,16 @@ def reference_gradient(
         steps: difference steps (absolute, parameter units); at least two, so the estimate's
             agreement across steps is known.
         tol: tolerance of the converged solve.
-        batch: see :func:`central_differences`.
+        max_steps: least step budget per control period of the converged solve (:func:`converged`).
+        batch, workers: see :func:`central_differences`.
 
     Returns:
         :class:`Reference`.
     """
     if len(steps) < 2:
         raise ValueError(f"steps={tuple(steps)!r}: give at least two difference steps, so their agreement is known")
-    ref_cfg = converged(cfg, tol)
-    sweep, steps_arr = central_differences(lambda p: loss(p, cfg=ref_cfg), params, steps, batch=batch)
+    ref_cfg = converged(cfg, tol, max_steps=max_steps)
+    sweep, steps_arr = central_differences(lambda p: loss(p, cfg=ref_cfg), params, steps, batch=batch, workers=workers)
     k = pick_plateau(sweep)
     grad = sweep[k]
     neighbour = sweep[k - 1] if k > 0 else sweep[k + 1]

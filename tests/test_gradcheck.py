@@ -73,3 +73,22 @@ def test_reference_gradient_solves_the_converged_physics():
     assert (conv.integrator.rtol, conv.integrator.max_steps, conv.collision) == (1e-10, 1 << 14, loose.collision)
     with pytest.raises(ValueError, match="at least two"):
         diffmjx.reference_gradient(loss, 0.3, loose, steps=(1e-3,))
+
+
+def test_central_differences_with_arguments_threads_and_array_losses():
+    """Extra arguments reach the loss without a recompile per value, threads give the serial
+    numbers bitwise, an array loss gets one estimate per output, and a NaN (a failed solve) stays NaN."""
+    loss = lambda x, c: jnp.stack([c * jnp.sin(x[0]) * x[1], jnp.where(c > 5.0, jnp.nan, x[0] ** 3)])
+    x = np.array([0.3, 2.0])
+    serial, _ = diffmjx.central_differences(loss, x, (1e-3, 1e-4), args=(jnp.asarray(1.5),))
+    threaded, _ = diffmjx.central_differences(loss, x, (1e-3, 1e-4), args=(jnp.asarray(1.5),), workers=2)
+    batched, _ = diffmjx.central_differences(loss, x, (1e-3, 1e-4), args=(jnp.asarray(1.5),), batch=True)
+    assert serial.shape == (2, 2, 2)  # (steps, parameters, outputs)
+    np.testing.assert_array_equal(threaded, serial)
+    np.testing.assert_allclose(batched, serial, rtol=1e-9)
+    exact = np.array([[1.5 * np.cos(0.3) * 2.0, 3 * 0.3**2], [1.5 * np.sin(0.3), 0.0]])
+    np.testing.assert_allclose(serial[1], exact, rtol=1e-6, atol=1e-9)
+    failed, _ = diffmjx.central_differences(loss, x, (1e-3, 1e-4), args=(jnp.asarray(6.0),))
+    assert np.isnan(failed[:, :, 1]).all() and np.isfinite(failed[:, :, 0]).all()
+    with pytest.raises(ValueError, match="workers"):
+        diffmjx.central_differences(loss, x, (1e-3,), args=(jnp.asarray(1.5),), workers=0)

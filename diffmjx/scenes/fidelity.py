@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import jax
 import jax.numpy as jnp
@@ -41,6 +40,7 @@ from tqdm import tqdm
 
 from diffmjx._mjx import mjx
 from diffmjx.config import Config
+from diffmjx.gradcheck import central_differences, converged
 from diffmjx.integrate import rollout
 from diffmjx.scenes import CUBE_TOSS
 from diffmjx.scenes import path as scene_path
@@ -219,23 +219,29 @@ def model(sc: Scene) -> mjx.Model:
     return mjx.put_model(mj)
 
 
-def _threads(fn, items, desc):
-    with ThreadPoolExecutor(2) as pool:
-        res = list(tqdm(pool.map(fn, items), total=len(items), desc=desc, leave=False))
-    return res
-
-
 def reference_config(cfg: Config) -> Config:
-    """``cfg``'s physics solved for the suite's reference: checkpointed AD (whose forward is the
-    plain solve) at rtol = atol = :data:`REF_TOL`, kink control off, 4096 steps per period."""
-    ic = dataclasses.replace(
-        cfg.integrator, adjoint="checkpoint", rtol=REF_TOL, atol=REF_TOL, kink_step=None, max_steps=4096
-    )
-    return dataclasses.replace(cfg, integrator=ic)
+    """``cfg``'s physics solved for the suite's reference: :func:`diffmjx.converged` at
+    rtol = atol = :data:`REF_TOL` with at least 4096 steps per period, through checkpointed AD
+    (whose forward is the plain solve)."""
+    return converged(dataclasses.replace(cfg, integrator=dataclasses.replace(cfg.integrator, adjoint="checkpoint")),
+                     REF_TOL, max_steps=4096)  # fmt: skip
+
+
+def _reference_value(mx, cfg: Config, horizon: int):
+    """``(qvel0, qpos0, w) -> w . position(T)`` of the reference solve; NaN where it ran out of steps,
+    so its central differences say so."""
+    loss = loss_fn(mx, reference_config(cfg), horizon)
+
+    def value(qvel0, qpos0, w):
+        value, (_, _, exhausted) = loss(qpos0, qvel0, w)
+        return jnp.where(exhausted, jnp.nan, value)
+
+    return value
 
 
 def truth(mx, cfg: Config, states: dict, horizon: int = HORIZON) -> dict:
-    """Central differences (two steps) of the 1e-12 solve with ``cfg``'s model settings.
+    """Central differences (:func:`diffmjx.central_differences`, two steps) of the 1e-12 solve with
+    ``cfg``'s model settings.
 
     Returns:
         ``grad`` (n, 6), the gradient of every shot with respect to its initial velocity, and
@@ -243,34 +249,17 @@ def truth(mx, cfg: Config, states: dict, horizon: int = HORIZON) -> dict:
         reference solve ran out of steps); a shot's truth is converged where it is at most
         :data:`TRUTH_AGREEMENT`.
     """
-    tight = reference_config(cfg)
-    loss = loss_fn(mx, tight, horizon)
-
-    def value_and_exhausted(q, v, w):
-        value, (_, _, exhausted) = loss(q, v, w)
-        return value, exhausted
-
-    f = jax.jit(value_and_exhausted)
-    jobs = [(i, h, s, j) for i in range(len(states["qvel"])) for h in FD_STEPS for s in (1, -1) for j in range(6)]
-
-    def one(job):
-        i, h, s, j = job
-        v = states["qvel"][i].copy()
-        v[j] += s * h
-        value, exhausted = f(states["qpos"][i], v, states["w"][i])
-        return float(value), bool(exhausted)
-
-    res = _threads(one, jobs, "reference solves")
-    vals = {job: r[0] for job, r in zip(jobs, res, strict=True)}
-    exhausted = np.zeros(len(states["qvel"]), bool)
-    for job, r in zip(jobs, res, strict=True):
-        exhausted[job[0]] |= r[1]
-    n = len(states["qvel"])
-    grads = {h: np.array([[(vals[i, h, 1, j] - vals[i, h, -1, j]) / (2 * h) for j in range(6)] for i in range(n)])
-             for h in FD_STEPS}  # fmt: skip
-    g, check = grads[FD_STEPS[0]], grads[FD_STEPS[1]]
+    value = _reference_value(mx, cfg, horizon)
+    sweeps = []
+    for i in tqdm(range(len(states["qvel"])), desc="reference solves", leave=False):
+        args = (jnp.asarray(states["qpos"][i]), jnp.asarray(states["w"][i]))
+        sweeps.append(central_differences(value, np.asarray(states["qvel"][i]), FD_STEPS, args=args, workers=2)[0])
+    g, check = np.stack(sweeps, axis=1)  # (n, 6) each
     agreement = np.linalg.norm(g - check, axis=1) / np.maximum(np.linalg.norm(g, axis=1), 1e-300)
-    return {"grad": g, "agreement": np.where(exhausted, np.inf, agreement)}
+    return {
+        "grad": g,
+        "agreement": np.where(np.isfinite(check).all(axis=1) & np.isfinite(g).all(axis=1), agreement, np.inf),
+    }
 
 
 def measure(mx, cfg: Config, states: dict, ref: dict, horizon: int = HORIZON) -> dict:
@@ -309,7 +298,6 @@ def timeline(mx, cfg: Config, state: dict, horizon: int = HORIZON) -> dict:
     from there; a kink resolved by the integration leaves no step. Returns arrays per period:
     ``rel_error``, ``truth_agreement``, ``truth_norm``.
     """
-    tight = reference_config(cfg)
     qpos0, w = jnp.asarray(state["qpos"]), jnp.asarray(state["w"])
     ctrls = jnp.zeros((horizon, mx.nu))
 
@@ -320,18 +308,9 @@ def timeline(mx, cfg: Config, state: dict, horizon: int = HORIZON) -> dict:
 
         return f
 
-    f = jax.jit(positions(tight))
-    jobs = [(h, s, j) for h in FD_STEPS for s in (1, -1) for j in range(6)]
-
-    def one(job):
-        h, s, j = job
-        v = np.array(state["qvel"], dtype=float)
-        v[j] += s * h
-        return np.asarray(f(v))
-
-    vals = dict(zip(jobs, _threads(one, jobs, "reference solves"), strict=True))
-    fd = {h: np.stack([(vals[h, 1, j] - vals[h, -1, j]) / (2 * h) for j in range(6)], axis=1) for h in FD_STEPS}
-    g, check = fd[FD_STEPS[0]], fd[FD_STEPS[1]]
+    sweep, _ = central_differences(positions(reference_config(cfg)), np.asarray(state["qvel"], dtype=float), FD_STEPS,
+                                   workers=2)  # fmt: skip
+    g, check = sweep[0].T, sweep[1].T  # (horizon, 6)
     at = jax.jit(jax.grad(lambda v, k: positions(cfg)(v)[k]))
     ad = np.stack([np.asarray(at(jnp.asarray(state["qvel"]), k)) for k in tqdm(range(horizon), desc="AD per period")])
     norm = np.linalg.norm(g, axis=1)
