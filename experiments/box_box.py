@@ -12,7 +12,7 @@
    (vmapped): first call (trace + compile) and median run -> box_box_timing.csv.
 4. Gradient of loss = final x + final qpos[6] (a quaternion entry) w.r.t. the initial y velocity,
    over a sweep of vy0: AD with the preset (the library defaults) and each box-box rule, against
-   central differences (steps FD_STEP and FD_STEP / 4) of a REF_TOL solve with the same rule, on
+   central differences (steps FD_STEP and FD_STEP / 4) of a REF_TOL solve (``diffmjx.converged``) with the same rule, on
    the scene as authored (solimp[0] = 0.9, MuJoCo's default: the contact force jumps at every
    touchdown) and with solimp[0] = 0 (continuous touchdown) -> box_box_gradient.{csv,png}.
 """
@@ -91,15 +91,14 @@ def gradient_sweep(cfg: diffmjx.Config, quick: bool) -> list[dict]:
     and FD_STEP / 4, both reported) of a REF_TOL solve with the same collision function, per box-box
     rule and per version of the scene (:data:`SCENES`)."""
     vy0s = np.linspace(0.1, 0.5, 3 if quick else 9)
-    tight = (f"integrator.rtol={REF_TOL}", f"integrator.atol={REF_TOL}", "integrator.max_steps=16384")
     rows = []
     for scene_name, solimp0 in SCENES.items():
         mx = drop_model(solimp0)
         for rule, overrides in RULES.items():
-            ref = jax.jit(_drop_loss(mx, cfg.override(*overrides, *tight)))
+            ref = _drop_loss(mx, diffmjx.converged(cfg.override(*overrides), REF_TOL, max_steps=16384))
             vg = jax.jit(jax.value_and_grad(_drop_loss(mx, cfg.override(*overrides))))
             for v in tqdm(vy0s, desc=f"{scene_name}, {rule}"):
-                fd = [(float(ref(v + h)) - float(ref(v - h))) / (2 * h) for h in (FD_STEP, FD_STEP / 4)]
+                fd = [float(x) for x in diffmjx.central_differences(ref, v, (FD_STEP, FD_STEP / 4), workers=2)[0][:, 0]]
                 loss, grad = (float(x) for x in vg(v))
                 rows.append(dict(scene=scene_name, method=rule, vy0=v, loss=loss, grad=grad, ref_grad=fd[0],
                                  ref_agreement=abs(fd[0] - fd[1]) / abs(fd[0]), rel_error=abs(grad - fd[0]) / abs(fd[0]),

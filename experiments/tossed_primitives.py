@@ -69,7 +69,7 @@ def _sweep_errors(grad, ref):
 
 def sweep(kind: str, cfg: diffmjx.Config, u0s: np.ndarray) -> dict:
     _, mx = common.primitive(kind)
-    tight = cfg.override(f"integrator.rtol={REF_TOL}", f"integrator.atol={REF_TOL}")
+    tight = diffmjx.converged(cfg, REF_TOL)
     ref_loss = _loss_fn(mx, tight)
     lp = _batched(ref_loss, u0s + FD_STEP, f"{kind}: reference +h")
     lm = _batched(ref_loss, u0s - FD_STEP, f"{kind}: reference -h")
@@ -115,7 +115,7 @@ def sharpness_tradeoff(cfg: diffmjx.Config, out: Path, quick: bool) -> list[dict
     """Cube: gradient error and loss deviation from the unsmoothed converged solve vs sharpness."""
     u0s = np.linspace(-3.0, -1.0, 10 if quick else 40)
     _, mx = common.primitive("cube")
-    tight = cfg.override(f"integrator.rtol={REF_TOL}", f"integrator.atol={REF_TOL}", "collision.smooth=false")
+    tight = diffmjx.converged(cfg.override("collision.smooth=false"), REF_TOL)
     ref_loss = _loss_fn(mx, tight)
     lp = _batched(ref_loss, u0s + FD_STEP, "cube: reference +h")
     lm = _batched(ref_loss, u0s - FD_STEP, "cube: reference -h")
@@ -157,7 +157,7 @@ def tolerance_scan(cfg: diffmjx.Config, out: Path, kinds=tuple(common.PRIMITIVES
     rows = []
     for kind in tqdm(kinds, desc="tolerance scan"):
         _, mx = common.primitive(kind)
-        ref = _loss_fn(mx, cfg.override(f"integrator.rtol={SCAN_REF_TOL}", f"integrator.atol={SCAN_REF_TOL}"))
+        ref = _loss_fn(mx, diffmjx.converged(cfg, SCAN_REF_TOL))
         ref_grad = (_batched(ref, u0s + FD_STEP, f"{kind}: reference +h") - _batched(ref, u0s - FD_STEP, f"{kind}: reference -h")) / (2 * FD_STEP)  # fmt: skip
         for tol in tols:
             c = cfg.override(f"integrator.rtol={tol}", f"integrator.atol={tol}")
