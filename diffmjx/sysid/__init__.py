@@ -8,6 +8,7 @@ unconstrained coordinates, an ``mjx.Model`` with every derived field traced);
 presets, overrides); :mod:`diffmjx.sysid.loss`, the segment prediction and the one residual that
 every fit uses (:func:`state_residuals`, :func:`segment_loss`, :func:`segment_residuals`);
 :mod:`diffmjx.sysid.train`, the Adam loop (checkpoints, sharded minibatches);
+:mod:`diffmjx.sysid.distributed`, runs over several processes or machines (``initialize``);
 :mod:`diffmjx.sysid.evaluate`, whole-toss rollouts and their error; :mod:`diffmjx.sysid.params`,
 the fitted-parameter file; :mod:`diffmjx.sysid.lm`, the same fit by Levenberg–Marquardt on
 forward-mode Jacobians (optimistix); and :mod:`diffmjx.sysid.peer`, the finite-difference peer
@@ -15,6 +16,7 @@ forward-mode Jacobians (optimistix); and :mod:`diffmjx.sysid.peer`, the finite-d
 core: the core never imports it. Every public name is importable from ``diffmjx.sysid``.
 """
 
+from diffmjx.sysid import distributed as distributed
 from diffmjx.sysid.config import FREE_PARAMS, SysidConfig, TrainConfig, sim_overrides
 from diffmjx.sysid.data import (
     DT,

@@ -3,7 +3,10 @@
 :func:`rollout_tosses` rolls whole tosses out with the segments' prediction
 (:func:`~diffmjx.sysid.predict_segments`), tosses of different lengths padded to one length
 (:func:`pad_tosses`) and masked: one program per set of tosses, not one per length.
-:func:`trajectory_error` reports the mean position error in mm over the recorded samples.
+:func:`trajectory_error` reports the mean position error in mm over the recorded samples. Given
+``devices`` (e.g. ``jax.devices()``, every process's when several run), both split the tosses over
+them (:func:`~diffmjx.sysid.batch_sharding`, the set padded to a multiple of the device count) and
+return the whole result on every process.
 """
 
 from collections.abc import Mapping, Sequence
@@ -11,12 +14,14 @@ from collections.abc import Mapping, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import multihost_utils
 
 from diffmjx.config import Config
 from diffmjx.sysid.config import SysidConfig
 from diffmjx.sysid.data import Toss
 from diffmjx.sysid.loss import predict_segments
 from diffmjx.sysid.model import CubeParams, _base
+from diffmjx.sysid.train import _replicate, _rows, batch_sharding
 
 __all__ = ["pad_tosses", "rollout_tosses", "trajectory_error"]
 
@@ -54,7 +59,15 @@ def _sim_and_iterations(cfg: SysidConfig | Config) -> tuple[Config, int]:
     raise ValueError(f"cfg must be a SysidConfig or a diffmjx.Config, got {type(cfg).__name__}")
 
 
-def rollout_tosses(params: CubeParams, tosses: Mapping[str, Toss] | Sequence[Toss], cfg: SysidConfig | Config):
+def _gather(x: jax.Array) -> np.ndarray:
+    """The whole array on this process (an all-gather when other processes hold parts of it)."""
+    return np.asarray(x if x.is_fully_addressable else multihost_utils.process_allgather(x, tiled=True))
+
+
+def rollout_tosses(
+    params: CubeParams, tosses: Mapping[str, Toss] | Sequence[Toss], cfg: SysidConfig | Config, *,
+    devices: Sequence | None = None,
+):  # fmt: skip
     """Simulate every toss from its first recorded state, all in one padded, vmapped rollout.
 
     Arguments:
@@ -62,6 +75,10 @@ def rollout_tosses(params: CubeParams, tosses: Mapping[str, Toss] | Sequence[Tos
         tosses: :class:`~diffmjx.sysid.Toss` objects (a mapping or a sequence), each of 2 or more samples.
         cfg: a :class:`SysidConfig` (its ``sim`` and model iterations) or a :class:`diffmjx.Config`
             (iterations 4 for ``mjx_*`` solvers, else 2).
+        devices: None: one device, unsharded. A list (e.g. ``jax.devices()``): the tosses split
+            over them, each process placing its own share; every process passes the same tosses
+            and gets the whole result. With the adaptive default the result depends on the layout
+            at the tolerance's level (docs/sysid.md, Sharp bits); with fixed steps it agrees to rounding.
 
     Returns:
         ``(qpos, qvel, mask)``: simulated states (K, L, 7) and (K, L, 6) at the recording's sample
@@ -72,7 +89,18 @@ def rollout_tosses(params: CubeParams, tosses: Mapping[str, Toss] | Sequence[Tos
     if qpos.shape[1] < 2:
         raise ValueError("tosses need two or more samples to be rolled out")
     params = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), params)
-    pq, pv = _toss_rollout(params, _base(iterations), qpos[:, 0], qvel[:, 0], horizon=qpos.shape[1] - 1, cfg=sim)
+    horizon = qpos.shape[1] - 1
+    if devices is None:
+        pq, pv = _toss_rollout(params, _base(iterations), qpos[:, 0], qvel[:, 0], horizon=horizon, cfg=sim)
+    else:
+        devices = list(devices)
+        k = qpos.shape[0]
+        idx = np.minimum(np.arange(-(-k // len(devices)) * len(devices)), k - 1)  # pad with the last toss
+        batch, replicated = batch_sharding(len(idx), devices)
+        p, base = _replicate((params, _base(iterations)), replicated)
+        out = _toss_rollout(p, base, _rows(qpos[:, 0], idx, batch), _rows(qvel[:, 0], idx, batch),
+                            horizon=horizon, cfg=sim)  # fmt: skip
+        pq, pv = (_gather(x)[:k] for x in out)
     pq = np.concatenate([qpos[:, :1], np.asarray(pq)], axis=1)
     pv = np.concatenate([qvel[:, :1], np.asarray(pv)], axis=1)
     return pq, pv, mask
@@ -80,7 +108,7 @@ def rollout_tosses(params: CubeParams, tosses: Mapping[str, Toss] | Sequence[Tos
 
 def trajectory_error(
     params: CubeParams, tosses: Mapping[str, Toss] | Sequence[Toss], cfg: SysidConfig | Config, *,
-    per_toss: bool = False,
+    per_toss: bool = False, devices: Sequence | None = None,
 ):  # fmt: skip
     """Mean position error (mm) of whole-toss rollouts from each toss's first state.
 
@@ -89,14 +117,14 @@ def trajectory_error(
     (so a long toss weighs more than a short one).
 
     Arguments:
-        params, tosses, cfg: as :func:`rollout_tosses`.
+        params, tosses, cfg, devices: as :func:`rollout_tosses`.
         per_toss: also return each toss's own mean.
 
     Returns:
         The mean error in mm, or ``(mean, per_toss_means)`` with ``per_toss``.
     """
     items = list(tosses.values()) if isinstance(tosses, Mapping) else list(tosses)
-    pq, _, mask = rollout_tosses(params, items, cfg)
+    pq, _, mask = rollout_tosses(params, items, cfg, devices=devices)
     rec, _, _ = pad_tosses(items)
     err = 1e3 * np.linalg.norm(pq[:, 1:, :3] - rec[:, 1:, :3], axis=-1)
     valid = mask[:, 1:]

@@ -241,8 +241,10 @@ def cube_mjmodel(params: CubeParams | None = None, *, iterations: int = 2) -> mu
 @functools.cache
 def _base(iterations: int) -> _mjx.Model:
     """The options model of :func:`cube_mjx_model` (parameters are written in): one per iteration
-    count, so every run with the same options passes the same pytree structure and hits the same program."""
-    return _mjx.mjx.put_model(cube_mjmodel(iterations=iterations))
+    count, so every run with the same options passes the same pytree structure and hits the same program.
+    On this process's first device (MJX's default, ``jax.devices()[0]``, belongs to process 0 when
+    several processes run)."""
+    return _mjx.mjx.put_model(cube_mjmodel(iterations=iterations), device=jax.local_devices()[0])
 
 
 def _check_base(base) -> None:

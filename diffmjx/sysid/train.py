@@ -10,6 +10,10 @@ initial values. Minibatches are drawn without replacement from a permutation see
 each epoch, so a run that is stopped resumes from its last finished epoch and ends exactly where an
 uninterrupted one does.
 
+Several processes (:func:`diffmjx.sysid.distributed.initialize`) run the same loop: every process
+draws the same permutation, places only its own devices' rows of each minibatch, and receives the
+same all-reduced loss and gradient; process 0 alone writes the checkpoint and shows the progress bar.
+
 All knobs sit in :class:`~diffmjx.sysid.SysidConfig`: sections ``data``
 (:class:`~diffmjx.sysid.DataConfig`), ``train`` (:class:`~diffmjx.sysid.TrainConfig`) and ``sim``
 (the simulation's :class:`diffmjx.Config`).
@@ -28,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -64,7 +69,8 @@ class TrainResult(NamedTuple):
 
 
 def batch_sharding(batch_size: int, devices: Sequence | None = None) -> tuple[NamedSharding, NamedSharding]:
-    """Shardings of a minibatch over ``devices`` (default: all visible): a 1-D mesh ``("batch",)``.
+    """Shardings of a minibatch over ``devices`` (default: all visible, every process's when several
+    run, :mod:`diffmjx.sysid.distributed`): a 1-D mesh ``("batch",)``.
 
     Returns:
         ``(batch, replicated)``: ``NamedSharding(mesh, P("batch"))`` for arrays whose first axis is
@@ -81,6 +87,37 @@ def batch_sharding(batch_size: int, devices: Sequence | None = None) -> tuple[Na
         )
     mesh = Mesh(np.asarray(devices), ("batch",))
     return NamedSharding(mesh, P("batch")), NamedSharding(mesh, P())
+
+
+def _rows(data: np.ndarray, idx: np.ndarray, sharding: NamedSharding) -> jax.Array:
+    """The global array ``data[idx]`` laid out by ``sharding``; each process gathers and copies only
+    the rows its own devices hold."""
+    return jax.make_array_from_callback(
+        (len(idx), *data.shape[1:]), sharding, lambda index: data[idx[index[0]]][(slice(None), *index[1:])]
+    )
+
+
+def _replicate(tree: Any, sharding: NamedSharding) -> Any:
+    """Every leaf of ``tree`` on every device of ``sharding``, each process copying its own value to its
+    own devices: no exchange between processes (they compute the same values from the same config)."""
+    return jax.tree.map(lambda x: jax.make_array_from_callback(np.shape(x), sharding, lambda i: np.asarray(x)[i]), tree)
+
+
+def _check_processes_agree(fingerprint: str, done: int) -> None:
+    """Several processes must train the same configuration on the same segments from the same epoch."""
+    digest = np.frombuffer(hashlib.sha256(fingerprint.encode()).digest(), np.uint8).astype(np.int64)
+    seen = np.asarray(multihost_utils.process_allgather(np.append(digest, done)))  # (processes, 33)
+    for p in range(1, seen.shape[0]):
+        if not np.array_equal(seen[p, :-1], seen[0, :-1]):
+            raise ValueError(
+                f"process {p} trains another configuration or other segments than process 0; every process "
+                "must load the same config and data (only train.epochs and train.checkpoint_dir may differ)"
+            )
+        if seen[p, -1] != seen[0, -1]:
+            raise ValueError(
+                f"process {p} resumes after {seen[p, -1]} epochs, process 0 after {seen[0, -1]}: every process "
+                "reads the checkpoint that process 0 writes, so train.checkpoint_dir must name one shared folder"
+            )
 
 
 @functools.cache
@@ -200,7 +237,8 @@ def train(
         data: training segments of ``train.horizon + 1`` states; None: the training split of
             ``data.path`` (:func:`load_split`) cut at ``data.horizon``.
         progress: show a tqdm progress bar (loss and side length in mm).
-        devices: devices to shard minibatches over; default all visible.
+        devices: devices to shard minibatches over; default all visible (with several processes, all
+            of theirs: :mod:`diffmjx.sysid.distributed`).
         desc: the progress bar's label.
 
     Returns:
@@ -209,7 +247,8 @@ def train(
 
     Raises:
         ValueError: too few segments for one minibatch or for ``train.steps_per_epoch``, a batch size
-            that the devices do not divide, a checkpoint of another configuration or of more epochs.
+            that the devices do not divide, a checkpoint of another configuration or of more epochs,
+            processes that disagree on the configuration, the data or the checkpoint.
         FloatingPointError: a non-finite loss or gradient (the last checkpoint is kept).
     """
     from tqdm.auto import tqdm
@@ -249,18 +288,22 @@ def train(
         theta, opt_state, done, hist = _load_checkpoint(ckpt, fingerprint, theta, opt_state)
         if done > tc.epochs:
             raise ValueError(f"checkpoint {ckpt} holds {done} epochs, more than train.epochs={tc.epochs}")
+    if jax.process_count() > 1:
+        _check_processes_agree(fingerprint, done)
 
     step_fn = _step_fn(cfg.sim)
-    theta, opt_state, fixed = jax.device_put((theta, opt_state, fixed), replicated)
-    base = jax.device_put(_base(cfg.iterations), replicated)
-    lr = jax.device_put(np.float64(tc.learning_rate), replicated)
-    vw = jax.device_put(np.float64(tc.velocity_weight), replicated)
-    bar = tqdm(total=tc.epochs * steps, initial=done * steps, desc=desc, disable=not progress, leave=False)
+    theta, opt_state, fixed, base, lr, vw = _replicate(
+        (theta, opt_state, fixed, _base(cfg.iterations), np.float64(tc.learning_rate), np.float64(tc.velocity_weight)),
+        replicated,
+    )
+    writer = jax.process_index() == 0  # the one process that writes checkpoints and shows progress
+    bar = tqdm(total=tc.epochs * steps, initial=done * steps, desc=desc, disable=not (progress and writer),
+               leave=False)  # fmt: skip
     try:
         for epoch in range(done, tc.epochs):
             order = np.random.default_rng([tc.seed, epoch]).permutation(n)[: steps * tc.batch_size]
             for k, idx in enumerate(order.reshape(steps, tc.batch_size)):
-                qp, qv = jax.device_put((qpos_all[idx], qvel_all[idx]), batch)
+                qp, qv = _rows(qpos_all, idx, batch), _rows(qvel_all, idx, batch)
                 t = time.perf_counter()
                 new_theta, new_state, loss, grad = step_fn(theta, opt_state, lr, fixed, vw, base, qp, qv)
                 loss = float(loss)
@@ -280,7 +323,7 @@ def train(
                     hist["params"][name].append(np.asarray(getattr(now, name)))
                 bar.update()
                 bar.set_postfix(loss=f"{loss:.3g}", side_mm=f"{1e3 * float(now.side_length):.2f}")
-            if ckpt is not None:
+            if ckpt is not None and writer:
                 _save_checkpoint(ckpt, fingerprint, epoch + 1, theta, opt_state, hist)
     finally:
         bar.close()
