@@ -1,39 +1,45 @@
-"""ContactNets cube, extended identification (paper Figs. 22 and 11) with Adam, LM and MuJoCo's sysid.
+"""ContactNets cube, extended identification (paper Figs. 22 and 11): fit for prediction, select, publish.
 
     python -m experiments.contactnets_extended [--quick] [--set KEY=VALUE ...] [--fresh]
 
 Identifies every parameter of ``diffmjx.sysid.CubeParams`` (side length, mass, solref, solimp,
-friction) from the real ContactNets tosses, with DiffMJX + contacts from distance at the sysid
-preset's simulation setting (the Fig. 9 study's ``diffmjx_cfd``):
+friction) from the real ContactNets tosses with DiffMJX + contacts from distance, and publishes
+the fit that predicts whole tosses best. The tosses are split three ways by toss (seeded):
+training (segments), *selection* and *test* (the validation split cut in two by
+``diffmjx.sysid.selection_split``).
 
-- **Adam** (``diffmjx.sysid.train``) from the pre-tuned start (the dataset's cube:
-  ``CubeParams()``) and from 5 random starts (seeded, each parameter uniform in
-  :data:`RANDOM_RANGES`);
-- **Levenberg–Marquardt** (``diffmjx.sysid.fit_lm``, optimistix on forward-mode Jacobians) from the
-  pre-tuned start, on a fixed subset of the training segments;
-- **MuJoCo's sysid** (``diffmjx.sysid.fit_mujoco_sysid``: the C engine, finite differences) from
-  the pre-tuned start, on the same subset.
+- **Adam** (``diffmjx.sysid.train``) on the training segments from the pre-tuned start (the
+  dataset's cube, ``CubeParams()``) and from seeded random starts (each parameter uniform in
+  :data:`RANDOM_RANGES`), for each segment length N in the preset's ``horizons`` (N = 10 is the
+  paper's pre-tuned start's), checkpointed after every epoch so a run resumes.
+- **The peer table on one footing**: Adam, Levenberg–Marquardt (``diffmjx.sysid.fit_lm``) and
+  MuJoCo's sysid (``diffmjx.sysid.fit_mujoco_sysid``: the C engine, finite differences), each from
+  the pre-tuned start on the *same* fixed subset of N = 4 training segments.
+- **Early stopping and model selection** (``diffmjx.sysid.select``): every fit is judged every
+  ``every`` optimiser steps (and at its start and end) by the mean position error of whole-toss
+  rollouts from each toss's first recorded state on the selection tosses; each fit stops at its
+  best snapshot, and the best of those is the winner. Nothing is chosen on the test tosses: the
+  reported figure is the winner's test error against the pre-tuned cube's.
 
-Every fit is then judged on the validation tosses (never trained on): each toss is rolled out
-whole from its first recorded state with DiffMJX (``diffmjx.sysid.trajectory_error``), and the mean
-position error in mm is compared with the default-parameter cube's. The segment loss of every fit
-is also evaluated on the same fixed segment subset, with the same simulation.
-
-Writes ``docs/results/contactnets_extended.csv`` (one row per fit: method, start, parameters,
-subset loss, validation trajectory error, wall time), ``contactnets_extended_history.csv`` (loss
-against wall time per step for Adam and LM), ``contactnets_extended.png`` (loss vs wall time;
-validation error per fit) and ``contactnets_rollouts.png`` (Fig. 11: recorded vs simulated
-trajectories of three validation tosses, default and fitted). ``--quick``: the sysid ``quick``
-preset for Adam, LM with 6 steps on 64 segments, the peer on the same 64, and 12 validation tosses;
-otherwise the ``paper`` preset, LM with 30 steps on 512 segments and every validation toss.
-Finished fits are saved (``experiments.common.stage``), so a rerun resumes; ``--fresh`` redoes them.
+Writes to ``docs/results/``: ``contactnets_extended.csv`` (one row per fit: method, start, N, wall
+time, gradient or Jacobian evaluations, the stopped step and its parameters, subset loss,
+selection and test errors), ``contactnets_extended_history.csv`` (every snapshot's selection
+error, and the training loss per step), ``contactnets_extended.png`` (selection error against
+step per fit; test error per fit), ``contactnets_rollouts.png`` (Fig. 11: recorded vs simulated
+trajectories of three test tosses, pre-tuned and published), ``contactnets_params.json`` (the
+winner, same keys as ever: ``diffmjx.sysid.save_params_json``) and
+``contactnets_params_record.json`` (how it was chosen: the run, its step, the selection and test
+tosses, their errors per toss, the pre-tuned cube's, the command). Every finished fit and score is
+saved (``experiments.common.stage``), so a rerun resumes; ``--fresh`` redoes them.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -48,11 +54,24 @@ RANDOM_RANGES = {  # uniform ranges of the random starts (components of solref /
     "solimp": ((0.01, 0.3), (0.8, 0.99), (0.002, 0.03), (0.3, 0.7), (1.5, 4.0)),
     "friction": ((0.05, 0.5),),
 }
-N_RANDOM = 5
 FREE = ("side_length", "mass", "solref", "solimp", "friction")
-PRESETS = {  # name -> (Adam preset, LM steps, subset segments, validation tosses (None: all))
-    "quick": ("quick", 6, 64, 12),
-    "paper": ("paper", 30, 512, None),
+
+
+class Preset(NamedTuple):
+    adam: str  # the sysid preset of the Adam fits (diffmjx/presets/sysid_<adam>.yaml)
+    horizons: tuple[tuple[int, int], ...]  # (segment length N, random starts besides the pre-tuned one) per Adam set
+    every: int  # snapshot stride of early stopping, in optimiser steps
+    subset: int  # segments of the peer table's common subset
+    peer_adam_epochs: int  # Adam's epochs over that subset (minibatches of the preset's size)
+    lm_steps: int  # Levenberg-Marquardt steps on it
+    n_judge: int | None  # selection and test tosses each (the first of each half; None: all)
+
+
+PRESETS = {
+    "quick": Preset("quick", horizons=((4, 3), (10, 1)), every=40, subset=64, peer_adam_epochs=20, lm_steps=6,
+                    n_judge=16),
+    "paper": Preset("paper", horizons=((4, 5), (10, 5)), every=50, subset=512, peer_adam_epochs=10, lm_steps=30,
+                    n_judge=None),
 }
 
 
@@ -75,78 +94,138 @@ def _param_cols(p: sysid.CubeParams) -> dict:
     return out
 
 
+def _pkey(p: sysid.CubeParams) -> tuple:
+    return tuple(tuple(np.atleast_1d(np.asarray(getattr(p, k), np.float64)).tolist()) for k in FREE)
+
+
 def run(preset: str, overrides, out: Path, fresh: bool = False, progress: bool = True) -> list[dict]:
-    adam_preset, lm_steps, n_subset, n_val = PRESETS[preset]
-    cfg = sysid.SysidConfig.load(adam_preset, (*overrides, "cfd.enabled=true", f"train.free=[{', '.join(FREE)}]"))
+    ps = PRESETS[preset]
+    cfg = sysid.SysidConfig.load(ps.adam, (*overrides, "cfd.enabled=true", f"train.free=[{', '.join(FREE)}]"))
     tosses, train_names, val_names, report = sysid.load_split(cfg.data)
-    data = sysid.segments(tosses, train_names, cfg.data.horizon, report)
-    pick = np.random.default_rng(0).choice(len(data.start), n_subset, replace=False)
-    sub_q, sub_v = np.asarray(data.qpos)[pick], np.asarray(data.qvel)[pick]
-    val = [tosses[n] for n in (val_names if n_val is None else val_names[:n_val])]
-    print(f"{report}\n{len(train_names)} training tosses ({len(data.start)} segments), {len(val)} validation tosses; "
-          f"LM and the peer fit {n_subset} segments")  # fmt: skip
+    sel_names, test_names = (names[: ps.n_judge] for names in sysid.selection_split(val_names))
+    sel, test = [tosses[n] for n in sel_names], [tosses[n] for n in test_names]
+    by_n = {}
+    for n in sorted({4, *(h for h, _ in ps.horizons)}):
+        cfg_n = cfg.override(f"data.horizon={n}", f"train.horizon={n}")
+        by_n[n] = (cfg_n, sysid.segments(tosses, train_names, n, report))
+    cfg4, data4 = by_n[4]
+    pick = np.sort(np.random.default_rng(0).choice(len(data4.start), ps.subset, replace=False))
+    sub_q, sub_v = np.asarray(data4.qpos)[pick], np.asarray(data4.qvel)[pick]
+    print(f"{report}\n{len(train_names)} training tosses ({len(data4.start)} segments of N = 4), "
+          f"{len(sel)} selection and {len(test)} test tosses; the peer table fits {ps.subset} segments")  # fmt: skip
     base = common.mjx.put_model(sysid.cube_mjmodel(iterations=cfg.iterations))
     loss_fn = jax.jit(lambda p, q, v: sysid.segment_loss(p, base, q, v, cfg.sim))
     key = (cfg.to_yaml(), preset, pick.tolist())
 
-    def judge(params):
-        return {"subset_loss": float(loss_fn(params, sub_q, sub_v)), "val_traj_err_mm": sysid.trajectory_error(params, val, cfg)}
+    def error(p: sysid.CubeParams, split: str) -> float:
+        tosses_ = sel if split == "selection" else test
+        return common.stage("sysid-ext-err", (cfg.sim.to_yaml(), cfg.iterations, split, sel_names, _pkey(p)),
+                            lambda: sysid.grouped_trajectory_error(p, tosses_, cfg), fresh)  # fmt: skip
 
-    rows, hist, adam = [], [], {}
     default = sysid.CubeParams()
-    rows.append({"method": "none (default parameters)", "start": "pre-tuned", "fit_wall_s": 0.0, "steps": 0,
-                 **_param_cols(default), **common.stage("sysid-ext-judge", (key, "default"), lambda: judge(default), fresh)})  # fmt: skip
-    starts = {"pre-tuned": default, **{f"random {i}": random_start(i) for i in range(N_RANDOM)}}
-    for name, start in starts.items():
-        run_cfg = cfg.override(_inits_override(start))
+    fits = {}  # name -> dict(method, start, horizon, init, history or None, params, wall, evaluations)
+    for n, n_random in ps.horizons:
+        cfg_n, data_n = by_n[n]
+        starts = {"pre-tuned": default, **{f"random {i}": random_start(i) for i in range(n_random)}}
+        for start_name, start in starts.items():
+            run_cfg = cfg_n.override(_inits_override(start))
 
-        def fit(run_cfg=run_cfg, name=name):
-            t = time.perf_counter()
-            res = sysid.train(run_cfg, data, progress=progress, desc=f"Adam from {name}")
-            return res, time.perf_counter() - t
+            def fit(run_cfg=run_cfg, data_n=data_n, label=f"Adam N={n} from {start_name}"):
+                t = time.perf_counter()
+                res = sysid.train(run_cfg, data_n, progress=progress, desc=label)
+                return res, time.perf_counter() - t
 
-        res, wall = common.stage("sysid-ext-adam", (key, name), fit, fresh)
-        adam[name] = res.params
-        h = res.history
-        hist += [{"method": "Adam", "start": name, "step": int(s), "wall_s": float(w), "loss": float(ls)}
-                 for s, w, ls in zip(h.step, np.cumsum(h.wall_s), h.loss, strict=True)]  # fmt: skip
-        rows.append({"method": "Adam", "start": name, "fit_wall_s": wall, "steps": len(h.step), **_param_cols(res.params),
-                     **common.stage("sysid-ext-judge", (key, "adam", name), lambda r=res: judge(r.params), fresh)})  # fmt: skip
-        print(f"Adam from {name}: {rows[-1]}")
+            res, wall = common.stage("sysid-ext-adam", (key, n, start_name), fit, fresh)
+            fits[f"Adam, N = {n}, {start_name}"] = dict(
+                method="Adam", start=start_name, horizon=n, segments=len(data_n.start), init=start,
+                history=res.history, params=res.params, wall=wall,
+                evaluations=len(res.history.step), kind="minibatch gradient")  # fmt: skip
+
+    # the peer table: every method from the pre-tuned start on the same subset of N = 4 segments
+    sub_cfg = cfg4.override("train.steps_per_epoch=null", f"train.epochs={ps.peer_adam_epochs}")
+
+    def fit_adam_subset():
+        t = time.perf_counter()
+        res = sysid.train(sub_cfg, sysid.Segments(sub_q, sub_v, data4.toss[pick], data4.start[pick]),
+                          progress=progress, desc="Adam on the subset")  # fmt: skip
+        return res, time.perf_counter() - t
+
+    res, wall = common.stage("sysid-ext-adam-subset", key, fit_adam_subset, fresh)
+    fits["Adam, subset"] = dict(method="Adam (subset)", start="pre-tuned", horizon=4, segments=ps.subset, init=default,
+                                history=res.history, params=res.params, wall=wall,
+                                evaluations=len(res.history.step), kind="minibatch gradient")  # fmt: skip
 
     def fit_lm():
         t = time.perf_counter()
-        res = sysid.fit_lm(cfg, sub_q, sub_v, steps=lm_steps, progress=progress)
+        res = sysid.fit_lm(cfg4, sub_q, sub_v, steps=ps.lm_steps, progress=progress)
         return res, time.perf_counter() - t
 
     lm, wall = common.stage("sysid-ext-lm", key, fit_lm, fresh)
-    hist += [{"method": "LM", "start": "pre-tuned", "step": int(s), "wall_s": float(w), "loss": float(ls)}
-             for s, w, ls in zip(lm.history.step, np.cumsum(lm.history.wall_s), lm.history.loss, strict=True)]  # fmt: skip
-    rows.append({"method": "Levenberg-Marquardt (optimistix)", "start": "pre-tuned", "fit_wall_s": wall,
-                 "steps": len(lm.history.step), **_param_cols(lm.params),
-                 **common.stage("sysid-ext-judge", (key, "lm"), lambda: judge(lm.params), fresh)})  # fmt: skip
-    print(f"LM: {rows[-1]}")
+    fits["Levenberg-Marquardt, subset"] = dict(method="Levenberg-Marquardt (optimistix)", start="pre-tuned", horizon=4,
+                                               segments=ps.subset, init=default, history=None, params=lm.params,
+                                               wall=wall, evaluations=len(lm.history.step),
+                                               kind="Jacobian of the subset")  # fmt: skip
+    peer = common.stage("sysid-ext-peer", key, lambda: sysid.fit_mujoco_sysid(sub_q, sub_v, default, FREE,
+                                                                               iterations=cfg.iterations), fresh)  # fmt: skip
+    fits["mujoco.sysid, subset"] = dict(method="mujoco.sysid (C engine, finite differences)", start="pre-tuned",
+                                        horizon=4, segments=ps.subset, init=default, history=None, params=peer.params,
+                                        wall=peer.wall_s, evaluations=peer.evaluations,
+                                        kind="residuals of the subset")  # fmt: skip
 
-    def fit_peer():
-        return sysid.fit_mujoco_sysid(sub_q, sub_v, default, FREE, iterations=cfg.iterations)
-
-    peer = common.stage("sysid-ext-peer", key, fit_peer, fresh)
-    rows.append({"method": "mujoco.sysid (C engine, finite differences)", "start": "pre-tuned",
-                 "fit_wall_s": peer.wall_s, "steps": peer.iterations, **_param_cols(peer.params),
-                 **common.stage("sysid-ext-judge", (key, "peer"), lambda: judge(peer.params), fresh)})  # fmt: skip
-    print(f"peer: {rows[-1]}")
+    # early stopping of every fit and selection among them, on the selection tosses only
+    runs = {name: (f["init"], f["history"]) for name, f in fits.items() if f["history"] is not None}
+    best, scored = sysid.select(runs, sel, cfg, every=ps.every, progress=progress,
+                                score=lambda p: error(p, "selection"))  # fmt: skip
+    stopped = {}
+    for s in scored:
+        if s.run not in stopped or s.error_mm < stopped[s.run].error_mm:
+            stopped[s.run] = s
+    rows = [{"fit": "pre-tuned cube (no fit)", "method": "none", "start": "pre-tuned", "horizon": "", "segments": 0,
+             "fit_wall_s": 0.0, "evaluations": 0, "evaluation": "", "steps": 0, "stopped_step": 0, **_param_cols(default),
+             "subset_loss": float(loss_fn(default, sub_q, sub_v)), "selection_err_mm": error(default, "selection"),
+             "test_err_mm": error(default, "test"), "published": False}]  # fmt: skip
+    for name, f in fits.items():
+        if name in stopped:
+            p, step = stopped[name].params, stopped[name].step
+        else:  # LM and the peer: their final parameters (no snapshots)
+            p, step = f["params"], ""
+        steps = len(f["history"].step) if f["history"] is not None else ""
+        rows.append({"fit": name, "method": f["method"], "start": f["start"], "horizon": f["horizon"],
+                     "segments": f["segments"], "fit_wall_s": f["wall"], "evaluations": f["evaluations"], "evaluation": f["kind"],
+                     "steps": steps, "stopped_step": step, **_param_cols(p),
+                     "subset_loss": float(loss_fn(p, sub_q, sub_v)), "selection_err_mm": error(p, "selection"),
+                     "test_err_mm": error(p, "test"), "published": name == best.run})  # fmt: skip
+    hist = [{"fit": s.run, "step": s.step, "selection_err_mm": s.error_mm} for s in scored]
 
     out.mkdir(parents=True, exist_ok=True)
     common.write_csv(out / "contactnets_extended.csv", rows)
     common.write_csv(out / "contactnets_extended_history.csv", hist)
     _plot(rows, hist, out / "contactnets_extended.png")
-    best = min((r for r in rows if r["method"] == "Adam"), key=lambda r: r["subset_loss"])
-    _plot_rollouts(val[:3], {"default parameters": default, f"Adam from {best['start']}": adam[best["start"]]}, cfg,
+    options = sysid.model_options(sysid.cube_mjmodel(iterations=cfg.iterations))
+    sysid.save_params_json(out / "contactnets_params.json", best.params, options, sysid.sim_overrides(cfg.sim))
+    # per toss, one toss per rollout: what a user's own rollout of one toss reproduces
+    test_err, per_toss = sysid.grouped_trajectory_error(best.params, test, cfg, group_size=1, per_toss=True)
+    pre_err, pre_per_toss = sysid.grouped_trajectory_error(default, test, cfg, group_size=1, per_toss=True)
+    record = {
+        "fit": best.run, "stopped_step": best.step, "preset": preset, "overrides": list(overrides),
+        "command": "python -m experiments.contactnets_extended" + (" --quick" if preset == "quick" else "")
+                   + "".join(f" --set {o}" for o in overrides),
+        "selection_tosses": sel_names, "test_tosses": test_names,
+        "selection_error_mm": best.error_mm, "test_error_mm": test_err, "pretuned_test_error_mm": pre_err,
+        "test_ratio_to_pretuned": test_err / pre_err,
+        "per_toss_test_error_mm": dict(zip(test_names, map(float, per_toss), strict=True)),
+        "pretuned_per_toss_test_error_mm": dict(zip(test_names, map(float, pre_per_toss), strict=True)),
+    }  # fmt: skip
+    (out / "contactnets_params_record.json").write_text(json.dumps(record, indent=2) + "\n")
+    _plot_rollouts(test[:3], {"pre-tuned cube": default, f"published ({best.run})": best.params}, cfg,
                    out / "contactnets_rollouts.png")  # fmt: skip
-    print(f"\n{'method':<46} {'start':<10} {'side mm':>8} {'friction':>8} {'subset loss':>12} {'val err mm':>10} {'wall s':>8}")
+    print(f"\n{'fit':<34} {'stop':>5} {'side mm':>8} {'friction':>8} {'subset loss':>12} {'sel. mm':>8} "
+          f"{'test mm':>8} {'wall s':>8}")  # fmt: skip
     for r in rows:
-        print(f"{r['method']:<46} {r['start']:<10} {r['side_mm']:8.1f} {r['friction']:8.3f} {r['subset_loss']:12.4g} "
-              f"{r['val_traj_err_mm']:10.1f} {r['fit_wall_s']:8.1f}")  # fmt: skip
+        print(f"{r['fit']:<34} {r['stopped_step']!s:>5} {r['side_mm']:8.1f} {r['friction']:8.3f} {r['subset_loss']:12.4g} "
+              f"{r['selection_err_mm']:8.1f} {r['test_err_mm']:8.1f} {r['fit_wall_s']:8.1f}")  # fmt: skip
+    print(f"published: {best.run} at step {best.step}: test error {test_err:.1f} mm vs the pre-tuned cube's "
+          f"{pre_err:.1f} mm ({test_err / pre_err:.2f}x)")  # fmt: skip
     return rows
 
 
@@ -156,26 +235,31 @@ def _plot(rows, hist, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
-    for (method, start), colour in (
-        (("LM", "pre-tuned"), "tab:red"),
-        *((("Adam", s), "tab:blue") for s in sorted({h["start"] for h in hist if h["method"] == "Adam"})),
-    ):
-        h = [x for x in hist if x["method"] == method and x["start"] == start]
-        if h:
-            a.plot([x["wall_s"] for x in h], [x["loss"] for x in h], color=colour, lw=1.5 if method == "LM" else 0.8,
-                   alpha=1.0 if start == "pre-tuned" else 0.5, label=f"{method} from {start}")  # fmt: skip
-    peer = [r for r in rows if r["method"].startswith("mujoco.sysid")]
-    for r in peer:
-        a.scatter([r["fit_wall_s"]], [r["subset_loss"]], color="k", marker="x", zorder=3, label="mujoco.sysid (final)")
-    a.set(xscale="log", yscale="log", xlabel="wall time (s)", ylabel="segment loss (Adam: minibatch)",
-          title="loss against wall time")  # fmt: skip
-    a.legend(fontsize=6, ncol=2)
-    labels = [f"{r['method'].split(' (')[0]}\n{r['start']}" for r in rows]
-    b.bar(range(len(rows)), [r["val_traj_err_mm"] for r in rows],
-          color=["grey" if r["method"].startswith("none") else "tab:blue" for r in rows])  # fmt: skip
-    b.set_xticks(range(len(rows)), labels, rotation=70, fontsize=6)
-    b.set(ylabel="validation trajectory error (mm)", title="whole validation tosses from their first state")
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [1, 1.3]})
+    pre = next(r for r in rows if r["method"] == "none")
+    for name in dict.fromkeys(h["fit"] for h in hist):
+        h = [x for x in hist if x["fit"] == name]
+        published = any(r["published"] and r["fit"] == name for r in rows)
+        colour = "tab:red" if published else ("tab:blue" if "N = 4" in name else "tab:green" if "N = 10" in name else "grey")
+        a.plot([x["step"] for x in h], [x["selection_err_mm"] for x in h], "o-", ms=3, color=colour,
+               lw=2 if published else 0.8, alpha=1.0 if published else 0.6)  # fmt: skip
+    a.axhline(pre["selection_err_mm"], color="k", ls="--", lw=1)
+    a.plot([], [], color="tab:blue", label="Adam, N = 4")
+    a.plot([], [], color="tab:green", label="Adam, N = 10")
+    a.plot([], [], color="grey", label="Adam on the subset")
+    a.plot([], [], color="tab:red", lw=2, label="published (best snapshot)")
+    a.plot([], [], color="k", ls="--", label="pre-tuned cube")
+    a.set(xlabel="optimiser step", ylabel="selection-toss error (mm)", title="early stopping: whole-toss error per snapshot")
+    a.legend(fontsize=7)
+    labels = [r["fit"].replace("Adam, ", "Adam ").replace(", ", "\n") for r in rows]
+    x = np.arange(len(rows))
+    colours = ["k" if r["method"] == "none" else "tab:red" if r["published"] else "tab:blue" for r in rows]
+    b.bar(x, [r["test_err_mm"] for r in rows], color=colours, alpha=0.8)
+    b.scatter(x, [r["selection_err_mm"] for r in rows], color="k", marker="_", s=120, zorder=3, label="selection tosses")
+    b.axhline(0.85 * pre["test_err_mm"], color="k", ls=":", lw=1, label="0.85 x pre-tuned (test)")
+    b.set_xticks(x, labels, rotation=75, fontsize=6)
+    b.set(ylabel="mean position error (mm)", title="test tosses (bars), selection tosses (dashes), each fit stopped early")
+    b.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -24,7 +24,7 @@ Every run sees the same minibatches (``train.seed``). ``--set`` applies to every
 (config, init_mm, step, side_mm, loss, wall_s: one row per estimate, from step 0 = the initial
 value; ``loss`` is the minibatch loss evaluated *at* that estimate, by the next step, so the last
 row has none; ``wall_s`` is the run's cumulative time in gradient steps, JIT excluded),
-``contactnets_sysid_side.png`` and ``contactnets_params.json`` (the side from the DiffMJX + CFD
+``contactnets_sysid_side.png`` and ``contactnets_sysid_side_params.json`` (the side from the DiffMJX + CFD
 run with the lowest loss over its last epoch, every other parameter at its default). Each run is
 checkpointed after every epoch under ``~/.cache/diffmjx/sysid`` and resumed by a rerun
 (``--fresh`` starts over). ``--plot-only`` redraws the PNG from the CSV in ``--out``, no training.
@@ -138,7 +138,7 @@ def run(cfg: sysid.SysidConfig, out: Path, fresh: bool = False, progress: bool =
     out.mkdir(parents=True, exist_ok=True)
     common.write_csv(out / "contactnets_sysid_side.csv", rows)
     _plot(rows, configurations(reach["w_c"]), out / "contactnets_sysid_side.png")
-    params_json = _save_params(results, out / "contactnets_params.json")
+    params_json = _save_params(results, out / "contactnets_sysid_side_params.json")
     total_s = time.perf_counter() - t_start
 
     print(
@@ -150,7 +150,7 @@ def run(cfg: sysid.SysidConfig, out: Path, fresh: bool = False, progress: bool =
               + f" {tm['jit_s']:6.1f} {tm['median_step_s']:7.3f}")  # fmt: skip
     print(f"(final side in mm; true {TRUE_SIDE_MM:.1f} mm; s/step: median wall time of a gradient step of "
           f"{cfg.train.batch_size} segments, JIT excluded)\nfitted-parameter file: side "
-          f"{1e3 * params_json['side_length_m']:.1f} mm -> {out / 'contactnets_params.json'}\n"
+          f"{1e3 * params_json['side_length_m']:.1f} mm -> {out / 'contactnets_sysid_side_params.json'}\n"
           f"total {total_s:.0f} s")  # fmt: skip
     return {"rows": rows, "timing": timing, "reach": reach, "results": results, "total_s": total_s,
             "params": params_json}  # fmt: skip

@@ -9,7 +9,8 @@ presets, overrides); :mod:`diffmjx.sysid.loss`, the segment prediction and the o
 every fit uses (:func:`state_residuals`, :func:`segment_loss`, :func:`segment_residuals`);
 :mod:`diffmjx.sysid.train`, the Adam loop (checkpoints, sharded minibatches);
 :mod:`diffmjx.sysid.distributed`, runs over several processes or machines (``initialize``);
-:mod:`diffmjx.sysid.evaluate`, whole-toss rollouts and their error; :mod:`diffmjx.sysid.params`,
+:mod:`diffmjx.sysid.evaluate`, whole-toss rollouts and their error; :mod:`diffmjx.sysid.select`,
+early stopping and model selection by that error on held-out tosses; :mod:`diffmjx.sysid.params`,
 the fitted-parameter file; :mod:`diffmjx.sysid.lm`, the same fit by Levenberg–Marquardt on
 forward-mode Jacobians (optimistix); and :mod:`diffmjx.sysid.peer`, the finite-difference peer
 (the same fit with MuJoCo's own ``mujoco.sysid`` on the C engine). This package sits above the
@@ -51,6 +52,7 @@ from diffmjx.sysid.params import (
     save_params_json,
 )
 from diffmjx.sysid.peer import PEER_BOUNDS, PeerResult, fit_mujoco_sysid
+from diffmjx.sysid.select import Scored, grouped_trajectory_error, select, selection_split, snapshots
 from diffmjx.sysid.train import ADAM, History, TrainResult, batch_sharding, train
 
 __all__ = [
@@ -69,6 +71,7 @@ __all__ = [
     "LMResult",
     "LoadReport",
     "PeerResult",
+    "Scored",
     "Segments",
     "SysidConfig",
     "Toss",
@@ -81,6 +84,7 @@ __all__ = [
     "fit_lm",
     "fit_mujoco_sysid",
     "from_unconstrained",
+    "grouped_trajectory_error",
     "load_params_json",
     "load_split",
     "load_tosses",
@@ -93,8 +97,11 @@ __all__ = [
     "segment_loss",
     "segment_residuals",
     "segments",
+    "select",
+    "selection_split",
     "shipped_recording",
     "sim_overrides",
+    "snapshots",
     "split",
     "state_residuals",
     "to_unconstrained",
