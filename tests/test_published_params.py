@@ -1,0 +1,85 @@
+"""The published cube (docs/results/contactnets_params.json) predicts what its record says it does.
+
+The file is read as a user would read it: its values go into a plain MJCF box on a plane (no
+``diffmjx.sysid`` model code), its ``config_overrides`` into a ``diffmjx.Config``, and whole test
+tosses (named by ``contactnets_params_record.json``, never trained or selected on) are rolled out
+with ``diffmjx.rollout`` from their first recorded state. Their mean position errors must be the
+recorded ones.
+"""
+
+import json
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+from mujoco import mjx
+
+import diffmjx
+from diffmjx import sysid
+
+RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
+N_TOSSES = 2  # the shortest test tosses: the check's cost
+_SOLVERS = {"pgs": "PGS", "cg": "CG", "newton": "Newton"}
+
+
+def _box_on_plane(fp: sysid.FittedParams) -> str:
+    p, o = fp.params, fp.options
+    contact = (
+        f'condim="3" solref="{" ".join(map(repr, np.asarray(p.solref).tolist()))}" '
+        f'solimp="{" ".join(map(repr, np.asarray(p.solimp).tolist()))}" friction="{float(p.friction)!r} 0.005 0.0001"'
+    )
+    half = float(p.side_length) / 2
+    return f"""
+<mujoco>
+  <option timestep="{o["timestep"]!r}" solver="{_SOLVERS[o["solver"]]}"
+          iterations="{o["iterations"]}" ls_iterations="{o["ls_iterations"]}" tolerance="{o["tolerance"]!r}"
+          impratio="{o["impratio"]!r}" cone="{o["cone"]}"/>
+  <worldbody>
+    <geom type="plane" size="0 0 0.05" {contact}/>
+    <body>
+      <freejoint/>
+      <geom type="box" size="{half!r} {half!r} {half!r}" mass="{float(p.mass)!r}" {contact}/>
+    </body>
+  </worldbody>
+</mujoco>"""
+
+
+def _config(overrides: dict) -> diffmjx.Config:
+    sections: dict = {}
+    for key, value in overrides.items():
+        section, field = key.split(".", 1)
+        sections.setdefault(section, {})[field] = value
+    return diffmjx.Config.from_dict(sections)
+
+
+def test_published_params_reproduce_their_recorded_test_error():
+    fp = sysid.load_params_json(RESULTS / "contactnets_params.json")
+    record = json.loads((RESULTS / "contactnets_params_record.json").read_text())
+    tosses, _ = sysid.load_tosses("")
+    assert set(record["test_tosses"]).isdisjoint(record["selection_tosses"])
+    names = sorted(record["test_tosses"], key=lambda n: (tosses[n].qpos.shape[0], n))[:N_TOSSES]
+    length = max(tosses[n].qpos.shape[0] for n in names)
+
+    m = mujoco.MjModel.from_xml_string(_box_on_plane(fp))
+    assert np.isclose(m.geom_size[1, 0] * 2, fp.params.side_length) and np.isclose(m.body_mass[1], fp.params.mass)
+    mx = mjx.put_model(m)
+    cfg = _config(fp.config_overrides)
+    d0 = mjx.make_data(mx)
+
+    @jax.jit
+    def positions(qpos0, qvel0):
+        _, traj = diffmjx.rollout(mx, d0.replace(qpos=qpos0, qvel=qvel0), jnp.zeros((length - 1, 0)), cfg)
+        return traj.qpos[:, :3]
+
+    for name in names:
+        t = tosses[name]
+        sim = np.asarray(positions(jnp.asarray(t.qpos[0]), jnp.asarray(t.qvel[0])))[: t.qpos.shape[0] - 1]
+        err_mm = 1e3 * np.mean(np.linalg.norm(sim - t.qpos[1:, :3], axis=-1))
+        # The file's simulation (the paper's 2-iteration Newton solve at rtol 1e-5) makes a whole toss
+        # sensitive to rounding: this plain model, the sysid model and its batched rollout give 9.36,
+        # 9.38 and 9.29 mm for toss_162. Equal to a few percent is reproducing it; a wrong parameter,
+        # option or override moves it by far more.
+        np.testing.assert_allclose(err_mm, record["per_toss_test_error_mm"][name], rtol=0.03, err_msg=name)
+    assert record["test_error_mm"] <= 0.85 * record["pretuned_test_error_mm"]
