@@ -29,6 +29,10 @@ is the README snippet), four shots, the library defaults and checkpointed AD at 
 on a 2-core CPU). Finished (family, configuration) stages are saved (``experiments.common.stage``)
 so an interrupted run resumes.
 
+``--update`` reruns only the given families and configurations into an existing ``<name>.csv``
+(after a change to one collision function, say): their rows are replaced, the others kept, and the
+summary and figure are redrawn from the merged rows.
+
 ``--timeline FAMILY:SHOT`` shows where along one shot an error enters: AD of the position after
 each control period against central differences of the 1e-12 solve (writes
 ``fidelity_timeline_<family>_<shot>.{csv,png}``; box-box shot 9 takes about 8 min).
@@ -41,6 +45,7 @@ configurations, saves the stages, writes the tables and draws the figures.
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 from pathlib import Path
 
@@ -129,8 +134,34 @@ def _plot_timeline(rows: list[dict], path: Path) -> None:
     common.save_figure(fig, path)
 
 
+def _typed(value: str):
+    """A CSV cell back to the type :func:`run` wrote it from (bool, int, float or text)."""
+    if value in ("True", "False"):
+        return value == "True"
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return value
+
+
+def _merge(path: Path, rows: list[dict]) -> list[dict]:
+    """``rows`` in place of the existing rows of ``path`` for the same (family, configuration);
+    the file's other rows kept, in its order (families it lacks go last)."""
+    if not path.exists():
+        raise FileNotFoundError(f"--update: {path} does not exist; run without --update to write it")
+    with open(path, newline="") as f:
+        old = [{k: _typed(v) for k, v in r.items()} for r in csv.DictReader(f)]
+    new = {(r["family"], r["config"]) for r in rows}
+    kept = [r for r in old if (r["family"], r["config"]) not in new]
+    order = list(dict.fromkeys([r["family"] for r in old] + [r["family"] for r in rows]))
+    merged = kept + rows
+    return sorted(merged, key=lambda r: order.index(r["family"]))  # stable: configurations keep their order
+
+
 def run(base: diffmjx.Config, out: Path, families, configs, n_shots: int, seed: int, fresh: bool = False,
-        name: str = "fidelity") -> list[dict]:  # fmt: skip
+        name: str = "fidelity", update: bool = False) -> list[dict]:  # fmt: skip
     rows = []
     for family in tqdm(families, desc="families"):
         sc = scene(family, seed)
@@ -159,6 +190,8 @@ def run(base: diffmjx.Config, out: Path, families, configs, n_shots: int, seed: 
                                  budget_exhausted=bool(res["exhausted"][i]), backward_run_s=res["run_s"][i],
                                  backward_jit_s=res["jit_s"], grad_ad=_fmt(res["grad"][i]),
                                  grad_truth=_fmt(ref["grad"][i])))  # fmt: skip
+    if update:
+        rows = _merge(out / f"{name}.csv", rows)
     summary = summarise(rows)
     common.write_csv(out / f"{name}.csv", rows)
     common.write_csv(out / f"{name}_summary.csv", summary)
@@ -228,6 +261,9 @@ def main(argv=None):
                ("--shots", dict(type=int, default=None, help="shots per family (default: 10; quick: 4)")),
                ("--seed", dict(type=int, default=0, help="seed of the scenes and shots")),
                ("--name", dict(default="fidelity", help="stem of the output files (default: fidelity)")),
+               ("--update", dict(action="store_true",
+                                 help="replace only the rows of these families and configurations in the existing "
+                                      "<name>.csv (the others kept) and redraw its summary and figure")),
                ("--timeline", dict(default=None, metavar="FAMILY:SHOT",
                                    help="instead: per-period error of one shot, e.g. box-box:9 (where an error enters)"))),
     )  # fmt: skip
@@ -242,7 +278,9 @@ def main(argv=None):
     for family in families:
         scene(family, 0)  # names an unknown family before anything runs
     n = args.shots or (4 if args.quick else 10)
-    run(cfg, args.out, families, configs, n, args.seed, args.fresh, args.name)
+    if args.update and not (args.out / f"{args.name}.csv").exists():
+        raise FileNotFoundError(f"--update: {args.out / f'{args.name}.csv'} does not exist; run without --update")
+    run(cfg, args.out, families, configs, n, args.seed, args.fresh, args.name, args.update)
 
 
 if __name__ == "__main__":
