@@ -314,6 +314,48 @@ def test_plane_cylinder_deepest_keeps_the_far_end_in_contact():
         cfg.override("collision.plane_cylinder=both")
 
 
+def test_plane_cylinder_deepest_keeps_its_rim_contacts_still_through_upright():
+    """A cylinder rocking through upright on its end: MJX's three rim points follow the tilt's
+    direction, which turns by 180 deg as the tilt passes through zero, so they jump across the
+    disk while all of them press in (90 % gradient error on a cylinder landing on its end). The
+    ``deepest`` rule anchors them to the body below ``UPRIGHT_TILT``: they move continuously, and
+    beyond three times that tilt they are MJX's own."""
+    from types import SimpleNamespace
+
+    from diffmjx.collision.pairs import UPRIGHT_TILT, _cylinder_candidates, plane_cylinder_deepest
+
+    radius, half, depth = 0.05, 0.04, 3e-3
+    plane = SimpleNamespace(pos=jnp.zeros(3), mat=jnp.eye(3))
+    turn = jnp.array([[0.0, -1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])  # body x along world y
+
+    def cylinder(tilt):  # tilted by `tilt` about the world y axis, its lowest rim point 3 mm deep
+        c, s = jnp.cos(tilt), jnp.sin(tilt)
+        mat = jnp.array([[c, 0.0, s], [0.0, 1.0, 0.0], [-s, 0.0, c]]) @ turn
+        z = half * c + radius * jnp.abs(s) - depth
+        return SimpleNamespace(pos=jnp.array([0.0, 0.0, z]), mat=mat, size=jnp.array([radius, half, 0.0]))
+
+    @jax.jit
+    def contacts(tilt):
+        dist, pos, _ = plane_cylinder_deepest(plane, cylinder(tilt))
+        return dist, pos
+
+    @jax.jit
+    def stock(tilt):  # MJX's rim direction: the same candidates without the anchor
+        _, _, (p1, _, p2b, _), _ = _cylinder_candidates(plane, cylinder(tilt), None)
+        return jnp.stack([p1, p2b])
+
+    tilts = np.linspace(-4 * UPRIGHT_TILT, 4 * UPRIGHT_TILT, 801)  # through upright, steps of 1e-4 rad
+    dist, pos = (np.stack(x) for x in zip(*[[np.asarray(a) for a in contacts(t)] for t in tilts]))
+    ref = np.stack([np.asarray(stock(t)) for t in tilts])
+    assert (dist[np.abs(tilts) <= UPRIGHT_TILT] < 0).all()  # near upright all three rim points press in
+    # continuous: neighbouring tilts move a contact by far less than the disk's size (MJX: a diameter)
+    assert np.abs(np.diff(pos, axis=0)).max() < 0.01 * radius
+    assert np.abs(np.diff(ref, axis=0)).max() > radius
+    far = np.abs(tilts) > 3 * UPRIGHT_TILT + 1e-9
+    np.testing.assert_allclose(pos[far][:, [0, 2]], ref[far], atol=1e-12)
+    assert np.isfinite(np.asarray(jax.jacfwd(lambda t: contacts(t)[1])(0.0))).all()  # exactly upright
+
+
 _SPHERE_CYLINDER_XML = """
 <mujoco>
   <worldbody>

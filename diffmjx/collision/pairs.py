@@ -86,13 +86,30 @@ def plane_capsule(plane, cap, sharpness):
     return dist, pos, jnp.stack([frame, frame])
 
 
-def _cylinder_candidates(plane, cyl, sharpness):
+UPRIGHT_TILT = 0.02
+"""Tilt (sine, about 1.1 deg) below which ``plane_cylinder_deepest`` anchors its rim points to the
+body.
+
+MJX and the C engine put the first rim point below the tilt direction, whose azimuth is undefined
+upright and turns by 180 deg as a cylinder rocking on its end passes through upright: its three
+rim contacts swing round the disk while all of them press into the plane, and the contact force
+with them -- at the very pose a cylinder landing on its end settles to. Discretise-then-optimise
+gradients through that swing were 90 % off (fidelity cylinder-plane rolling shot). Here the rim
+direction is that of ``tilt + a x``, with ``x`` the body's x axis and ``a`` this value up to this
+tilt, fading to 0 at three times it (a C1 step): upright the three points stay put on the body,
+beyond 3.4 deg they are MJX's exactly. A continuous rim direction must still turn somewhere (a
+map from the tilt disk to the circle that winds once at its edge cannot be continuous inside),
+so the turn is moved to one tilt of this size in one direction, away from upright, where
+cylinders come to rest."""
+
+
+def _cylinder_candidates(plane, cyl, sharpness, anchored=False):
     """The plane-cylinder contact candidates: the near disk's lowest rim point, its two rim points at
     +-120 deg and the far disk's lowest rim point, as ``(n, (d1, d2, d3), (p1, p2, p2b, p3), prj)``.
 
-    Standing upright, the rim direction ``vec`` is ill-defined; MJX falls back to the x axis only
-    when its length is below 1e-12, and with ``sharpness`` a sigmoid of width ~ 1/(sharpness *
-    radius) blends the two.
+    Standing upright, the rim direction ``vec`` (towards the lowest rim point) is ill-defined; MJX
+    falls back to the x axis only when its length is below 1e-12, and with ``sharpness`` a sigmoid
+    of width ~ 1/(sharpness * radius) blends the two. ``anchored``: see :data:`UPRIGHT_TILT`.
     """
     n, radius, half = plane.mat[:, 2], cyl.size[0], cyl.size[1]
     axis = cyl.mat[:, 2]
@@ -101,7 +118,12 @@ def _cylinder_candidates(plane, cyl, sharpness):
     dist0 = jnp.dot(cyl.pos - plane.pos, n)
     vec = axis * prj - n
     vec_len = jnp.sqrt(jnp.dot(vec, vec) + 1e-30)
-    if sharpness is None:
+    if anchored:
+        # vec_len is the sine of the tilt; the anchor's weight is 1 up to UPRIGHT_TILT, 0 from 3x it
+        anchor = UPRIGHT_TILT * (1.0 - soft_step(vec_len, 2.0 * UPRIGHT_TILT, 2.0 * UPRIGHT_TILT))
+        # beyond 3x the tilt, MJX's own arithmetic (bitwise)
+        vec = jnp.where(anchor > 0, unit(vec + anchor * cyl.mat[:, 0]), vec / vec_len) * radius
+    elif sharpness is None:
         vec = jnp.where(vec_len < 1e-12, cyl.mat[:, 0], vec / vec_len) * radius
     else:
         upright = 1.0 - soft_step(radius * vec_len, 3.0 / sharpness, 4.0 / sharpness)
@@ -146,9 +168,11 @@ def plane_cylinder_deepest(plane, cyl, sharpness=None):
     gradients through the landing were 18 % off at every tolerance (``experiments.fidelity``,
     cylinder-plane). Here the slot changes hands where both candidates are at the same height, far
     above the plane in any contact: the contact set is continuous. With ``sharpness`` the hand-over
-    is a C1 step of width 4/sharpness in the height difference.
+    is a C1 step of width 4/sharpness in the height difference. Nearly upright the rim points are
+    anchored to the body (:data:`UPRIGHT_TILT`), so that a cylinder rocking on its end does not
+    swing its contacts round the disk.
     """
-    n, (d1, d2, d3), (p1, p2, p2b, p3), _ = _cylinder_candidates(plane, cyl, sharpness)
+    n, (d1, d2, d3), (p1, p2, p2b, p3), _ = _cylinder_candidates(plane, cyl, sharpness, anchored=True)
     if sharpness is None:
         far = (d3 < d2).astype(d1.dtype)
     else:
