@@ -22,7 +22,7 @@ def hand():
     return mj, mjx.put_model(mj)
 
 
-@pytest.mark.slow  # suite budget: the tendon-stage and muscle-gradient tests below cover the hand by default
+@pytest.mark.slow  # suite budget: the MyoSuite scene tests below cover the hand models by default
 def test_fixed_step_rollout_of_the_baoding_hand_equals_mjx_step(hand):
     """MJX's tendon stage returns its wrap indices as int64 under x64 where make_data made int32;
     a fixed-step period keeps the dtypes it came in, so the MJX integrators run on muscle models
@@ -103,6 +103,7 @@ def _inside_wrapped(mj, mx):
     return out
 
 
+@pytest.mark.slow  # suite budget (76 s cold): the inside wrap behind its NaNs stays covered by the next test's model
 def test_tendon_stage_of_the_baoding_hand_is_mjx_with_finite_derivatives(hand):
     """MJX's inside wrap evaluates arcsin / arccos / sqrt outside their domains in branches jnp.where
     drops: every tendon length's derivative of this hand came out NaN through MJX's stage."""
@@ -159,7 +160,7 @@ def test_tendon_stage_covers_pulleys_fixed_tendons_and_cylinders():
     _check_tendon_stage(mj, mx, poses)
 
 
-@pytest.mark.slow  # suite budget (3 min cold): muscle gradients stay covered by test_muscle_smoothing, the hand by the tendon-stage test
+@pytest.mark.slow  # suite budget (3 min cold): muscle gradients stay covered by test_muscle_smoothing, the hand's scenes by the compile tests below
 def test_muscle_gradient_through_the_baoding_hand_is_finite_and_matches_differences(hand):
     """Four fixed-step periods of the 39-muscle hand (mjx_euler, as MyoSuite steps it): the gradient of
     a ball-position and activation cost w.r.t. every control is finite and equals central differences."""
