@@ -247,7 +247,7 @@ def _plot(rows: list[dict], path: Path) -> None:
     ax.xaxis.set_minor_formatter(plain)
     ax.set_xlabel("mean backward run time per shot (s)")
     ax.set_title("All shots (long bar: median, short bar: 90th percentile)")
-    ax.legend(fontsize=7, loc="upper right")
+    ax.legend(fontsize=7, loc="best")  # never over a shot
     bx.set_xticks(range(len(families)), families, rotation=45, ha="right")
     bx.set_title("Median per scene family")
     common.save_figure(fig, path)
