@@ -149,8 +149,6 @@ def _typed(value: str):
 def _merge(path: Path, rows: list[dict]) -> list[dict]:
     """``rows`` in place of the existing rows of ``path`` for the same (family, configuration);
     the file's other rows kept, in its order (families it lacks go last)."""
-    if not path.exists():
-        raise FileNotFoundError(f"--update: {path} does not exist; run without --update to write it")
     with open(path, newline="") as f:
         old = [{k: _typed(v) for k, v in r.items()} for r in csv.DictReader(f)]
     new = {(r["family"], r["config"]) for r in rows}
@@ -162,6 +160,8 @@ def _merge(path: Path, rows: list[dict]) -> list[dict]:
 
 def run(base: diffmjx.Config, out: Path, families, configs, n_shots: int, seed: int, fresh: bool = False,
         name: str = "fidelity", update: bool = False) -> list[dict]:  # fmt: skip
+    if update and not (out / f"{name}.csv").exists():  # before anything runs
+        raise FileNotFoundError(f"--update: {out / f'{name}.csv'} does not exist; run without --update to write it")
     rows = []
     for family in tqdm(families, desc="families"):
         sc = scene(family, seed)
@@ -278,8 +278,6 @@ def main(argv=None):
     for family in families:
         scene(family, 0)  # names an unknown family before anything runs
     n = args.shots or (4 if args.quick else 10)
-    if args.update and not (args.out / f"{args.name}.csv").exists():
-        raise FileNotFoundError(f"--update: {args.out / f'{args.name}.csv'} does not exist; run without --update")
     run(cfg, args.out, families, configs, n, args.seed, args.fresh, args.name, args.update)
 
 
