@@ -68,7 +68,7 @@ PAPER_PRESET = PRESETS / "paper.yaml"
 
 AUTO_KINK_FACTOR = 10.0
 """``integrator.kink_step=auto`` is ``min(AUTO_KINK_FACTOR * rtol, AUTO_KINK_MAX)`` seconds."""
-AUTO_KINK_MAX = 1e-6
+AUTO_KINK_MAX = 1e-7
 
 
 def _check_kink_step(key: str, value: Any) -> Any:
@@ -291,7 +291,7 @@ class IntegratorConfig(Section):
             at most this long (s), so no longer step straddles a kink; None turns this off.
             Discretise-then-optimise gradients of a step that straddles a kink are off by
             O(step x stiffness), so without it they scatter from shot to shot. ``auto`` (the
-            default): ``min(10 rtol, 1e-6)`` seconds with the ``checkpoint`` and ``forward``
+            default): ``min(10 rtol, 1e-7)`` seconds with the ``checkpoint`` and ``forward``
             adjoints, off with ``backsolve`` (whose adjoint solve controls its own error across
             kinks); :meth:`kink_step_used` gives the value.
     """

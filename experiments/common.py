@@ -57,6 +57,18 @@ def program_memory_mb(compiled) -> float:
     return (mem.temp_size_in_bytes + mem.argument_size_in_bytes + mem.output_size_in_bytes) / 2**20
 
 
+def typed(value: str):
+    """A CSV cell back to the type :func:`write_csv` wrote it from (bool, int, float or text)."""
+    if value in ("True", "False"):
+        return value == "True"
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return value
+
+
 def write_csv(path: Path, rows: list[dict]) -> None:
     """Write ``rows`` (columns: the union of their keys, first seen first) atomically: a run killed
     mid-write leaves the previous file, not a truncated one."""

@@ -134,23 +134,11 @@ def _plot_timeline(rows: list[dict], path: Path) -> None:
     common.save_figure(fig, path)
 
 
-def _typed(value: str):
-    """A CSV cell back to the type :func:`run` wrote it from (bool, int, float or text)."""
-    if value in ("True", "False"):
-        return value == "True"
-    for kind in (int, float):
-        try:
-            return kind(value)
-        except ValueError:
-            pass
-    return value
-
-
 def _merge(path: Path, rows: list[dict]) -> list[dict]:
     """``rows`` in place of the existing rows of ``path`` for the same (family, configuration);
     the file's other rows kept, in its order (families it lacks go last)."""
     with open(path, newline="") as f:
-        old = [{k: _typed(v) for k, v in r.items()} for r in csv.DictReader(f)]
+        old = [{k: common.typed(v) for k, v in r.items()} for r in csv.DictReader(f)]
     new = {(r["family"], r["config"]) for r in rows}
     kept = [r for r in old if (r["family"], r["config"]) not in new]
     order = list(dict.fromkeys([r["family"] for r in old] + [r["family"] for r in rows]))
@@ -174,7 +162,7 @@ def run(base: diffmjx.Config, out: Path, families, configs, n_shots: int, seed: 
             solve = dataclasses.replace(cfg.solver, gradient="unroll")
             ref = common.stage("fidelity-truth", (model_key, solve, cfg.collision, cfg.cfd),
                                lambda: truth(mx, cfg, states, sc.horizon), fresh)  # fmt: skip # noqa: B023 (called within this iteration)
-            res = common.stage("fidelity-grad", (model_key, cfg, jax.__version__),
+            res = common.stage("fidelity-grad", (model_key, cfg, cfg.integrator.kink_step_used(), jax.__version__),
                                lambda: measure(mx, cfg, states, ref, sc.horizon), fresh)  # fmt: skip # noqa: B023 (called within this iteration)
             ok = ref["agreement"] <= TRUTH_AGREEMENT
             e = res["rel_error"][ok] if ok.any() else np.full(1, np.nan)

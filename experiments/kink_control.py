@@ -53,15 +53,15 @@ CONFIGS = {  # name -> overrides of the defaults
 }  # fmt: skip
 # name -> overrides of the library's defaults as they are now (``diffmjx.Config()``: floor 0, the
 # converged implicit solve, the deepest plane-box rule), where ``kink_step=auto`` turns kink control
-# on for checkpoint at min(10 rtol, 1e-6) s
+# on for checkpoint at min(10 rtol, 1e-7) s
 DEFAULT_CONFIGS = {
     "defaults (backsolve 1e-7)": (),
-    "defaults, checkpoint (kink auto: 1e-6)": ("integrator.adjoint=checkpoint",),
-    "defaults, checkpoint, kink 1e-7": ("integrator.adjoint=checkpoint", "integrator.kink_step=1e-7"),
+    "defaults, checkpoint (kink auto: 1e-7)": ("integrator.adjoint=checkpoint",),
+    "defaults, checkpoint, kink 1e-6 (auto before)": ("integrator.adjoint=checkpoint", "integrator.kink_step=1e-6"),
     "defaults, checkpoint, no kink control": ("integrator.adjoint=checkpoint", "integrator.kink_step=null"),
 }
 QUICK = ("checkpoint 1e-8, floor 0", "checkpoint 1e-8, floor 0, kink 1e-7", "backsolve 1e-7, floor 0",
-         "defaults (backsolve 1e-7)", "defaults, checkpoint (kink auto: 1e-6)")  # fmt: skip
+         "defaults (backsolve 1e-7)", "defaults, checkpoint (kink auto: 1e-7)")  # fmt: skip
 FD_STEP = 1e-4
 
 

@@ -204,15 +204,15 @@ def test_the_paper_setting_has_one_definition():
 
 
 def test_kink_step_auto_turns_kink_control_on_for_checkpoint_only():
-    """``integrator.kink_step=auto`` (the default): min(10 rtol, 1e-6) s with the checkpoint and
+    """``integrator.kink_step=auto`` (the default): min(10 rtol, 1e-7) s with the checkpoint and
     forward adjoints, off with backsolve; null is off, a number is that step; anything else names
     the field."""
     ic = diffmjx.Config().integrator
     assert ic.kink_step == "auto" and ic.kink_step_used() is None  # backsolve
     used = lambda *o: diffmjx.Config().override(*o).integrator.kink_step_used()
-    assert used("integrator.adjoint=checkpoint") == pytest.approx(1e-6)
-    assert used("integrator.adjoint=forward", "integrator.rtol=1e-8") == pytest.approx(1e-7)
-    assert used("integrator.adjoint=checkpoint", "integrator.rtol=1e-5") == pytest.approx(1e-6)  # capped
+    assert used("integrator.adjoint=checkpoint") == pytest.approx(1e-7)  # capped at the default rtol
+    assert used("integrator.adjoint=forward", "integrator.rtol=1e-9") == pytest.approx(1e-8)
+    assert used("integrator.adjoint=checkpoint", "integrator.rtol=1e-5") == pytest.approx(1e-7)  # capped
     assert used("integrator.adjoint=checkpoint", "integrator.kink_step=null") is None
     assert used("integrator.adjoint=checkpoint", "integrator.kink_step=1e-7") == 1e-7
     assert used("integrator.adjoint=checkpoint", "integrator.step_control=constant") is None
