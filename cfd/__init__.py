@@ -14,6 +14,8 @@ inspection and reuse:
 - :func:`distance_rows`: contact rows out to ``w_c``;
 - :func:`cfd_contacts`: the contacts CFD builds its rows from;
 - :func:`straight_through`: one function's values, another's derivatives;
+- :func:`derivative_only`: a function's derivatives with a zero value, the function evaluated only
+  where something differentiates (how the forward skips CFD's solve when nothing does);
 - :func:`accelerations`: the forward's constraint solve under ``cfd.enabled``.
 """
 
@@ -22,6 +24,7 @@ from diffmjx.cfd import (
     cfd_contacts,
     cfd_impedance,
     continuation,
+    derivative_only,
     distance_rows,
     position_term,
     straight_through,
@@ -33,6 +36,7 @@ __all__ = [
     "cfd_contacts",
     "cfd_impedance",
     "continuation",
+    "derivative_only",
     "distance_rows",
     "mujoco_impedance",
     "position_term",

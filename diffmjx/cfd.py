@@ -36,6 +36,7 @@ re-exports these functions.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -50,6 +51,7 @@ __all__ = [
     "cfd_contacts",
     "cfd_impedance",
     "continuation",
+    "derivative_only",
     "distance_rows",
     "position_term",
     "straight_through",
@@ -183,12 +185,43 @@ def straight_through(forward_value, backward_value):
     return jax.tree.map(lambda f, b: sg(f) + (b - sg(b)), forward_value, backward_value)
 
 
+def derivative_only(fn, *args):
+    """Zeros shaped like ``fn(*args)`` that carry ``fn``'s derivatives: ``b - sg(b)`` without ``b``.
+
+    The value is exact zeros and ``fn`` is not evaluated unless something differentiates through
+    the result (``jvp``, ``grad``, ``vjp``); then ``fn``'s tangent is the result's. So
+    ``sg(f) + derivative_only(g, x)`` is :func:`straight_through` ``(f, g(x))`` with ``g`` left out
+    of every evaluation that is not differentiated: the forward sweep of a checkpointed solve, a
+    rollout under plain ``jit``, a step-size controller's trial steps.
+
+    Arguments:
+        fn: a jittable function of ``args`` (it must not close over traced values).
+        *args: its arguments (pytrees; integer leaves get no derivative).
+
+    Returns:
+        A pytree of zeros with the structure, shapes and dtypes of ``fn(*args)``.
+    """
+    return _derivative_only(fn, *args)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _derivative_only(fn, *args):
+    return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(fn, *args))
+
+
+@_derivative_only.defjvp
+def _derivative_only_jvp(fn, primals, tangents):
+    value, tangent = jax.jvp(fn, primals, tangents)
+    return jax.tree.map(jnp.zeros_like, value), tangent
+
+
 def accelerations(m, d, cfg: Config, remat_iterations: bool = True):
     """The constraint solve of :func:`diffmjx.forward` with ``cfd.enabled``: ``(m, d) -> d``.
 
     CFD's rows (:func:`distance_rows` on :func:`cfd_contacts`) are solved on the same positions
     and velocities as MJX's rows in ``d``. With ``cfd.in_forward`` CFD's solution is the result;
-    otherwise MJX's solution is, with CFD's derivatives (:func:`straight_through`) on ``qacc``
+    otherwise MJX's solution is, with CFD's derivatives (:func:`straight_through`, built with
+    :func:`derivative_only`, so CFD costs nothing where nothing is differentiated) on ``qacc``
     and on ``qfrc_constraint``, which MJX's Euler (with Euler damping, MuJoCo's default) and
     implicit integrators turn into the acceleration again (``M^-1 (qfrc_smooth + qfrc_constraint)``).
 
@@ -202,13 +235,21 @@ def accelerations(m, d, cfg: Config, remat_iterations: bool = True):
         ``d`` with ``qacc`` and ``qfrc_constraint`` (acceleration sensors not yet evaluated).
     """
     sc = cfg.solver
-    ms = solver.solve_model(m, sc)  # the solve's budget; every other stage keeps m
-    rows = distance_rows(m, cfd_contacts(m, d, cfg), cfg.cfd, sc.impedance_floor)
-    d_cfd = solver.solve(ms, rows, sc.gradient, remat_iterations)
+
+    def cfd_solve(m, d):
+        ms = solver.solve_model(m, sc)  # the solve's budget; every other stage keeps m
+        rows = distance_rows(m, cfd_contacts(m, d, cfg), cfg.cfd, sc.impedance_floor)
+        return solver.solve(ms, rows, sc.gradient, remat_iterations)
+
     if cfg.cfd.in_forward:
-        return d_cfd
-    d = solver.solve(ms, d, sc.gradient, remat_iterations)
-    return d.replace(
-        qacc=straight_through(d.qacc, d_cfd.qacc),
-        qfrc_constraint=straight_through(d.qfrc_constraint, d_cfd.qfrc_constraint),
-    )
+        return cfd_solve(m, d)
+
+    def cfd_forces(m, d):
+        s = cfd_solve(m, d)
+        return s.qacc, s.qfrc_constraint
+
+    # straight-through, with CFD's rows and solve built only where something differentiates
+    dqacc, dqfrc = derivative_only(cfd_forces, m, d)
+    d = solver.solve(solver.solve_model(m, sc), d, sc.gradient, remat_iterations)
+    sg = jax.lax.stop_gradient
+    return d.replace(qacc=sg(d.qacc) + dqacc, qfrc_constraint=sg(d.qfrc_constraint) + dqfrc)

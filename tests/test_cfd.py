@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from mujoco import mjx
 
 import diffmjx
-from cfd import cfd_impedance, continuation, mujoco_impedance, position_term, straight_through
+from cfd import cfd_impedance, continuation, derivative_only, mujoco_impedance, position_term, straight_through
 from diffmjx.scenes import box_corner_heights, load
 
 params = st.tuples(
@@ -86,6 +86,20 @@ def test_straight_through_values_and_gradients():
     x = 0.7
     assert float(h(x)) == float(f(x))
     assert float(jax.grad(h)(x)) == pytest.approx(3 * x**2, rel=1e-14)
+
+
+def test_derivative_only_is_evaluated_only_where_differentiated():
+    """Zeros in value, g's derivatives in jvp, grad and vmap; g absent from an undifferentiated program."""
+    g = lambda x, k: {"a": jnp.cos(x) * k}
+    x = jnp.array([0.1, 0.7, 2.0])
+    h = lambda x: x**2 + derivative_only(g, x, 3)["a"]
+    assert "cos" not in str(jax.make_jaxpr(h)(x))
+    np.testing.assert_array_equal(jax.jit(h)(x), x**2)
+    value, tangent = jax.jvp(h, (x,), (jnp.ones(3),))
+    np.testing.assert_array_equal(value, x**2)
+    np.testing.assert_allclose(tangent, 2 * x - 3 * jnp.sin(x), rtol=1e-14)
+    np.testing.assert_allclose(jax.grad(lambda x: h(x).sum())(x), 2 * x - 3 * jnp.sin(x), rtol=1e-14)
+    np.testing.assert_allclose(jax.vmap(jax.grad(lambda x: h(x)))(x), 2 * x - 3 * jnp.sin(x), rtol=1e-14)
 
 
 @pytest.mark.parametrize(
