@@ -301,6 +301,24 @@ def test_resumed_training_ends_where_an_uninterrupted_one_does(training_runs, tr
         sysid.train(shorter, train_segments, progress=False)
 
 
+def test_a_run_stopped_within_an_epoch_resumes_at_its_next_step(train_segments, tmp_path):
+    """Checkpoints follow every step: 2 epochs of 2 minibatches, stopped after step 3 (within epoch 1) and
+    resumed, end bit for bit where an uninterrupted run does; the piece's checkpoint holds 3 steps."""
+    four = sysid.Segments(*(np.concatenate([x, x]) for x in train_segments))  # 2 minibatches of 2 per epoch
+    cfg = SysidConfig.load(None, TRAIN_SETTINGS).override("train.epochs=2")
+    piece = sysid.train(cfg.override(f"train.checkpoint_dir={tmp_path / 'a'}"), four, progress=False, stop_after=3)
+    assert len(piece.history.step) == 3
+    resumed = sysid.train(cfg.override(f"train.checkpoint_dir={tmp_path / 'a'}"), four, progress=False)
+    whole = sysid.train(cfg.override(f"train.checkpoint_dir={tmp_path / 'b'}"), four, progress=False)
+    assert (resumed.resumed_steps, resumed.resumed_epochs, whole.resumed_steps) == (3, 1, 0)
+    np.testing.assert_array_equal(whole.history.epoch, [0, 0, 1, 1])
+    for field in ("step", "epoch", "loss"):
+        np.testing.assert_array_equal(getattr(resumed.history, field), getattr(whole.history, field))
+    np.testing.assert_array_equal(resumed.history.params.side_length, whole.history.params.side_length)
+    with pytest.raises(ValueError, match="stop_after=0 is invalid"):
+        sysid.train(cfg, four, progress=False, stop_after=0)
+
+
 def test_train_refuses_too_few_segments(train_segments):
     cfg = SysidConfig.load(None, TRAIN_SETTINGS)
     with pytest.raises(ValueError, match="2 segments hold no full minibatch of train.batch_size=4"):

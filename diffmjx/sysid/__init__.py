@@ -34,7 +34,15 @@ from diffmjx.sysid.data import (
 )
 from diffmjx.sysid.evaluate import pad_tosses, rollout_tosses, trajectory_error
 from diffmjx.sysid.lm import LMHistory, LMResult, fit_lm
-from diffmjx.sysid.loss import predict_segments, quat_to_mat, segment_loss, segment_residuals, state_residuals
+from diffmjx.sysid.loss import (
+    BATCHINGS,
+    map_segments,
+    predict_segments,
+    quat_to_mat,
+    segment_loss,
+    segment_residuals,
+    state_residuals,
+)
 from diffmjx.sysid.model import (
     CubeParams,
     check_params,
@@ -57,6 +65,7 @@ from diffmjx.sysid.train import ADAM, History, TrainResult, batch_sharding, trai
 
 __all__ = [
     "ADAM",
+    "BATCHINGS",
     "DT",
     "FREE_PARAMS",
     "OPTION_KEYS",
@@ -88,6 +97,7 @@ __all__ = [
     "load_params_json",
     "load_split",
     "load_tosses",
+    "map_segments",
     "model_options",
     "pad_tosses",
     "predict_segments",

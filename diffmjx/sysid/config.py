@@ -19,6 +19,7 @@ import yaml
 
 from diffmjx.config import Config, Section, coerce_text, knob, parse_value, preset_path, section_from_dict
 from diffmjx.sysid.data import DataConfig
+from diffmjx.sysid.loss import BATCHINGS
 from diffmjx.sysid.model import _SHAPES, CubeParams, check_params
 
 __all__ = ["FREE_PARAMS", "SysidConfig", "TrainConfig", "sim_overrides"]
@@ -97,6 +98,9 @@ class TrainConfig(Section):
             adaptive integrators (they re-solve at every stage), 4 for MJX's fixed-step ones.
         velocity_weight: weight of the squared velocity error in the loss (0: position and
             orientation only, as the paper).
+        batching: how a minibatch's segments are simulated (:func:`~diffmjx.sysid.map_segments`):
+            ``map`` (one after another, each with its own step count), ``vmap`` (in lock-step), or
+            ``auto``: ``map`` on a CPU, ``vmap`` on a GPU. Fitting and Levenberg–Marquardt use it.
     """
 
     _section: ClassVar[str] = "train"
@@ -112,6 +116,7 @@ class TrainConfig(Section):
     checkpoint_dir: str | None = knob(None)
     iterations: int | None = knob(None, ge=1)
     velocity_weight: float = knob(0.0, ge=0)
+    batching: str = knob("auto", choices=BATCHINGS)
 
     def initial_params(self) -> CubeParams:
         """:class:`~diffmjx.sysid.CubeParams` defaults with :attr:`inits` applied (NumPy float64)."""

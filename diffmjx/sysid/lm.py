@@ -109,7 +109,8 @@ def fit_lm(
 
     def fn(th, args):
         params = from_unconstrained(CubeParams(**args[0], **th))
-        return segment_residuals(params, args[1], args[2], args[3], sim, velocity_weight=vw), None
+        return segment_residuals(params, args[1], args[2], args[3], sim, velocity_weight=vw,
+                                 batching=tc.batching), None  # fmt: skip
 
     args = (fixed, base, jnp.asarray(qpos), jnp.asarray(qvel))
     solver = optx.LevenbergMarquardt(rtol=rtol, atol=atol)

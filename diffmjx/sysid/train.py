@@ -7,8 +7,9 @@ b2 0.9, eps 1e-6, the paper's settings, times ``-train.learning_rate``) on the s
 initial values. Minibatches are drawn without replacement from a permutation seeded by
 ``(train.seed, epoch)``, sharded over every visible device (a 1-D mesh on the batch axis,
 :func:`batch_sharding`), and the state (parameters, optimiser state, history) is checkpointed after
-each epoch, so a run that is stopped resumes from its last finished epoch and ends exactly where an
-uninterrupted one does.
+every step, so a run that is stopped (or run in pieces, ``stop_after``) resumes after its last
+finished step and ends exactly where an uninterrupted one does. The segments of a minibatch are
+simulated one after another on a CPU and in lock-step on a GPU (``train.batching``).
 
 Several processes (:func:`diffmjx.sysid.distributed.initialize`) run the same loop: every process
 draws the same permutation, places only its own devices' rows of each minibatch, and receives the
@@ -65,7 +66,8 @@ class TrainResult(NamedTuple):
 
     params: CubeParams  # final physical parameters (NumPy)
     history: History
-    resumed_epochs: int  # epochs read from a checkpoint (0: started fresh)
+    resumed_epochs: int  # whole epochs read from a checkpoint (0: started fresh)
+    resumed_steps: int = 0  # steps read from a checkpoint (0: started fresh)
 
 
 def batch_sharding(batch_size: int, devices: Sequence | None = None) -> tuple[NamedSharding, NamedSharding]:
@@ -111,17 +113,17 @@ def _check_processes_agree(fingerprint: str, done: int) -> None:
         if not np.array_equal(seen[p, :-1], seen[0, :-1]):
             raise ValueError(
                 f"process {p} trains another configuration or other segments than process 0; every process "
-                "must load the same config and data (only train.epochs and train.checkpoint_dir may differ)"
+                "must load the same config and data (only train.epochs, train.checkpoint_dir and train.batching may differ)"
             )
         if seen[p, -1] != seen[0, -1]:
             raise ValueError(
-                f"process {p} resumes after {seen[p, -1]} epochs, process 0 after {seen[0, -1]}: every process "
+                f"process {p} resumes after {seen[p, -1]} steps, process 0 after {seen[0, -1]}: every process "
                 "reads the checkpoint that process 0 writes, so train.checkpoint_dir must name one shared folder"
             )
 
 
 @functools.cache
-def _step_fn(sim: Config):
+def _step_fn(sim: Config, batching: str = "auto", chunks: int = 1):
     """One jitted Adam step ``(theta, opt_state, lr, fixed, vw, base, qpos, qvel) -> (theta, opt_state, loss, grad)``.
 
     ``theta`` holds the free parameters' unconstrained coordinates and ``fixed`` the others; the
@@ -130,7 +132,7 @@ def _step_fn(sim: Config):
 
     def loss(theta, fixed, vw, base, qpos, qvel):
         params = from_unconstrained(CubeParams(**fixed, **theta))
-        return segment_loss(params, base, qpos, qvel, sim, velocity_weight=vw)
+        return segment_loss(params, base, qpos, qvel, sim, velocity_weight=vw, batching=batching, chunks=chunks)
 
     def step(theta, opt_state, lr, fixed, vw, base, qpos, qvel):
         value, grad = jax.value_and_grad(loss)(theta, fixed, vw, base, qpos, qvel)
@@ -156,9 +158,10 @@ def _physical(theta, fixed, init: CubeParams) -> CubeParams:
 
 
 def _fingerprint(cfg: SysidConfig, qpos: np.ndarray, qvel: np.ndarray) -> str:
-    """What a checkpoint must match to be resumed: the config (but epochs and checkpoint_dir) and the data."""
+    """What a checkpoint must match to be resumed: the config (but epochs, checkpoint_dir, batching) and the data."""
     d = cfg.to_dict()
-    d["train"] = {k: v for k, v in d["train"].items() if k not in ("epochs", "checkpoint_dir")}
+    # batching moves results by rounding only, like another machine: a run may resume under another
+    d["train"] = {k: v for k, v in d["train"].items() if k not in ("epochs", "checkpoint_dir", "batching")}
     digest = hashlib.sha256(np.ascontiguousarray(qpos).tobytes() + np.ascontiguousarray(qvel).tobytes())
     return json.dumps({"config": d, "data": digest.hexdigest()}, sort_keys=True)
 
@@ -169,10 +172,11 @@ def _config_diff(a: Any, b: Any, prefix: str = "") -> list[str]:
     return [] if a == b else [f"{prefix.rstrip('.')}: {a!r} (checkpoint) vs {b!r} (now)"]
 
 
-def _save_checkpoint(path: Path, fingerprint: str, epochs_done: int, theta, opt_state, hist: dict) -> None:
+def _save_checkpoint(path: Path, fingerprint: str, steps_done: int, steps: int, theta, opt_state, hist: dict) -> None:
     arrays: dict[str, np.ndarray] = {
         "fingerprint": np.asarray(fingerprint),
-        "epochs_done": np.asarray(epochs_done),
+        "epochs_done": np.asarray(steps_done // steps),
+        "steps_done": np.asarray(steps_done),
         **{f"theta/{k}": np.asarray(v) for k, v in theta.items()},
         **{f"opt/{i}": np.asarray(leaf) for i, leaf in enumerate(jax.tree.leaves(opt_state))},
         "history/step": np.asarray(hist["step"], np.int64),
@@ -190,7 +194,7 @@ def _save_checkpoint(path: Path, fingerprint: str, epochs_done: int, theta, opt_
     tmp.replace(path)  # a run killed mid-write keeps the previous checkpoint
 
 
-def _load_checkpoint(path: Path, fingerprint: str, theta, opt_state):
+def _load_checkpoint(path: Path, fingerprint: str, steps: int, theta, opt_state):
     with np.load(path, allow_pickle=False) as f:
         saved = str(f["fingerprint"])
         if saved != fingerprint:
@@ -206,7 +210,9 @@ def _load_checkpoint(path: Path, fingerprint: str, theta, opt_state):
         )
         hist = {k: list(f[f"history/{k}"]) for k in ("step", "epoch", "loss", "wall_s")}
         hist["params"] = {n: list(f[f"history/params/{n}"]) for n in FREE_PARAMS}
-        return theta, opt_state, int(f["epochs_done"]), hist
+        # steps_done: checkpoints written after every step; older ones, after every epoch, hold epochs_done
+        done = int(f["steps_done"]) if "steps_done" in f.files else int(f["epochs_done"]) * steps
+        return theta, opt_state, done, hist
 
 
 def _history(hist: dict) -> History:
@@ -229,6 +235,7 @@ def train(
     progress: bool = True,
     devices: Sequence | None = None,
     desc: str = "sysid",
+    stop_after: int | None = None,
 ) -> TrainResult:
     """Fit the free parameters to recorded segments with Adam (see the module docstring).
 
@@ -240,6 +247,8 @@ def train(
         devices: devices to shard minibatches over; default all visible (with several processes, all
             of theirs: :mod:`diffmjx.sysid.distributed`).
         desc: the progress bar's label.
+        stop_after: return after this many steps of this call (the checkpoint holds them), to run a
+            long fit in pieces; None: run to ``train.epochs``.
 
     Returns:
         :class:`TrainResult`: final physical parameters and the per-step :class:`History` (a
@@ -281,28 +290,32 @@ def train(
     fixed = {k: jnp.asarray(getattr(z0, k)) for k in FREE_PARAMS if k not in tc.free}
     opt_state = optax.scale_by_adam(**ADAM).init(theta)
     hist: dict[str, Any] = {"step": [], "epoch": [], "loss": [], "wall_s": [], "params": {n: [] for n in FREE_PARAMS}}
-    done = 0
+    if stop_after is not None and stop_after < 1:
+        raise ValueError(f"stop_after={stop_after} is invalid; allowed: an integer >= 1 or None")
+    done = 0  # steps finished, over all epochs
     ckpt = Path(tc.checkpoint_dir) / CHECKPOINT if tc.checkpoint_dir else None
     fingerprint = _fingerprint(cfg, qpos_all, qvel_all)
     if ckpt is not None and ckpt.exists():
-        theta, opt_state, done, hist = _load_checkpoint(ckpt, fingerprint, theta, opt_state)
-        if done > tc.epochs:
-            raise ValueError(f"checkpoint {ckpt} holds {done} epochs, more than train.epochs={tc.epochs}")
+        theta, opt_state, done, hist = _load_checkpoint(ckpt, fingerprint, steps, theta, opt_state)
+        if done > tc.epochs * steps:
+            raise ValueError(f"checkpoint {ckpt} holds {done / steps:g} epochs, more than train.epochs={tc.epochs}")
     if jax.process_count() > 1:
         _check_processes_agree(fingerprint, done)
 
-    step_fn = _step_fn(cfg.sim)
+    step_fn = _step_fn(cfg.sim, tc.batching, batch.mesh.size)  # map: each device over its own rows
     theta, opt_state, fixed, base, lr, vw = _replicate(
         (theta, opt_state, fixed, _base(cfg.iterations), np.float64(tc.learning_rate), np.float64(tc.velocity_weight)),
         replicated,
     )
     writer = jax.process_index() == 0  # the one process that writes checkpoints and shows progress
-    bar = tqdm(total=tc.epochs * steps, initial=done * steps, desc=desc, disable=not (progress and writer),
-               leave=False)  # fmt: skip
+    bar = tqdm(total=tc.epochs * steps, initial=done, desc=desc, disable=not (progress and writer), leave=False)
+    resumed, ran = done, 0
     try:
-        for epoch in range(done, tc.epochs):
+        for epoch in range(done // steps, tc.epochs):
             order = np.random.default_rng([tc.seed, epoch]).permutation(n)[: steps * tc.batch_size]
             for k, idx in enumerate(order.reshape(steps, tc.batch_size)):
+                if epoch * steps + k < done or (stop_after is not None and ran >= stop_after):
+                    continue  # done before a resume, or beyond this piece
                 qp, qv = _rows(qpos_all, idx, batch), _rows(qvel_all, idx, batch)
                 t = time.perf_counter()
                 new_theta, new_state, loss, grad = step_fn(theta, opt_state, lr, fixed, vw, base, qp, qv)
@@ -321,10 +334,12 @@ def train(
                 hist["wall_s"].append(wall)
                 for name in FREE_PARAMS:
                     hist["params"][name].append(np.asarray(getattr(now, name)))
+                ran += 1
+                if ckpt is not None and writer:  # after every step: a run stopped anywhere resumes there
+                    _save_checkpoint(ckpt, fingerprint, epoch * steps + k + 1, steps, theta, opt_state, hist)
                 bar.update()
                 bar.set_postfix(loss=f"{loss:.3g}", side_mm=f"{1e3 * float(now.side_length):.2f}")
-            if ckpt is not None and writer:
-                _save_checkpoint(ckpt, fingerprint, epoch + 1, theta, opt_state, hist)
     finally:
         bar.close()
-    return TrainResult(params=_physical(theta, fixed, init), history=_history(hist), resumed_epochs=done)
+    return TrainResult(params=_physical(theta, fixed, init), history=_history(hist), resumed_epochs=resumed // steps,
+                       resumed_steps=resumed)  # fmt: skip
