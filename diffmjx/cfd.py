@@ -185,34 +185,43 @@ def straight_through(forward_value, backward_value):
     return jax.tree.map(lambda f, b: sg(f) + (b - sg(b)), forward_value, backward_value)
 
 
-def derivative_only(fn, *args):
-    """Zeros shaped like ``fn(*args)`` that carry ``fn``'s derivatives: ``b - sg(b)`` without ``b``.
+def derivative_only(fn, like, *args):
+    """Zeros that carry ``fn``'s derivatives: ``b - sg(b)`` with ``b = fn(*args)``, without ``b``.
 
-    The value is exact zeros and ``fn`` is not evaluated unless something differentiates through
-    the result (``jvp``, ``grad``, ``vjp``); then ``fn``'s tangent is the result's. So
-    ``sg(f) + derivative_only(g, x)`` is :func:`straight_through` ``(f, g(x))`` with ``g`` left out
-    of every evaluation that is not differentiated: the forward sweep of a checkpointed solve, a
-    rollout under plain ``jit``, a step-size controller's trial steps.
+    The value is zeros and ``fn`` is not evaluated unless something differentiates through the
+    result (``jvp``, ``grad``, ``vjp``); then ``fn``'s tangent is the result's. So
+    ``sg(f) + derivative_only(g, f, x)`` is :func:`straight_through` ``(f, g(x))`` with ``g`` left
+    out of every evaluation that is not differentiated: the forward sweep of a checkpointed solve,
+    a rollout under plain ``jit``, a step-size controller's trial steps.
 
     Arguments:
         fn: a jittable function of ``args`` (it must not close over traced values).
-        *args: its arguments (pytrees; integer leaves get no derivative).
+        like: a pytree with the structure, shapes and dtypes of ``fn(*args)``, computed from the
+            same inputs (the forward value ``f``): the zeros are taken from it, so that they are
+            batched wherever ``fn``'s derivatives are (zeros made from nothing are not, and JAX
+            then fails to batch a ``grad`` of a ``vmap`` of a ``scan``). Its derivatives are ignored.
+        *args: ``fn``'s arguments (pytrees; integer leaves get no derivative).
 
     Returns:
-        A pytree of zeros with the structure, shapes and dtypes of ``fn(*args)``.
+        A pytree of zeros like ``like`` (where ``like`` is not finite, zeros as well).
     """
-    return _derivative_only(fn, *args)
+    return _derivative_only(fn, jax.lax.stop_gradient(like), *args)
+
+
+def _zeros_from(x):
+    return jnp.where(jnp.isfinite(x), 0.0 * x, 0.0).astype(x.dtype)  # exact zeros, data-dependent on x
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _derivative_only(fn, *args):
-    return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(fn, *args))
+def _derivative_only(fn, like, *args):
+    return jax.tree.map(_zeros_from, like)
 
 
 @_derivative_only.defjvp
 def _derivative_only_jvp(fn, primals, tangents):
-    value, tangent = jax.jvp(fn, primals, tangents)
-    return jax.tree.map(jnp.zeros_like, value), tangent
+    like, *args = primals
+    _, tangent = jax.jvp(fn, tuple(args), tuple(tangents[1:]))
+    return jax.tree.map(_zeros_from, like), tangent
 
 
 def accelerations(m, d, cfg: Config, remat_iterations: bool = True):
@@ -249,7 +258,8 @@ def accelerations(m, d, cfg: Config, remat_iterations: bool = True):
         return s.qacc, s.qfrc_constraint
 
     # straight-through, with CFD's rows and solve built only where something differentiates
-    dqacc, dqfrc = derivative_only(cfd_forces, m, d)
-    d = solver.solve(solver.solve_model(m, sc), d, sc.gradient, remat_iterations)
+    d_mjx = solver.solve(solver.solve_model(m, sc), d, sc.gradient, remat_iterations)
+    forces = (d_mjx.qacc, d_mjx.qfrc_constraint)
+    dqacc, dqfrc = derivative_only(cfd_forces, forces, m, d)
     sg = jax.lax.stop_gradient
-    return d.replace(qacc=sg(d.qacc) + dqacc, qfrc_constraint=sg(d.qfrc_constraint) + dqfrc)
+    return d_mjx.replace(qacc=sg(d_mjx.qacc) + dqacc, qfrc_constraint=sg(d_mjx.qfrc_constraint) + dqfrc)

@@ -1,6 +1,7 @@
 """ContactNets cube system identification, paper Fig. 9: the side length from 60, 100 and 140 mm.
 
-    python -m experiments.contactnets_sysid [--preset quick|paper|PATH] [--set KEY=VALUE ...] [--fresh]
+    python -m experiments.contactnets_sysid [--preset quick|paper|PATH] [--set KEY=VALUE ...] [--configs NAME,...]
+                                            [--fresh]
 
 Identifies the cube's side length alone (the other parameters fixed at the defaults of
 ``diffmjx.sysid.CubeParams``) from the real ContactNets tosses with ``diffmjx.sysid.train``
@@ -17,17 +18,21 @@ for three simulations:
 - ``diffmjx_cfd``: DiffMJX at the sysid preset's simulation setting, the paper's (Tsit5, PID,
   rtol = atol = 1e-5, checkpointing, 2 Newton iterations, pinned to the solver and collision
   settings the committed results were made with), with CFD at its defaults
-  (``cfd.enabled=true``: reach 10 cm).
+  (``cfd.enabled=true``: reach 10 cm);
+- ``diffmjx_cfd_library``: the same integrator with the library's constraint solve and plane-box
+  rule (``diffmjx.Config()``'s ``solver`` and ``collision`` sections: a converged solve without
+  impedance floor, every penetrating corner a contact), which takes about a quarter of the steps.
 
 Every run sees the same minibatches (``train.seed``). ``--set`` applies to every run (e.g.
-``--set train.learning_rate=0.01``). Writes ``docs/results/contactnets_sysid_side.csv``
+``--set train.learning_rate=0.01``); ``--configs`` runs a subset. Writes (with ``--preset quick``;
+another preset adds its name, ``contactnets_sysid_side_paper.*``) ``docs/results/contactnets_sysid_side.csv``
 (config, init_mm, step, side_mm, loss, wall_s: one row per estimate, from step 0 = the initial
 value; ``loss`` is the minibatch loss evaluated *at* that estimate, by the next step, so the last
 row has none; ``wall_s`` is the run's cumulative time in gradient steps, JIT excluded),
 ``contactnets_sysid_side.png`` and ``contactnets_sysid_side_params.json`` (the side from the DiffMJX + CFD
 run with the lowest loss over its last epoch, every other parameter at its default). Each run is
-checkpointed after every epoch under ``~/.cache/diffmjx/sysid`` and resumed by a rerun
-(``--fresh`` starts over). ``--plot-only`` redraws the PNG from the CSV in ``--out``, no training.
+checkpointed after every step under ``~/.cache/diffmjx/sysid`` and resumed by a rerun
+(``--fresh`` starts over), so a long run can be stopped and continued. ``--plot-only`` redraws the PNG from the CSV in ``--out``, no training.
 """
 
 from __future__ import annotations
@@ -48,6 +53,11 @@ TRUE_SIDE_MM = 1e3 * sysid.CubeParams().side_length  # 104.8, the ContactNets cu
 INITS_MM = (60.0, 100.0, 140.0)
 CHECKPOINTS = Path.home() / ".cache" / "diffmjx" / "sysid"
 SIDE_MIN_MM = 60.0  # the smallest start: the reach CFD needs is measured for it
+# the paper's integrator (Tsit5, rtol = atol = 1e-5, checkpointing) with the library's constraint solve and
+# plane-box rule (diffmjx.Config()'s solver and collision sections): a converged solve, no impedance floor,
+# every penetrating corner a contact
+LIBRARY_SOLVE = ("solver.min_iterations=16", "solver.max_tolerance=1e-10", "solver.gradient=implicit",
+                 "solver.impedance_floor=0", "collision.plane_box=deepest")  # fmt: skip
 
 
 def configurations(w_c: float) -> dict[str, tuple[str, tuple[str, ...]]]:
@@ -60,6 +70,7 @@ def configurations(w_c: float) -> dict[str, tuple[str, tuple[str, ...]]]:
             (*mjx, "cfd.enabled=true", f"cfd.solimp=[0.0, 0.01, {w_c}, 1.0, 4.0]"),
         ),
         "diffmjx_cfd": ("DiffMJX + CFD (paper setting)", ("cfd.enabled=true",)),
+        "diffmjx_cfd_library": ("DiffMJX + CFD (library setting)", ("cfd.enabled=true", *LIBRARY_SOLVE)),
     }
 
 
@@ -97,8 +108,10 @@ def _rows(name: str, init_mm: float, result: sysid.TrainResult) -> list[dict]:
     ]
 
 
-def run(cfg: sysid.SysidConfig, out: Path, fresh: bool = False, progress: bool = True) -> dict:
-    """Every configuration from every start; writes the CSV, PNG and parameter file into ``out``."""
+def run(cfg: sysid.SysidConfig, out: Path, fresh: bool = False, progress: bool = True, configs=None,
+        name: str = "contactnets_sysid_side") -> dict:  # fmt: skip
+    """Every configuration (or those named in ``configs``) from every start; writes ``<name>.csv``,
+    ``<name>.png`` and ``<name>_params.json`` into ``out``."""
     t_start = time.perf_counter()
     tosses, train_names, _, report = sysid.load_split(cfg.data)
     data = sysid.segments(tosses, train_names, cfg.data.horizon, report)
@@ -113,7 +126,8 @@ def run(cfg: sysid.SysidConfig, out: Path, fresh: bool = False, progress: bool =
 
     key = hashlib.sha256(cfg.to_yaml().encode()).hexdigest()[:12]
     rows, timing, results = [], [], {}
-    for name, (label, overrides) in configurations(reach["w_c"]).items():
+    chosen = {k: v for k, v in configurations(reach["w_c"]).items() if configs is None or k in configs}
+    for config, (label, overrides) in chosen.items():
         base = cfg.override(*overrides)
         # one throwaway step compiles the gradient program, so the runs' step times exclude the JIT
         t = time.perf_counter()
@@ -122,23 +136,23 @@ def run(cfg: sysid.SysidConfig, out: Path, fresh: bool = False, progress: bool =
         jit_s = time.perf_counter() - t
         step_s = []
         for init_mm in INITS_MM:
-            ckpt = CHECKPOINTS / f"contactnets_sysid-{key}" / name / f"{init_mm:g}"
+            ckpt = CHECKPOINTS / f"contactnets_sysid-{key}" / config / f"{init_mm:g}"
             if fresh and ckpt.exists():
                 shutil.rmtree(ckpt)
             run_cfg = base.override(f"train.inits={{side_length: {init_mm / 1e3}}}", f"train.checkpoint_dir={ckpt}")
-            result = sysid.train(run_cfg, data, progress=progress, desc=f"{name} from {init_mm:g} mm")
-            results[name, init_mm] = (run_cfg, result)
-            rows += _rows(name, init_mm, result)
+            result = sysid.train(run_cfg, data, progress=progress, desc=f"{config} from {init_mm:g} mm")
+            results[config, init_mm] = (run_cfg, result)
+            rows += _rows(config, init_mm, result)
             step_s += list(result.history.wall_s)
             print(f"{label}, from {init_mm:g} mm: side {1e3 * float(result.params.side_length):.1f} mm after "
                   f"{len(result.history.step)} steps ({np.median(result.history.wall_s):.3f} s per step)")  # fmt: skip
-        timing.append({"config": name, "label": label, "jit_s": jit_s, "median_step_s": float(np.median(step_s)),
+        timing.append({"config": config, "label": label, "jit_s": jit_s, "median_step_s": float(np.median(step_s)),
                        "mean_step_s": float(np.mean(step_s))})  # fmt: skip
 
     out.mkdir(parents=True, exist_ok=True)
-    common.write_csv(out / "contactnets_sysid_side.csv", rows)
-    _plot(rows, configurations(reach["w_c"]), out / "contactnets_sysid_side.png")
-    params_json = _save_params(results, out / "contactnets_sysid_side_params.json")
+    common.write_csv(out / f"{name}.csv", rows)
+    _plot(rows, chosen, out / f"{name}.png")
+    params_json = _save_params(results, out / f"{name}_params.json")
     total_s = time.perf_counter() - t_start
 
     print(
@@ -150,7 +164,7 @@ def run(cfg: sysid.SysidConfig, out: Path, fresh: bool = False, progress: bool =
               + f" {tm['jit_s']:6.1f} {tm['median_step_s']:7.3f}")  # fmt: skip
     print(f"(final side in mm; true {TRUE_SIDE_MM:.1f} mm; s/step: median wall time of a gradient step of "
           f"{cfg.train.batch_size} segments, JIT excluded)\nfitted-parameter file: side "
-          f"{1e3 * params_json['side_length_m']:.1f} mm -> {out / 'contactnets_sysid_side_params.json'}\n"
+          f"{1e3 * params_json['side_length_m']:.1f} mm -> {out / f'{name}_params.json'}\n"
           f"total {total_s:.0f} s")  # fmt: skip
     return {"rows": rows, "timing": timing, "reach": reach, "results": results, "total_s": total_s,
             "params": params_json}  # fmt: skip
@@ -158,8 +172,10 @@ def run(cfg: sysid.SysidConfig, out: Path, fresh: bool = False, progress: bool =
 
 def _save_params(results: dict, path: Path) -> dict:
     """The DiffMJX + CFD run with the lowest mean minibatch loss over its last epoch (all runs see the
-    same minibatches) gives the side; every other parameter stays at its default."""
-    runs = {k: v for k, v in results.items() if k[0] == "diffmjx_cfd"}
+    same minibatches) gives the side; every other parameter stays at its default. The paper setting's
+    runs where they ran, else the library setting's."""
+    kind = "diffmjx_cfd" if any(k[0] == "diffmjx_cfd" for k in results) else "diffmjx_cfd_library"
+    runs = {k: v for k, v in results.items() if k[0] == kind}
 
     def last_epoch_loss(item):
         h = item[1][1].history
@@ -198,17 +214,18 @@ def _plot(rows: list[dict], configs: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def replot(cfg, out: Path) -> None:
-    """Redraw ``contactnets_sysid_side.png`` from the CSV in ``out`` (the reach in the titles is
-    measured from the data again, which takes a second)."""
+def replot(cfg, out: Path, name: str = "contactnets_sysid_side") -> None:
+    """Redraw ``<name>.png`` from ``<name>.csv`` in ``out`` (the reach in the titles is measured from
+    the data again, which takes a second)."""
     import csv
 
     tosses, train_names, _, _ = sysid.load_split(cfg.data)
     reach = required_reach(tosses, train_names, SIDE_MIN_MM / 1e3)
-    with open(out / "contactnets_sysid_side.csv") as f:
+    with open(out / f"{name}.csv") as f:
         rows = [{"config": r["config"], "init_mm": float(r["init_mm"]), "step": int(r["step"]),
                  "side_mm": float(r["side_mm"])} for r in csv.DictReader(f)]  # fmt: skip
-    _plot(rows, configurations(reach["w_c"]), out / "contactnets_sysid_side.png")
+    ran = {r["config"] for r in rows}
+    _plot(rows, {k: v for k, v in configurations(reach["w_c"]).items() if k in ran}, out / f"{name}.png")
 
 
 def main(argv=None):
@@ -220,13 +237,20 @@ def main(argv=None):
     p.add_argument("--fresh", action="store_true", help="ignore checkpoints of an earlier run")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--plot-only", action="store_true", help="redraw the PNG from the CSV in --out; no training")
+    p.add_argument("--configs", default=None, metavar="NAME,...",
+                   help=f"run only these configurations (default: all of {', '.join(configurations(0.0))})")  # fmt: skip
     args = p.parse_args(argv)
+    configs = None if args.configs is None else tuple(args.configs.split(","))
+    if configs is not None and (set(configs) - set(configurations(0.0)) or not configs):
+        p.error(f"--configs: {args.configs!r}; choose among: {', '.join(configurations(0.0))}")
     common.setup()
     cfg = sysid.SysidConfig.load(args.preset, args.set)
+    # the quick preset writes the files the docs show first; any other preset gets its name as a suffix
+    name = "contactnets_sysid_side" if args.preset == "quick" else f"contactnets_sysid_side_{Path(args.preset).stem}"
     if args.plot_only:
-        replot(cfg, args.out)
+        replot(cfg, args.out, name)
         return
-    run(cfg, args.out, fresh=args.fresh, progress=not args.no_progress)
+    run(cfg, args.out, fresh=args.fresh, progress=not args.no_progress, configs=configs, name=name)
 
 
 if __name__ == "__main__":

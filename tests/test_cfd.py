@@ -89,10 +89,11 @@ def test_straight_through_values_and_gradients():
 
 
 def test_derivative_only_is_evaluated_only_where_differentiated():
-    """Zeros in value, g's derivatives in jvp, grad and vmap; g absent from an undifferentiated program."""
+    """Zeros in value, g's derivatives under jvp, grad, vmap and a grad of a vmapped scan; g absent
+    from an undifferentiated program."""
     g = lambda x, k: {"a": jnp.cos(x) * k}
     x = jnp.array([0.1, 0.7, 2.0])
-    h = lambda x: x**2 + derivative_only(g, x, 3)["a"]
+    h = lambda x, k=3.0: x**2 + derivative_only(g, {"a": x**2}, x, k)["a"]
     assert "cos" not in str(jax.make_jaxpr(h)(x))
     np.testing.assert_array_equal(jax.jit(h)(x), x**2)
     value, tangent = jax.jvp(h, (x,), (jnp.ones(3),))
@@ -100,6 +101,14 @@ def test_derivative_only_is_evaluated_only_where_differentiated():
     np.testing.assert_allclose(tangent, 2 * x - 3 * jnp.sin(x), rtol=1e-14)
     np.testing.assert_allclose(jax.grad(lambda x: h(x).sum())(x), 2 * x - 3 * jnp.sin(x), rtol=1e-14)
     np.testing.assert_allclose(jax.vmap(jax.grad(lambda x: h(x)))(x), 2 * x - 3 * jnp.sin(x), rtol=1e-14)
+    # the derivative in k through a vmapped scan (how sysid differentiates fixed-step rollouts), equal to
+    # the straight-through's that evaluates g
+    ref = lambda x, k=3.0: x**2 + (g(x, k)["a"] - jax.lax.stop_gradient(g(x, k)["a"]))
+    run = lambda k, h: jax.vmap(lambda x0: jax.lax.scan(lambda c, _: (h(c, k) / 4, None), x0, None, length=2)[0])(
+        jnp.stack([x, 2 * x])
+    ).sum()
+    np.testing.assert_allclose(jax.grad(run)(3.0, h), jax.grad(run)(3.0, ref), rtol=1e-14)
+    assert jax.grad(run)(3.0, h) != 0.0
 
 
 @pytest.mark.parametrize(

@@ -458,3 +458,24 @@ def test_sysid_config_overrides_presets_and_yaml(tmp_path):
         cfg.override("sim.integrator.solver=rk45")
     with pytest.raises(ValueError, match="unknown config section 'model'"):
         SysidConfig.from_dict({"model": {}})
+
+
+def test_batching_auto_maps_adaptive_solves_on_a_cpu_and_refuses_unknown_values():
+    """``auto``: one segment after another where step counts differ (adaptive, CPU), lock-step otherwise."""
+    assert jax.default_backend() == "cpu"
+    assert sysid.resolve_batching("auto", diffmjx.Config()) == "map"
+    assert sysid.resolve_batching("auto", diffmjx.Config().override("integrator.solver=mjx_euler")) == "vmap"
+    assert sysid.resolve_batching("auto", diffmjx.Config().override("integrator.step_control=constant")) == "vmap"
+    assert sysid.resolve_batching("vmap", diffmjx.Config()) == "vmap"
+    with pytest.raises(ValueError, match="batching='scan' is not allowed; choose one of: auto, vmap, map"):
+        sysid.resolve_batching("scan", diffmjx.Config())
+    with pytest.raises(ValueError, match="train.batching='scan' is not allowed; choose one of: auto, vmap, map"):
+        SysidConfig.load(None, ["train.batching=scan"])
+    # map and vmap give the same rows (a function without a solve: bit for bit), in chunks or not
+    x = jnp.arange(12.0).reshape(6, 2)
+    f = lambda r: (jnp.sin(r) * r[::-1], r.sum())
+    ref = jax.vmap(f)(x)
+    for chunks in (1, 2, 3, 4):  # 4 does not divide 6: one map
+        out = sysid.map_segments(f, (x,), "map", chunks)
+        for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(ref), strict=True):
+            np.testing.assert_array_equal(a, b)

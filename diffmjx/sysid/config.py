@@ -100,7 +100,8 @@ class TrainConfig(Section):
             orientation only, as the paper).
         batching: how a minibatch's segments are simulated (:func:`~diffmjx.sysid.map_segments`):
             ``map`` (one after another, each with its own step count), ``vmap`` (in lock-step), or
-            ``auto``: ``map`` on a CPU, ``vmap`` on a GPU. Fitting and Levenberg–Marquardt use it.
+            ``auto``: ``map`` for an adaptive integrator on a CPU, else ``vmap``. Fitting and
+            Levenberg–Marquardt use it.
     """
 
     _section: ClassVar[str] = "train"

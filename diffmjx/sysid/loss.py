@@ -28,12 +28,28 @@ from diffmjx.config import Config
 from diffmjx.integrate import rollout
 from diffmjx.sysid.model import CubeParams, cube_mjx_model
 
-__all__ = ["BATCHINGS", "map_segments", "predict_segments", "quat_to_mat", "segment_loss", "segment_residuals", "state_residuals"]
+__all__ = ["BATCHINGS", "map_segments", "predict_segments", "quat_to_mat", "resolve_batching", "segment_loss", "segment_residuals", "state_residuals"]
 
 _PARTS = (slice(0, 3), slice(3, 12), slice(12, 18))  # position, rotation matrix, velocity of a state's residual
 
 BATCHINGS = ("auto", "vmap", "map")
 """How :func:`map_segments` runs a batch: ``vmap``, ``map`` (one after another) or ``auto``."""
+
+
+def resolve_batching(batching: str, cfg: Config) -> str:
+    """``auto`` made concrete: ``map`` for an adaptive integrator on a CPU, else ``vmap``.
+
+    Only adaptive solves differ in length between segments; fixed steps (MJX's integrators,
+    ``step_control=constant``) run the same count everywhere, where ``vmap`` is the faster (a
+    fixed-step Fig. 9 step of 16 segments: 4-6 ms vmapped, 19-35 ms mapped).
+    """
+    if batching not in BATCHINGS:
+        raise ValueError(f"batching={batching!r} is not allowed; choose one of: {', '.join(BATCHINGS)}")
+    if batching != "auto":
+        return batching
+    ic = cfg.integrator
+    adaptive = ic.step_control == "pid" and not ic.solver.startswith("mjx_")
+    return "map" if adaptive and jax.default_backend() == "cpu" else "vmap"
 
 
 def map_segments(fn, xs, batching: str = "auto", chunks: int = 1):
@@ -45,7 +61,8 @@ def map_segments(fn, xs, batching: str = "auto", chunks: int = 1):
     accelerator's parallel lanes pay for gladly and a CPU does not: there ``map`` (``lax.map``, each
     segment its own step count) ran a sysid gradient of 64 segments 2.5-3.7x faster than ``vmap``
     (docs/sysid.md). Results agree to the solve's tolerance, not bitwise (the batched kernels
-    round differently, and the step controller follows).
+    round differently, and the step controller follows). :func:`predict_segments` resolves
+    ``auto`` with :func:`resolve_batching`, which also knows whether the solve is adaptive.
 
     Arguments:
         fn: function of one row of each array in ``xs``.
@@ -119,7 +136,8 @@ def predict_segments(params: CubeParams, base, qpos0, qvel0, horizon: int, cfg: 
         qpos0, qvel0: (B, 7) and (B, 6) initial states.
         horizon: N, control periods to simulate.
         cfg: the simulation's :class:`diffmjx.Config`.
-        batching, chunks: how the B rollouts run (:func:`map_segments`).
+        batching, chunks: how the B rollouts run (:func:`map_segments`; ``auto`` as
+            :func:`resolve_batching` says).
 
     Returns:
         ``(qpos, qvel)`` of shapes (B, N, 7) and (B, N, 6).
@@ -132,7 +150,7 @@ def predict_segments(params: CubeParams, base, qpos0, qvel0, horizon: int, cfg: 
         _, traj = rollout(m, d0.replace(qpos=qpos, qvel=qvel), ctrls, cfg)
         return traj.qpos, traj.qvel
 
-    return map_segments(one, (jnp.asarray(qpos0), jnp.asarray(qvel0)), batching, chunks)
+    return map_segments(one, (jnp.asarray(qpos0), jnp.asarray(qvel0)), resolve_batching(batching, cfg), chunks)
 
 
 def _segment_state_residuals(params: CubeParams, base, qpos, qvel, cfg: Config, velocity_weight, batching, chunks):
