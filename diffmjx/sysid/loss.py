@@ -28,7 +28,16 @@ from diffmjx.config import Config
 from diffmjx.integrate import rollout
 from diffmjx.sysid.model import CubeParams, cube_mjx_model
 
-__all__ = ["BATCHINGS", "map_segments", "predict_segments", "quat_to_mat", "resolve_batching", "segment_loss", "segment_residuals", "state_residuals"]
+__all__ = [
+    "BATCHINGS",
+    "map_segments",
+    "predict_segments",
+    "quat_to_mat",
+    "resolve_batching",
+    "segment_loss",
+    "segment_residuals",
+    "state_residuals",
+]
 
 _PARTS = (slice(0, 3), slice(3, 12), slice(12, 18))  # position, rotation matrix, velocity of a state's residual
 
@@ -41,7 +50,7 @@ def resolve_batching(batching: str, cfg: Config) -> str:
 
     Only adaptive solves differ in length between segments; fixed steps (MJX's integrators,
     ``step_control=constant``) run the same count everywhere, where ``vmap`` is the faster (a
-    fixed-step Fig. 9 step of 16 segments: 4-6 ms vmapped, 19-35 ms mapped).
+    fixed-step Fig. 9 step of 16 segments: 8-10 ms vmapped, 19-35 ms mapped, on 2 CPU cores).
     """
     if batching not in BATCHINGS:
         raise ValueError(f"batching={batching!r} is not allowed; choose one of: {', '.join(BATCHINGS)}")
@@ -59,15 +68,15 @@ def map_segments(fn, xs, batching: str = "auto", chunks: int = 1):
     times the steps of one in flight. Under ``vmap`` every segment runs in lock-step until the
     slowest finishes (and each solver iteration until the slowest converges), which an
     accelerator's parallel lanes pay for gladly and a CPU does not: there ``map`` (``lax.map``, each
-    segment its own step count) ran a sysid gradient of 64 segments 2.5-3.7x faster than ``vmap``
-    (docs/sysid.md). Results agree to the solve's tolerance, not bitwise (the batched kernels
-    round differently, and the step controller follows). :func:`predict_segments` resolves
-    ``auto`` with :func:`resolve_batching`, which also knows whether the solve is adaptive.
+    segment its own step count) ran a sysid gradient of 64 segments 2.4x faster than ``vmap``
+    (converged solve, ``deepest`` rule; docs/sysid.md). Results agree to the solve's tolerance, not
+    bitwise (the batched kernels round differently, and the step controller follows).
+    :func:`resolve_batching` chooses between the two from a simulation config.
 
     Arguments:
         fn: function of one row of each array in ``xs``.
         xs: tuple of arrays with a common leading (batch) axis.
-        batching: ``vmap``, ``map``, or ``auto`` (``map`` on a CPU backend, else ``vmap``).
+        batching: ``vmap`` or ``map`` (``auto`` is resolved by :func:`resolve_batching`).
         chunks: with ``map``, the batch is cut into this many equal chunks that are vmapped (each
             run one row after another): one per device when the batch axis is sharded, so each
             device maps over its own rows. Ignored unless it divides the batch.
@@ -75,10 +84,8 @@ def map_segments(fn, xs, batching: str = "auto", chunks: int = 1):
     Returns:
         ``fn``'s outputs with the batch axis in front.
     """
-    if batching not in BATCHINGS:
-        raise ValueError(f"batching={batching!r} is not allowed; choose one of: {', '.join(BATCHINGS)}")
-    if batching == "auto":
-        batching = "map" if jax.default_backend() == "cpu" else "vmap"
+    if batching not in ("vmap", "map"):
+        raise ValueError(f"batching={batching!r} is not allowed here; choose vmap or map (resolve_batching resolves auto)")
     if batching == "vmap":
         return jax.vmap(fn)(*xs)
     b = jnp.shape(xs[0])[0]
