@@ -213,20 +213,14 @@ def section_sysid(ctx, emit, setups=("converged solve", "library setting")):
     import numpy as np
 
     from diffmjx import sysid
+    from experiments.contactnets_sysid import CONVERGED_SOLVE, LIBRARY_SOLVE
 
     base = sysid.SysidConfig.load("paper", ["sim.cfd.enabled=true"])
     tosses, train_names, _, report = sysid.load_split(base.data)
     data = sysid.segments(tosses, train_names, base.data.horizon, report)
-    overrides = {
-        "converged solve": ("sim.solver.min_iterations=16", "sim.solver.max_tolerance=1e-10",
-                            "sim.solver.gradient=implicit", "sim.solver.impedance_floor=0"),
-        # the converged solve with the library's plane-box rule (every penetrating corner, not MJX's 1 mm
-        # skin whose contact set flickers): the setting the Fig. 9 study's "library setting" run uses
-        "library setting": ("sim.solver.min_iterations=16", "sim.solver.max_tolerance=1e-10",
-                            "sim.solver.gradient=implicit", "sim.solver.impedance_floor=0",
-                            "sim.collision.plane_box=deepest"),
-        "paper solver": (),
-    }  # fmt: skip
+    # the library setting: the converged solve with the library's plane-box rule (every penetrating corner,
+    # not MJX's 1 mm skin whose contact set flickers), as the Fig. 9 study's "library setting" run
+    overrides = {"converged solve": CONVERGED_SOLVE, "library setting": LIBRARY_SOLVE, "paper solver": ()}
     for name in setups:
         extra = overrides[name]
         steps = 1 if _COMPILE_ONLY else ctx.sysid_steps

@@ -56,8 +56,9 @@ SIDE_MIN_MM = 60.0  # the smallest start: the reach CFD needs is measured for it
 # the paper's integrator (Tsit5, rtol = atol = 1e-5, checkpointing) with the library's constraint solve and
 # plane-box rule (diffmjx.Config()'s solver and collision sections): a converged solve, no impedance floor,
 # every penetrating corner a contact
-LIBRARY_SOLVE = ("solver.min_iterations=16", "solver.max_tolerance=1e-10", "solver.gradient=implicit",
-                 "solver.impedance_floor=0", "collision.plane_box=deepest")  # fmt: skip
+CONVERGED_SOLVE = ("solver.min_iterations=16", "solver.max_tolerance=1e-10", "solver.gradient=implicit",
+                   "solver.impedance_floor=0")  # fmt: skip
+LIBRARY_SOLVE = (*CONVERGED_SOLVE, "collision.plane_box=deepest")
 
 
 def configurations(w_c: float) -> dict[str, tuple[str, tuple[str, ...]]]:
