@@ -27,6 +27,7 @@ with contextlib.redirect_stdout(io.StringIO()):
         smooth,
         support,
     )
+    from mujoco.mjx._src import io as mjx_io
     from mujoco.mjx._src import math as mjx_math
     from mujoco.mjx._src import solver as mjx_solver
     from mujoco.mjx._src.types import ConeType, DisableBit, DynType, GeomType, JointType, SolverType
@@ -48,6 +49,7 @@ __all__ = [
     "clip_polygon",
     "collision",
     "contact",
+    "contact_dims",
     "contact_groups",
     "convex_collider",
     "efc",
@@ -92,6 +94,7 @@ __all__ = [
     "tendon",
     "tendon_fields",
     "with_contact",
+    "with_contact_dims",
     "with_efc",
     "with_efc_force",
     "with_tendon",
@@ -207,6 +210,36 @@ def numeric(m, name: str) -> int:
 
 def ncon(d: Data) -> int:
     return d._impl.ncon
+
+
+def contact_dims(m: Model, ncon_by_types: dict) -> np.ndarray:
+    """The contacts' condims (MJX's ``contact.dim``, grouped by condim) when the geom-type pairs in
+    ``ncon_by_types`` emit that many contacts per pair and every other pair MJX's number."""
+    base = np.asarray(collision_driver.make_condim(m), dtype=int)
+    counts = {int(c): int((base == c).sum()) for c in np.unique(base)}
+    for key, pairs in collision_driver._geom_groups(m).items():
+        if key.types in ncon_by_types:
+            extra = ncon_by_types[key.types] - MJX_COLLISION_TABLE[key.types].ncon
+            counts[key.condim] = counts.get(key.condim, 0) + extra * len(pairs)
+    return np.repeat(np.array(sorted(counts), dtype=base.dtype), [counts[c] for c in sorted(counts)])
+
+
+def with_contact_dims(m: Model, d: Data, dims: np.ndarray) -> Data:
+    """``d`` with room for contacts of condims ``dims`` and their constraint rows (zeros), as
+    ``mjx.make_data`` allocates them; ``d`` itself if it has that layout already."""
+    if np.array_equal(np.asarray(d._impl.contact.dim), dims):
+        return d
+    efc_type = constraint.make_efc_type(m, dims)
+    ne, nf, nl, nc = constraint.counts(efc_type)
+    nefc = ne + nf + nl + nc
+    contact = mjx_io._make_data_contact_jax(dims, constraint.make_efc_address(m, dims, efc_type))
+    dtype = d.qpos.dtype
+    rows = {k: jax.numpy.zeros((nefc,), dtype) for k in ("efc_pos", "efc_margin", "efc_frictionloss", "efc_D",
+                                                           "efc_aref", "efc_force")}  # fmt: skip
+    impl = d._impl.replace(ne=ne, nf=nf, nl=nl, nefc=nefc, ncon=dims.size, contact=contact,
+                           efc_type=np.asarray(efc_type, dtype=d._impl.efc_type.dtype),
+                           efc_J=jax.numpy.zeros((nefc, m.nv), dtype), **rows)  # fmt: skip
+    return d.replace(_impl=impl)
 
 
 def contact(d: Data):

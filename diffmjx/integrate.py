@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
 
-from diffmjx import _mjx, manifold, solver
+from diffmjx import _mjx, collision, manifold, solver
 from diffmjx.checks import validate
 from diffmjx.config import Config
 from diffmjx.dynamics import State, clamp_act, forward_unchecked, vector_field
@@ -195,14 +195,14 @@ def _period_diffrax(m, d, cfg: Config, layout, dt_hint, method: Method):
     # runs without kink control (its adjoint solve has its own error control)
     warm = isinstance(controller, diffrax.PIDController)
     backsolve = isinstance(adjoint, diffrax.BacksolveAdjoint)
-    nefc = _mjx.efc(d).J.shape[0]
+    nefc = _mjx.efc(collision.allocate(m, d, cfg.collision)).J.shape[0]  # the rows the vector field's data have
     rtol = getattr(controller, "rtol", None)
     kink_step = ic.kink_step_used(backsolve=backsolve, rtol=rtol if isinstance(rtol, (int, float)) else None)
     kinks = warm and not backsolve and kink_step is not None and nefc > 0
 
     def vf(t, y, args):
         m, inputs = jax.tree_util.tree_unflatten(treedef, args)
-        d0 = _mjx.mjx.make_data(m).replace(**inputs)
+        d0 = collision.allocate(m, _mjx.mjx.make_data(m), cfg.collision).replace(**inputs)
         if not kinks:
             return vector_field(m, d0, y, t, layout, cfg)[0]
         dy, d = vector_field(m, d0, y[0], t, layout, cfg)
@@ -286,6 +286,7 @@ def _mjx_rk4(m, d, layout, cfg):
 
 def _period_mjx(m, d, cfg: Config, layout):
     ic = cfg.integrator
+    d = collision.allocate(m, d, cfg.collision)  # the scans below carry d: its contacts keep one layout
     ms = _mjx.with_timestep(m, m.opt.timestep / ic.substeps)
 
     def advance(d):
@@ -388,6 +389,7 @@ def rollout(m, d, ctrls, cfg: Config | None = None, *, solver=None, stepsize_con
 
     ctrls = jnp.asarray(ctrls)
     if method is None:
+        d = collision.allocate(m, d, cfg.collision)  # the scan carries d: one contact layout throughout
         # MJX's fixed-step solvers advance more of d (warmstart, derived fields): carry all of it
         def split(d):
             return d

@@ -1,13 +1,14 @@
 """Box-box smoothing (smooth-collision issue): a box dropped onto a box, and what the blend costs.
 
-    python -m experiments.box_box [--quick] [--set KEY=VALUE ...]
+    python -m experiments.box_box [--quick] [--rules NAME,...] [--update] [--set KEY=VALUE ...]
 
 1. Drop (diffmjx/scenes/box_drop.xml, 0.6 s): the final pose with MJX's box-box, the smoothed one and the
    clipped one (``collision.box_box=clipped``, the default), against MuJoCo's C engine (its own
    box-box, RK4 at 1e-4 s) -> box_box_drop.csv.
 2. Family: DROP_FAMILY random drops of the same box (orientation, height, horizontal velocity),
-   final pose per rule against the C engine, and the C engine against itself at half the step
-   -> box_box_family.{csv,png}.
+   TUMBLES boxes thrown spinning and EDGE_SLIDES sliding across the table's edge
+   (:func:`family_states`), final pose per rule against the C engine, and the C engine against
+   itself at half the step -> box_box_family.{csv,png}.
 3. Cost: MJX's box-box vs the smoothed one on N_POSES random contact poses of diffmjx/scenes/box_pair.xml
    (vmapped): first call (trace + compile) and median run -> box_box_timing.csv.
 4. Gradient of loss = final x + final qpos[6] (a quaternion entry) w.r.t. the initial y velocity,
@@ -15,10 +16,17 @@
    central differences (steps FD_STEP and FD_STEP / 4) of a REF_TOL solve (``diffmjx.converged``) with the same rule, on
    the scene as authored (solimp[0] = 0.9, MuJoCo's default: the contact force jumps at every
    touchdown) and with solimp[0] = 0 (continuous touchdown) -> box_box_gradient.{csv,png}.
+
+``--rules`` runs the drop and the gradient sweep (the long part: about an hour for the three
+rules) for some of the box-box rules (RULES' names, comma-separated); with ``--update`` their rows
+(and the C engine's) replace theirs in the committed CSVs, the other rules' rows are kept and the
+figures redrawn; the family (a minute) always runs every rule, and the timing (MJX's rule against
+the smoothed one) is then not rerun.
 """
 
 from __future__ import annotations
 
+import csv
 import time
 from pathlib import Path
 
@@ -55,11 +63,12 @@ RULES = {  # the study's box-box collision functions: name -> overrides
 }
 
 
-def drop_vs_c_engine(cfg: diffmjx.Config) -> list[dict]:
+def drop_vs_c_engine(cfg: diffmjx.Config, rules=tuple(RULES)) -> list[dict]:
     mj, mx = common.load("box_drop")
     data = common.c_engine_rk4(mj, DROP_PERIODS * 0.01, 1e-4)
     rows = []
-    for name, rule in RULES.items():
+    for name in rules:
+        rule = RULES[name]
         q = np.asarray(jax.jit(drop_final_qpos(mx, cfg.override(*rule)))(0.0))
         rows.append(dict(collision=name, x=q[0], y=q[1], z=q[2], qw=q[3], qx=q[4], qy=q[5], qz=q[6],
                          position_off_c_engine_m=float(np.linalg.norm(q[:3] - data.qpos[:3])),
@@ -86,7 +95,7 @@ def drop_model(solimp0: float | None = None):
     return common.mjx.put_model(mj)
 
 
-def gradient_sweep(cfg: diffmjx.Config, quick: bool) -> list[dict]:
+def gradient_sweep(cfg: diffmjx.Config, quick: bool, rules=tuple(RULES)) -> list[dict]:
     """AD with ``cfg`` (the preset: the library defaults) against central differences (steps FD_STEP
     and FD_STEP / 4, both reported) of a REF_TOL solve with the same collision function, per box-box
     rule and per version of the scene (:data:`SCENES`)."""
@@ -94,7 +103,8 @@ def gradient_sweep(cfg: diffmjx.Config, quick: bool) -> list[dict]:
     rows = []
     for scene_name, solimp0 in SCENES.items():
         mx = drop_model(solimp0)
-        for rule, overrides in RULES.items():
+        for rule in rules:
+            overrides = RULES[rule]
             ref = _drop_loss(mx, diffmjx.converged(cfg.override(*overrides), REF_TOL, max_steps=16384))
             vg = jax.jit(jax.value_and_grad(_drop_loss(mx, cfg.override(*overrides))))
             for v in tqdm(vy0s, desc=f"{scene_name}, {rule}"):
@@ -107,41 +117,84 @@ def gradient_sweep(cfg: diffmjx.Config, quick: bool) -> list[dict]:
 
 
 DROP_FAMILY = 16  # random drops of the family (drop_family)
+TUMBLES = 8  # and boxes thrown spinning onto the table
+EDGE_SLIDES = 8  # and boxes sliding, nearly flat, across the table's edge
 
 
-def drop_family(cfg: diffmjx.Config, n: int = DROP_FAMILY, seed: int = 0) -> list[dict]:
-    """Trajectories on a family of box-on-box drops: the drop scene's box released from ``n`` random
-    orientations, heights (3-6 cm above the table) and horizontal velocity components (within
-    +-0.5 m/s; some boxes slide off the table and fall), 0.6 s, final position and quaternion
-    per box-box rule against the C engine (RK4 at 1e-4 s). The row
-    "C engine, RK4 at 5e-5 s" is the C engine against itself at half the step: how far apart two
-    correct integrations of the same contacts end (the tumbles amplify any difference)."""
-    mj, mx = common.load("box_drop")
+def _lift(mj, qpos, above):
+    """``qpos`` (k, 7) with z set so the box's lowest corner is ``above`` (k,) over the table's top."""
+    d = mujoco.MjData(mj)
+    for k in range(len(qpos)):
+        d.qpos[:] = qpos[k]
+        mujoco.mj_kinematics(mj, d)
+        lowest = (d.geom_xmat[1].reshape(3, 3) @ (_CORNERS * mj.geom_size[1]).T)[2].min()
+        qpos[k, 2] = 0.1 - lowest + above[k]
+    return qpos
+
+
+def family_states(mj, n: int = DROP_FAMILY, tumbles: int = TUMBLES, slides: int = EDGE_SLIDES, seed: int = 0):
+    """Initial states of the drop family: ``(qpos (N, 7), qvel (N, 6), motion (N,))``.
+
+    - ``drop`` (``n``): random orientations, 3-6 cm above the table, horizontal velocity components
+      within +-0.5 m/s (some slide off the table and fall).
+    - ``tumble`` (``tumbles``): random orientations, 1-3 cm above, spinning at up to 15 rad/s about
+      each axis, horizontal velocity within +-0.3 m/s.
+    - ``edge slide`` (``slides``): nearly flat (tilts within +-8 degrees), 2-5 mm above, 2-5 cm
+      inside one of the table's edges, sliding at 0.4-1 m/s across it (with up to 0.2 m/s along
+      it): the box rides over the edge, tips and falls.
+
+    The drops come first and do not depend on the other two counts."""
     rng = np.random.default_rng(seed)
     quat = rng.normal(size=(n, 4))
     quat /= np.linalg.norm(quat, axis=1, keepdims=True)
     qpos = np.c_[rng.uniform(-0.03, 0.03, (n, 2)), np.zeros(n), quat]
     qvel = np.c_[rng.uniform(-0.5, 0.5, (n, 2)), np.zeros((n, 4))]
-    d = mujoco.MjData(mj)
-    for k in range(n):  # lowest corner 3-6 cm above the table's top (z = 0.1)
-        d.qpos[:] = qpos[k]
-        mujoco.mj_kinematics(mj, d)
-        lowest = (d.geom_xmat[1].reshape(3, 3) @ (_CORNERS * mj.geom_size[1]).T)[2].min()
-        qpos[k, 2] = 0.1 - lowest + rng.uniform(0.03, 0.06)
+    qpos = _lift(mj, qpos, rng.uniform(0.03, 0.06, n))  # the drops' draws, as first committed
+    extra = np.random.default_rng([seed, 1])
+    quat = extra.normal(size=(tumbles, 4))
+    quat /= np.linalg.norm(quat, axis=1, keepdims=True)
+    tq = _lift(mj, np.c_[extra.uniform(-0.03, 0.03, (tumbles, 2)), np.zeros(tumbles), quat],
+               extra.uniform(0.01, 0.03, tumbles))  # fmt: skip
+    tv = np.c_[extra.uniform(-0.3, 0.3, (tumbles, 2)), np.zeros(tumbles), extra.uniform(-15, 15, (tumbles, 3))]
+    half = np.radians(8.0) / 2
+    tilt = extra.uniform(-half, half, (slides, 3))  # small rotation vector / 2: a nearly flat box
+    quat = np.c_[np.ones(slides), tilt]
+    quat /= np.linalg.norm(quat, axis=1, keepdims=True)
+    axis, sign = extra.integers(0, 2, slides), extra.choice([-1.0, 1.0], slides)
+    inside = 0.1 - extra.uniform(0.02, 0.05, slides)  # the table's half size is 0.1 m
+    along = extra.uniform(-0.03, 0.03, slides)
+    xy = np.where(axis[:, None] == 0, np.c_[sign * inside, along], np.c_[along, sign * inside])
+    sq = _lift(mj, np.c_[xy, np.zeros(slides), quat], extra.uniform(0.002, 0.005, slides))
+    speed, side = extra.uniform(0.4, 1.0, slides), extra.uniform(-0.2, 0.2, slides)
+    sv = np.c_[np.where(axis == 0, sign * speed, side), np.where(axis == 0, side, sign * speed), np.zeros((slides, 4))]
+    motion = np.array(["drop"] * n + ["tumble"] * tumbles + ["edge slide"] * slides)
+    return np.r_[qpos, tq, sq], np.r_[qvel, tv, sv], motion
+
+
+def drop_family(cfg: diffmjx.Config, n: int = DROP_FAMILY, seed: int = 0, rules=tuple(RULES),
+                tumbles: int = TUMBLES, slides: int = EDGE_SLIDES) -> list[dict]:  # fmt: skip
+    """Trajectories on the family of :func:`family_states` (box-on-box drops, tumbles and slides
+    across the table's edge), 0.6 s each, final position and quaternion per box-box rule against the
+    C engine (RK4 at 1e-4 s). The row "C engine, RK4 at 5e-5 s" is the C engine against itself at
+    half the step: how far apart two correct integrations of the same contacts end (the tumbles
+    amplify any difference)."""
+    mj, mx = common.load("box_drop")
+    qpos, qvel, motion = family_states(mj, n, tumbles, slides, seed)
     d0 = common.mjx.make_data(mx)
     ctrls = jnp.zeros((DROP_PERIODS, 0))
-    ref = np.stack([common.c_engine_rk4(mj, DROP_PERIODS * 0.01, 1e-4, qpos[k], qvel[k]).qpos for k in range(n)])
+    ref = np.stack([common.c_engine_rk4(mj, DROP_PERIODS * 0.01, 1e-4, q, v).qpos for q, v in zip(qpos, qvel)])
     finals = {"C engine, RK4 at 5e-5 s": np.stack([
-        common.c_engine_rk4(mj, DROP_PERIODS * 0.01, 5e-5, qpos[k], qvel[k]).qpos for k in range(n)])}  # fmt: skip
-    for name, rule in tqdm(RULES.items(), desc="drop family"):
-        c = cfg.override(*rule)
+        common.c_engine_rk4(mj, DROP_PERIODS * 0.01, 5e-5, q, v).qpos for q, v in zip(qpos, qvel)])}  # fmt: skip
+    for name in tqdm(rules, desc="drop family"):
+        c = cfg.override(*RULES[name])
         # one drop at a time: under vmap every drop would take the step sequence of the stiffest one
         fn = jax.jit(lambda q, v, c=c: diffmjx.rollout(mx, d0.replace(qpos=q, qvel=v), ctrls, c)[0].qpos)
-        finals[name] = np.stack([np.asarray(fn(jnp.asarray(qpos[k]), jnp.asarray(qvel[k]))) for k in range(n)])
+        finals[name] = np.stack([np.asarray(fn(jnp.asarray(q), jnp.asarray(v))) for q, v in zip(qpos, qvel)])
     rows = []
     for name, q in finals.items():
-        for k in range(n):
-            rows.append(dict(collision=name, drop=k, position_off_c_engine_m=float(np.linalg.norm(q[k, :3] - ref[k, :3])),
+        for k in range(len(qpos)):
+            rows.append(dict(collision=name, drop=k, motion=motion[k],
+                             position_off_c_engine_m=float(np.linalg.norm(q[k, :3] - ref[k, :3])),
                              quaternion_off_c_engine=float(min(np.linalg.norm(q[k, 3:] - ref[k, 3:]),
                                                                np.linalg.norm(q[k, 3:] + ref[k, 3:]))),
                              z=float(q[k, 2]), c_engine_z=float(ref[k, 2])))  # fmt: skip
@@ -208,15 +261,22 @@ def _plot_family(rows, path):
     import matplotlib.pyplot as plt
 
     names = list(dict.fromkeys(r["collision"] for r in rows))
-    fig, ax = plt.subplots(figsize=(7, 3.6))
+    motions = list(dict.fromkeys(r.get("motion", "drop") for r in rows))
+    markers = dict(zip(motions, "o^sD"))
+    fig, ax = plt.subplots(figsize=(7.5, 3.8))
     for i, name in enumerate(names):
-        off = [1e3 * max(r["position_off_c_engine_m"], 1e-9) for r in rows if r["collision"] == name]
-        ax.scatter(np.full(len(off), i) + np.linspace(-0.15, 0.15, len(off)), off, s=12, color=f"C{i}")
-        ax.plot([i - 0.25, i + 0.25], [np.median(off)] * 2, color="k", lw=1.5)
+        sel = [r for r in rows if r["collision"] == name]
+        off = np.array([1e3 * max(r["position_off_c_engine_m"], 1e-9) for r in sel])
+        x = np.full(len(off), i) + np.linspace(-0.2, 0.2, len(off))
+        for m in motions:
+            k = np.array([r.get("motion", "drop") == m for r in sel])
+            ax.scatter(x[k], off[k], s=14, color=f"C{i}", marker=markers[m], label=m if i == 0 else None)
+        ax.plot([i - 0.28, i + 0.28], [np.median(off)] * 2, color="k", lw=1.5)
     ax.set_yscale("log")
     ax.set_xticks(range(len(names)), names, fontsize=7)
     ax.set(ylabel="final position off the C engine (mm)",
-           title=f"{len({r['drop'] for r in rows})} random box-on-box drops, 0.6 s (bar: median)")  # fmt: skip
+           title=f"{len({r['drop'] for r in rows})} box-on-box drops, tumbles and edge slides, 0.6 s (bar: median)")  # fmt: skip
+    ax.legend(fontsize=7, loc="upper left")
     common.save_figure(fig, path)
 
 
@@ -227,17 +287,49 @@ def _summary(rows, key, value):
     return out
 
 
-def run(cfg: diffmjx.Config, out: Path, quick: bool = False) -> dict:
-    drop = drop_vs_c_engine(cfg)
-    common.write_csv(out / "box_box_drop.csv", drop)
-    family = drop_family(cfg, DROP_FAMILY // 2 if quick else DROP_FAMILY)
-    common.write_csv(out / "box_box_family.csv", family)
+_FILES = {"drop": ("box_box_drop.csv", ("collision",)), "family": ("box_box_family.csv", ("collision",)),
+          "gradient": ("box_box_gradient.csv", ("scene", "method"))}  # result -> (file, the columns naming a group)
+# (the family always runs every rule, so with --update its file is rewritten whole)
+
+
+def _merge(path: Path, rows: list[dict], columns: tuple) -> list[dict]:
+    """``rows`` in place of ``path``'s rows of the same group (``columns``' values: a rule, or the
+    C engine, per scene); the file's other rows kept as written, groups in the file's order."""
+    with open(path, newline="") as f:
+        old = list(csv.DictReader(f))
+    key = lambda r: tuple(str(r[c]) for c in columns)
+    new = {key(r) for r in rows}
+    order = list(dict.fromkeys([key(r) for r in old] + [key(r) for r in rows]))
+    merged = [r for r in old if key(r) not in new] + rows
+    return sorted(merged, key=lambda r: order.index(key(r)))  # stable
+
+
+def run(cfg: diffmjx.Config, out: Path, quick: bool = False, rules=None, update: bool = False) -> dict:
+    rules = tuple(RULES) if rules is None else tuple(rules)
+    unknown = [r for r in rules if r not in RULES]
+    if unknown:
+        raise ValueError(f"--rules: unknown {unknown}; expected some of {list(RULES)}")
+    missing = [out / f for f, _ in _FILES.values() if not (out / f).exists()]
+    if update and missing:  # before anything runs
+        raise FileNotFoundError(f"--update: {', '.join(map(str, missing))} missing; run without --update to write them")
+    sizes = dict(n=DROP_FAMILY, tumbles=TUMBLES, slides=EDGE_SLIDES)
+    sizes = {k: v // 2 if quick else v for k, v in sizes.items()}
+    res = {"drop": drop_vs_c_engine(cfg, rules),
+           "family": drop_family(cfg, **sizes),  # every rule: about a minute
+           "gradient": gradient_sweep(cfg, quick, rules)}  # fmt: skip
+    for key, (name, columns) in _FILES.items():
+        if update:
+            common.write_csv(out / name, _merge(out / name, res[key], columns))
+            with open(out / name, newline="") as f:  # the whole file, typed, for the figures and the summary
+                res[key] = [{k: common.typed(v) for k, v in r.items()} for r in csv.DictReader(f)]
+        else:
+            common.write_csv(out / name, res[key])
+    drop, family, grads = res["drop"], res["family"], res["gradient"]
     _plot_family(family, out / "box_box_family.png")
-    cost = timing()
-    common.write_csv(out / "box_box_timing.csv", cost)
-    grads = gradient_sweep(cfg, quick)
-    common.write_csv(out / "box_box_gradient.csv", grads)
     _plot(grads, out / "box_box_gradient.png")
+    cost = [] if update else timing()
+    if not update:
+        common.write_csv(out / "box_box_timing.csv", cost)
     for r in drop:
         print(f"{r['collision']:<22} position off C engine {1e3 * r['position_off_c_engine_m']:.2f} mm, "
               f"quaternion {r['quaternion_off_c_engine']:.1e}")  # fmt: skip
@@ -253,8 +345,11 @@ def run(cfg: diffmjx.Config, out: Path, quick: bool = False) -> dict:
 
 
 def main(argv=None):
-    cfg, args = common.cli(__doc__, DEFAULT_PRESET, argv)
-    run(cfg, args.out, args.quick)
+    extra = (("--rules", dict(help=f"comma-separated box-box rules, of {', '.join(RULES)} (default: all)")),
+             ("--update", dict(action="store_true", help="replace only these rules' rows in the committed CSVs")))  # fmt: skip
+    cfg, args = common.cli(__doc__, DEFAULT_PRESET, argv, extra)
+    rules = None if args.rules is None else [r.strip() for r in args.rules.split(",")]
+    run(cfg, args.out, args.quick, rules, args.update)
 
 
 if __name__ == "__main__":

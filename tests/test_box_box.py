@@ -243,11 +243,10 @@ def test_clipped_box_box_equals_the_c_engine_for_a_box_on_a_larger_box():
     assert _matches_c_engine("large", 0, "mjx") <= 3  # measured 0 of 12
 
 
-def test_clipped_box_box_mostly_equals_the_c_engine_for_boxes_of_one_scale():
-    """Boxes of one scale: the C engine's contacts at most poses. Where they differ the C engine
-    keeps more than four polygon points, or builds several points on an edge-edge axis, or picks
-    another of two near-tied axes."""
-    assert _matches_c_engine("same scale", 1, "clipped") >= 9  # measured 11 of 12
+def test_clipped_box_box_equals_the_c_engine_for_boxes_of_one_scale():
+    """Boxes of one scale (polygons of up to eight points, edge-edge axes competing with face axes):
+    the C engine's contacts at every pose; MJX's rule at almost none."""
+    assert _matches_c_engine("same scale", 1, "clipped") == 12  # 11 of 12 with four slots and MJX's face preference
     assert _matches_c_engine("same scale", 1, "mjx") <= 3  # measured 1 of 12
 
 
@@ -266,74 +265,138 @@ def _clipped_sweep(a, b, n=201):
     return jax.jit(detect)(jnp.asarray(qpos))
 
 
+def _tilted_box_sweep(ys):
+    """A box (half sizes 5 x 3.5 x 6 cm) tilted 2 degrees about x, its lowest corner 1 mm deep in
+    a 30 x 30 x 10 cm box, at the y offsets ``ys``: the C engine's contact normals per pose, and
+    the clipped rule's contacts."""
+    import mujoco
+
+    from diffmjx.collision import driver
+
+    mj = mujoco.MjModel.from_xml_string("""<mujoco><worldbody><geom type="box" size=".15 .15 .05" pos="0 0 .05"/>
+      <body><freejoint/><geom type="box" size=".05 .035 .06"/></body></worldbody></mujoco>""")
+    d = mujoco.MjData(mj)
+    quat = [np.cos(np.radians(-1.0)), np.sin(np.radians(-1.0)), 0.0, 0.0]
+    qpos, normals = [], []
+    for y in ys:
+        d.qpos[:] = [0.0, y, 1.0, *quat]
+        mujoco.mj_kinematics(mj, d)
+        low = ((_CORNERS * mj.geom_size[1]) @ d.geom_xmat[1].reshape(3, 3).T)[:, 2].min()
+        d.qpos[2] = 0.1 - low - 1e-3
+        mujoco.mj_forward(mj, d)
+        qpos.append(d.qpos.copy())
+        normals.append([d.contact.frame[j, :3].copy() for j in range(d.ncon)])
+    mx = mjx.put_model(mj)
+    d0 = mjx.make_data(mx)
+    rules = diffmjx.CollisionConfig(plane_box="mjx", plane_cylinder="mjx", box_box="clipped")
+    return normals, jax.jit(jax.vmap(lambda q: driver.detect(mx, d0.replace(qpos=q), rules)))(jnp.asarray(qpos))
+
+
+def _turn(normals):
+    """Degrees between consecutive unit normals (n, 3)."""
+    return np.degrees(np.arccos(np.clip(np.sum(normals[1:] * normals[:-1], axis=1), -1.0, 1.0)))
+
+
 def test_clipped_normal_is_handed_over_between_the_boxes_continuously():
-    """The fidelity family's sliding shot: a box tilted by 2 degrees crosses the 30 x 30 x 10 cm
-    target's corner, and its own face axis overtakes the target's as the least-separating one. The
-    contact normal turns from the target's to the box's face normal over a band of the overlap
-    difference, not at once (MJX's and the C engine's rule turn 2.05 degrees in one of 200 steps of
-    this half millisecond: a force jump that AD does not see, 3.4 % of gradient error downstream)."""
-    a = np.array([0.13556138868383344, -0.14714757282122967, 0.1494447892426725, -0.43750671472477715,
-                  -0.5520201199597854, 0.4596909380283538, -0.5408751272012138])  # fmt: skip
-    b = np.array([0.13577128928752683, -0.14745564598130873, 0.1495134572716282, -0.4369898187753377,
-                  -0.5525446927572963, 0.46023483930355347, -0.5402945062497627])  # fmt: skip
-    c = _clipped_sweep(a, b)
-    normal = np.asarray(c.frame)[:, 4, 0]  # slots 0-3: the floor; 4-7: the target
-    assert (np.asarray(c.dist)[:, 4:] < 0).sum(1).min() == 2  # in contact throughout, two points
-    turn = np.degrees(np.arccos(np.clip(np.sum(normal[1:] * normal[:-1], axis=1), -1.0, 1.0)))
-    assert 1.5 < turn.sum() < 3.0  # it does turn from one box's face normal to the other's
-    assert turn.max() < 0.2  # measured 0.048 degrees per step (the hard switch: 2.05)
+    """A box tilted by 2 degrees slides over the target's edge: the least-separating face axis
+    changes from the target's to the box's own. The C engine's normal turns by the tilt at once
+    (2.0 degrees in one of 200 steps of 4 mm: a force jump that AD does not see; on the fidelity
+    suite's sliding shot it was 3.4 % of gradient error). Here it turns over a band of the overlap
+    difference, and outside the band the contacts are the C engine's."""
+    normals, c = _tilted_box_sweep(np.linspace(0.1155, 0.1195, 201))
+    ref = np.array([n[0] for n in normals])
+    assert all(len(n) == 2 for n in normals) and _turn(ref).max() > 1.9  # the C engine: two points, one jump
+    dist, normal = np.asarray(c.dist), np.asarray(c.frame)[:, 0, 0]
+    assert ((dist < 0).sum(1) == 2).all()
+    turn = _turn(normal)
+    assert 1.9 < turn.sum() < 2.1  # it does turn from one box's face normal to the other's
+    assert turn.max() < 0.1  # measured 0.042 degrees per step
+    assert np.abs(normal[[0, -1]] - ref[[0, -1]]).max() < 1e-12  # the C engine's at both ends
 
 
 def test_clipped_contacts_are_handed_over_at_the_face_preference_gate():
-    """The fidelity family's sliding shot 6: the box's edge rocks on the target's edge (one edge-edge
-    contact, 0.8 mm deep) while that edge-edge axis turns to within MJX's |cos| = 0.99 of the
-    target's face normal. MJX's rule then prefers the face axis at once: the contact normal turned
-    8.1 degrees in one step of this 2 ms sweep, a force jump that made that shot's AD gradient 205 %
-    off with the wrong sign. Here the edge point fades out while the face polygon's point fades in,
-    so the depth-weighted normal sum_i (-dist_i) n_i moves by small steps only."""
-    a = np.array([-0.12176077439601536, -0.025227544751328743, 0.16086658469662748, -0.7525957761701536,
-                  -0.22038093762588434, -0.6178354975613757, 0.05754248843304921])  # fmt: skip
-    b = np.array([-0.12346526016203788, -0.025789481425777378, 0.1605915581254281, -0.7455998311287466,
-                  -0.23028323406438725, -0.6229510796268941, 0.05461205289419659])  # fmt: skip
+    """The fidelity family's sliding shot 6: the box's edge rocks on the target's edge while that
+    edge-edge axis turns towards the target's face normal. The C engine keeps the edge point while
+    the edge axis separates 5 % better than the face axis, else it takes the face polygon: here,
+    with the axes 0.1 degrees apart, one edge point becomes two face points at once, and the
+    depth-weighted normal sum_i (-dist_i) n_i jumps by 0.91 mm in one step of this sweep. (MJX's
+    rule switched already at |cos| = 0.99, turning the normal by 8.1 degrees at once: that made the
+    shot's AD gradient 205 % off with the wrong sign.) Here the edge point fades out while the
+    polygon fades in, so that sum moves by small steps, and at both ends the contacts are the C
+    engine's."""
+    a = np.array([-0.13224336185705377, -0.028683455299187838, 0.15917517128375136, -0.7095707141655003,
+                  -0.2812800607226771, -0.6492963272643144, 0.03952030986910565])  # fmt: skip
+    b = np.array([-0.1325842590102584, -0.028795842634077584, 0.1591201659695115, -0.7081715251572192,
+                  -0.2832605200103777, -0.6503194436774176, 0.03893422276133507])  # fmt: skip
     c = _clipped_sweep(a, b)
-    dist, normal = np.asarray(c.dist)[:, 4:], np.asarray(c.frame)[:, 4:, 0]  # slots 4-7: the target
+    dist, normal = np.asarray(c.dist)[:, 4:], np.asarray(c.frame)[:, 4:, 0]  # slots 4-11: the target
+    active = (dist < 0).sum(1)
+    assert active[0] == 1 and active[-1] == 2  # an edge point, then the face polygon
+    import mujoco
+
+    mj = mujoco.MjModel.from_xml_string(fidelity.scene("box-box", 0).xml)
+    d = mujoco.MjData(mj)
+    for k, q in ((0, a), (-1, b)):  # the C engine's depths at both ends
+        d.qpos[:] = np.r_[q[:3], q[3:] / np.linalg.norm(q[3:])]
+        mujoco.mj_forward(mj, d)
+        ref = sorted(d.contact.dist[j] for j in range(d.ncon) if sorted(d.contact.geom[j]) == [1, 2])
+        assert np.allclose(sorted(dist[k][dist[k] < 0]), ref, rtol=0, atol=1e-10)
     push = np.sum(np.where(dist < 0, -dist, 0.0)[:, :, None] * normal, axis=1)  # (201, 3), metres
-    assert (dist < 0).any(1).all() and np.linalg.norm(push, axis=1).min() > 5e-4  # in contact throughout
-    tilt = np.degrees(np.arccos(np.clip(push[:, 2] / np.linalg.norm(push, axis=1), -1.0, 1.0)))
-    assert tilt[0] > 6.0 and tilt[-1] < 0.5  # from the edge axis (8 degrees off vertical) to the face normal
     step = np.linalg.norm(np.diff(push, axis=0), axis=1)
-    # measured: 1.2e-6 m per step at most (tilt 8.6 -> 0.19 degrees); the hard gate moved it 1.0e-4 m in one step
-    assert step.max() < 3e-5, step.max()
+    # measured: 2.6e-5 m per step at most, 6.6e-5 at 2.5 times the step (continuous); the C engine's 9.1e-4 at both
+    assert step.max() < 1e-4, step.max()
 
 
-def _slot_load(points, depths, used):
-    """Depth-weighted sums over the used slots: total depth and moment (depth x position)."""
-    d = np.where(np.asarray(used), np.asarray(depths), 0.0)
-    return np.r_[d.sum(), (d[:, None] * np.asarray(points)).sum(0)]
+def test_slots_keep_every_distinct_polygon_point_up_to_eight():
+    """The clipped polygon's points to contact slots, as the C engine keeps them: an octagon (a box
+    turned 45 degrees on another's face; clipping reports each vertex twice) gives eight contacts,
+    each point once at its depth; a point that does not penetrate takes no slot, and one that starts
+    to enters at zero depth, so the slots' load (total depth and moment) moves continuously."""
+    from diffmjx.collision.box_box import SLOTS, _slots
 
-
-def test_four_slots_keep_up_to_four_points_and_blend_the_rest_continuously():
-    """The clipped polygon's points to four contact slots: four distinct points (one reported twice,
-    as clipping does) are kept exactly; a fifth that starts penetrating, and a fourth and fifth
-    that swap ranks, move the contacts continuously (a pick of four of five dropped a point
-    0.21 mm deep when a fifth corner touched down: fidelity box-box shot 9)."""
-    from diffmjx.collision.box_box import _four_slots
-
-    slots = jax.jit(_four_slots)
-    pts = np.array([[0.1, 0.1, 0], [-0.1, 0.1, 0], [-0.1, -0.1, 0], [0.1, -0.1, 0], [0.12, 0.0, 0], [0.1, 0.1, 0]])
-    depth = np.array([3e-4, 2.5e-4, 2e-4, 1e-4, 0.0, 3e-4])
-    valid = np.array([True, True, True, True, False, True])
-    p, d, used = (np.asarray(x) for x in slots(pts, depth, valid))
+    slots = jax.jit(functools.partial(_slots, n=SLOTS))
+    angle = np.pi / 8 + np.arange(8) * np.pi / 4
+    octagon = np.c_[np.cos(angle), np.sin(angle), np.zeros(8)] * 0.1
+    depth = np.linspace(3e-4, 1e-4, 8)
+    pts, dep = np.r_[octagon, octagon], np.r_[depth, depth]  # every vertex twice
+    p, d, used = (np.asarray(x) for x in slots(pts, dep, np.ones(16, bool)))
     assert used.all()
-    kept = sorted(map(tuple, np.c_[p, d]))
-    assert np.allclose(kept, sorted(map(tuple, np.c_[pts[:4], depth[:4]])), atol=1e-15)
+    assert np.allclose(sorted(map(tuple, np.c_[p, d])), sorted(map(tuple, np.c_[octagon, depth])), atol=1e-15)
 
-    def sweep(depths):  # largest change of the slot load between neighbouring depths
-        loads = [_slot_load(*slots(pts[:5], dk, dk > 0)) for dk in depths]
-        return np.abs(np.diff(loads, axis=0)).max()
+    five = np.r_[octagon[:5], octagon[:5]]
+    for x in (-1e-6, 2e-7):  # the fifth point above, then just below the surface
+        dk = np.r_[depth[:4], x, depth[:4], x]
+        p, d, used = (np.asarray(v) for v in slots(five, dk, dk > 0))
+        assert used.sum() == (4 if x < 0 else 5)
+        assert np.isclose(d[used].sum(), depth[:4].sum() + max(x, 0.0), rtol=0, atol=1e-15)
 
-    ramp = np.linspace(-1e-5, 1e-5, 201)  # 1e-7 m per step
-    enter = [np.r_[3e-4, 2.5e-4, 2e-4, 1e-4, x] for x in ramp]  # a fifth point starts penetrating
-    swap = [np.r_[3e-4, 2.5e-4, 2e-4, 1e-4 - x, 1e-4 + x] for x in ramp]  # ranks four and five swap
-    # measured 1e-8 and 1e-7 per 1e-7 m step; keeping the four deepest jumps 1e-5 at the swap
-    assert sweep(enter) < 1e-6 and sweep(swap) < 1e-6
+
+def test_clipped_box_box_gives_the_c_engines_eight_contacts_where_a_box_lies_turned_on_another():
+    """A box turned 45 degrees lying 1 mm deep on a box of its size: the clipped polygon is an
+    octagon and the C engine reports all eight corners; MJX allots four slots to a box pair.
+    ``diffmjx.forward`` on data from ``mjx.make_data`` makes room for eight (the contacts equal the
+    C engine's to 1e-9 m), and MJX's Euler, whose scan carries the whole data, keeps that layout."""
+    import mujoco
+
+    mj = mujoco.MjModel.from_xml_string("""<mujoco><option timestep="0.002"/><worldbody>
+      <geom type="box" size=".1 .1 .1"/>
+      <body pos="0 0 .199"><freejoint/><geom type="box" size=".1 .1 .1" euler="0 0 45"/></body>
+    </worldbody></mujoco>""")
+    d = mujoco.MjData(mj)
+    mujoco.mj_forward(mj, d)
+    ref = sorted(tuple(np.r_[d.contact[i].dist, d.contact[i].pos].round(8)) for i in range(d.ncon))
+    assert len(ref) == 8
+    mx = mjx.put_model(mj)
+    cfg = diffmjx.Config()  # box_box=clipped
+    out = jax.jit(lambda d: diffmjx.forward(mx, d, cfg))(mjx.make_data(mx))
+    c = _mjx.contact(out)
+    assert c.dist.shape == (diffmjx.collision.BOX_BOX_SLOTS,)
+    ours = sorted(tuple(np.r_[c.dist[j], c.pos[j]].round(8)) for j in range(c.dist.shape[0]) if c.dist[j] < 0)
+    assert len(ours) == 8 and np.abs(np.subtract(ours, ref)).max() < 2e-8  # rounding to 1e-8 m
+    euler = cfg.override("integrator.solver=mjx_euler")
+    final, traj = jax.jit(lambda d: diffmjx.rollout(mx, d, jnp.zeros((2, 0)), euler))(mjx.make_data(mx))
+    assert _mjx.contact(final).dist.shape == (8,) and np.isfinite(np.asarray(traj.qpos)).all()
+    # kink control (checkpoint's default) tracks every constraint row of the vector field's data
+    ckpt = cfg.override("integrator.adjoint=checkpoint")
+    _, traj = jax.jit(lambda d: diffmjx.rollout(mx, d, jnp.zeros((1, 0)), ckpt))(mjx.make_data(mx))
+    assert np.isfinite(np.asarray(traj.qpos)).all()

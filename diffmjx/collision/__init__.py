@@ -7,6 +7,17 @@ Modules, bottom up: :mod:`~diffmjx.collision.soft` (sigmoid and C1 blends),
 :class:`diffmjx.config.CollisionConfig`).
 """
 
-from diffmjx.collision.driver import SMOOTHED_PAIRS, check_model, collide, detect, stage, table
+from diffmjx.collision.driver import (
+    BOX_BOX_SLOTS,
+    SMOOTHED_PAIRS,
+    allocate,
+    check_model,
+    collide,
+    contact_dims,
+    detect,
+    stage,
+    table,
+)
 
-__all__ = ["SMOOTHED_PAIRS", "check_model", "collide", "detect", "stage", "table"]
+__all__ = ["BOX_BOX_SLOTS", "SMOOTHED_PAIRS", "allocate", "check_model", "collide", "contact_dims", "detect", "stage",
+           "table"]  # fmt: skip

@@ -198,40 +198,24 @@ def box_box(b1, b2, sharpness):
 
 _EDGE_DEGENERATE = 1e-6  # MJX: edge-edge axes with |e1 x e2|^2 below this are not candidates
 _SAME_POINT = 1e-9  # m: clipped points closer than this are one polygon vertex (clipping reports each twice)
-_HANDOVER_WIDTH = 1e-4  # m of overlap difference: face-face and face-edge hand-overs run over this band
+_HANDOVER_WIDTH = 1e-4  # m of overlap difference: the widest band of the face-face and face-edge hand-overs
+_HANDOVER_MIN = 1e-5  # m: the narrowest (at a touchdown a band shrinking with the depth was a jump)
 _PARALLEL_WIDTH = 0.004  # of |cos|: the face-preference gate at _PREFER_FACE is handed over within this band
+SLOTS = 8  # contacts per box pair: every vertex of the clipped polygon (at most eight), as the C engine
+_EDGE_MARGIN = 0.05  # C engine: a nearly parallel edge axis must separate better by this share of the face's overlap
 
 
-def _four_slots(pts, depth, valid):
-    """Up to four contacts from the distinct valid polygon points: the three deepest, each a slot
-    of its own, and every other point in the fourth slot, blended by depth (position the
-    depth-weighted mean, depth the deepest of them). Returns points (4, 3), depths (4,) and
-    whether each slot is used (4,).
-
-    With four or fewer distinct points every one is its own contact (the C engine's set), so the
-    set changes only when a point starts or stops penetrating. With more (a box across the other's
-    edge at an angle: a pentagon; turned on its face: up to an octagon) a point that starts
-    penetrating enters the fourth slot with zero weight, and two points that swap ranks four and
-    five are blended symmetrically, so no contact appears or vanishes at depth there. (Picking
-    four of five points instead dropped a point 0.21 mm deep when a fifth corner touched down:
-    the fidelity suite's box-box shot 9.) Left: ranks three and four swapping while a fifth point
-    penetrates moves the fourth slot by the fifth point's share of it."""
+def _slots(pts, depth, valid, n):
+    """The distinct valid polygon points, deepest first, in ``n`` slots: points (n, 3), depths
+    (n,) and whether each slot is used (n,). A box's face clipped by another's has at most eight
+    vertices (MJX's clipping reports each twice), so with ``n = 8`` every one is a contact, as in
+    the C engine, and the set changes only where a point starts or stops penetrating."""
     later = jnp.arange(pts.shape[0])[:, None] > jnp.arange(pts.shape[0])[None, :]
     close = jnp.sum((pts[:, None] - pts[None]) ** 2, axis=-1) <= _SAME_POINT**2
     valid = valid & ~jnp.any(later & close & valid[None, :], axis=1)  # clipping reports vertices twice
-    order = jnp.argsort(jnp.where(valid, -depth, jnp.inf))
-    rank = jnp.argsort(order)
-    top = order[:3]
-    rest = valid & (rank >= 3)
-    w = jnp.where(rest, depth, 0.0)
-    total = jnp.sum(w)
-    has_rest = total > 0.0
-    blend = jnp.sum(w[:, None] * pts, axis=0) / jnp.where(has_rest, total, 1.0)
-    blend = jnp.where(has_rest, blend, pts[order[3]])
-    points = jnp.concatenate([pts[top], blend[None]])
-    depths = jnp.concatenate([depth[top], jnp.max(jnp.where(rest, depth, -jnp.inf))[None]])
-    used = jnp.concatenate([valid[top], jnp.any(rest)[None]])
-    return points, jnp.where(used, depths, 0.0), used
+    top = jnp.argsort(jnp.where(valid, -depth, jnp.inf))[:n]
+    used = valid[top]
+    return pts[top], jnp.where(used, depth[top], 0.0), used
 
 
 def _segment_closest(p0, d0, p1, d1):
@@ -261,24 +245,24 @@ def box_box_clipped(b1, b2, sharpness=None):
       when a second corner touches, the first drops to two or three copies, so the force jumps.
 
     Here a face axis's own box is the reference; the incident face is clipped against it with
-    MJX's clipping; every distinct penetrating point is a contact when there are four or fewer
-    (so a point enters or leaves only at zero depth; with more, the three deepest and a
-    depth-weighted blend of the rest, :func:`_four_slots`), each at its true depth along the reference normal and placed midway between
-    the two surfaces, as the C engine does; unused slots get MJX's sentinel distance 1. When an
-    edge-edge axis separates least (MJX's preference for a nearly parallel face axis kept), the
-    contact is the closest pair of the two support edges, at the axis's overlap.
+    MJX's clipping; every distinct penetrating point of the polygon (at most eight:
+    :data:`SLOTS` slots per box pair, which :func:`diffmjx.collision.allocate` makes room for) is
+    a contact at its true depth along the reference normal, placed midway between the two
+    surfaces, as the C engine does, so a point enters or leaves only at zero depth; unused slots
+    get MJX's sentinel distance 1. When an edge-edge axis separates least (and is not within
+    |cos| 0.99 of the best face axis while separating less than 5 % better: the C engine's
+    preference for the face), the contact is the closest pair of the two support edges, at their
+    gap along the axis.
 
-    Two switches of the C engine's rule are handed over continuously instead, each over a band of
-    0.1 mm of overlap difference (``_HANDOVER_WIDTH``, a C1 step with compact support, so outside
-    the band the contacts are the C engine's): where the best face axes of the two boxes nearly
-    tie, the normal turns from one box's face normal to the other's; where the best edge-edge axis
-    overtakes the face axis, the polygon's depths scale down to zero while the edge point's scale
-    up, and so they do where the edge axis turns within MJX's 0.99 of the face axis (a band of
-    0.004 in the cosine). Differences from the C engine left: it keeps up to eight polygon points (here four; a
-    polygon of more, e.g. a box turned on another's face, is reduced as above), it prefers the face
-    axis only while the edge axis does not separate 5 % better (here: always within |cos| 0.99),
-    it measures an edge-edge point's depth between the witness points (here: the axis's overlap),
-    and a four-point polygon gives up its shallowest point to the edge point at once.
+    Three switches of the C engine's rule are handed over continuously instead (C1 steps with
+    compact support, so outside their bands the contacts are the C engine's): where the best face
+    axes of the two boxes nearly tie, the normal turns from one box's face normal to the other's
+    (a band of overlap difference 5 % of the face axis's overlap wide, within 0.01-0.1 mm:
+    ``_HANDOVER_MIN``, ``_HANDOVER_WIDTH``; relative, so shallow contacts are the C engine's too); where the best
+    edge-edge axis overtakes the face axis, the polygon's depths scale down to zero while the edge
+    point's scale up (the same band); and so they do across the face preference (a band of 0.004
+    in the cosine and the same band in overlap). Left: a polygon of eight points (a box turned on
+    the other's face) gives up its shallowest point to an edge point at once.
 
     ``sharpness`` is accepted for the collision table's signature and ignored: nothing is blended.
     """
@@ -310,7 +294,7 @@ def box_box_clipped(b1, b2, sharpness=None):
     ref_i = jnp.where(own_a, jnp.argmax(normals_a @ ref_n), jnp.argmax(normals_b @ ref_n))
     inc_i = jnp.where(own_a, jnp.argmin(normals_b @ ref_n), jnp.argmin(normals_a @ ref_n))
     on_ref, depth, inside, ref_norm = _clip_faces(own_a, ref_i, inc_i, faces_a, faces_b, normals_a, normals_b)
-    face_pts, face_depth, new = _four_slots(on_ref, depth, inside & (depth > 0.0))
+    face_pts, face_depth, new = _slots(on_ref, depth, inside & (depth > 0.0), SLOTS)
     face_pos = face_pts - 0.5 * face_depth[:, None] * ref_norm
 
     # edge-edge axis: the closest pair of the support edges of the two boxes along it
@@ -328,9 +312,12 @@ def box_box_clipped(b1, b2, sharpness=None):
     # When box 1's and box 2's best face axes separate about equally (a tilted box at the other's
     # edge), the reference switches boxes. The points and depths carry over (they are the same
     # polygon), but the normal would turn by the tilt at once: a jump in the contact force that no
-    # gradient sees. Hand it over continuously instead, over an overlap band of _HANDOVER_WIDTH.
+    # gradient sees. Hand it over continuously instead, over an overlap band 5 % of the face's overlap
+    # wide, within [_HANDOVER_MIN, _HANDOVER_WIDTH]: at a fixed 0.1 mm shallow contacts were blended
+    # throughout; shrinking to zero with the depth, the hand-over at a touchdown was a jump.
     fa, fb = jnp.argmin(overlap[:3]), 3 + jnp.argmin(overlap[3:6])
-    wa = soft_step(overlap[fb] - overlap[fa], 0.0, _HANDOVER_WIDTH)
+    band = jnp.clip(_EDGE_MARGIN * jnp.abs(overlap[face]), _HANDOVER_MIN, _HANDOVER_WIDTH)
+    wa = soft_step(overlap[fb] - overlap[fa], 0.0, band)
     face_n = wa * n12[fa] + (1.0 - wa) * n12[fb]
     face_n = face_n / jnp.maximum(jnp.linalg.norm(face_n), 1e-12)
 
@@ -339,21 +326,26 @@ def box_box_clipped(b1, b2, sharpness=None):
     # the polygon to one point; instead, within the band, the polygon's depths scale down to zero
     # while the edge point's scale up from zero, so each force fades in or out continuously (from
     # zero at zero depth where solimp[0] = 0, as after a touchdown). The edge point takes a slot the
-    # polygon leaves free, else its shallowest point's (a polygon of four: the one jump left).
-    # MJX's preference for a face axis nearly parallel to the edge axis (|cos| >= 0.99) is handed
-    # over the same way, over _PARALLEL_WIDTH of |cos|: a box rocking on the other's edge crosses
-    # it in contact, and the hard gate turned the normal by 8 degrees at once.
+    # polygon leaves free, else its shallowest point's (a polygon of eight: the one jump left).
+    # The C engine's preference for the face: an edge axis within |cos| 0.99 of the best face axis
+    # gives way to it unless it separates better by 5 % of the face's overlap (_EDGE_MARGIN). Both
+    # conditions are handed over the same way, over _PARALLEL_WIDTH of |cos| and the band in
+    # overlap (as wide as the margin, so an edge flat on a face, o_edge = o_face, is a face): a box
+    # rocking on the other's edge crosses them in contact, and a hard gate turns the normal at once.
+    o_face, o_edge = overlap[face], overlap[e]
     parallel = soft_step(jnp.abs(axes[face] @ n_edge), _PREFER_FACE, _PARALLEL_WIDTH)
-    w_edge = soft_step(overlap[face] - overlap[e], 0.0, _HANDOVER_WIDTH) * (1.0 - parallel)
+    margin = _EDGE_MARGIN * jnp.abs(o_face)
+    not_better = soft_step(o_edge - (o_face - margin), 0.0, band)
+    w_edge = soft_step(o_face - o_edge, 0.0, band) * (1.0 - parallel * not_better)
     w_face = 1.0 - w_edge
     used = new & (w_face > 0.0)
     dist = jnp.where(used, -w_face * face_depth, 1.0)
     slot = jnp.argmin(jnp.where(used, face_depth, -1.0))  # a free slot first, else the shallowest
     put = w_edge > 0.0
-    edge_dist = -overlap[e]
+    edge_dist = (cb - ca) @ n_edge  # the C engine's: the witness points' gap along the axis
     edge_dist = jnp.where(edge_dist < 0.0, w_edge * edge_dist, edge_dist)  # separated: its distance
     dist = dist.at[slot].set(jnp.where(put, edge_dist, dist[slot]))
     pos = face_pos.at[slot].set(jnp.where(put, edge_pos, face_pos[slot]))
     pos = b2.pos + pos @ b2.mat.T
-    normals = jnp.broadcast_to(face_n, (4, 3)).at[slot].set(jnp.where(put, n_edge, face_n))
+    normals = jnp.broadcast_to(face_n, (SLOTS, 3)).at[slot].set(jnp.where(put, n_edge, face_n))
     return dist, pos, jax.vmap(lambda v: _mjx.make_frame(b2.mat @ v))(normals)

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from diffmjx import _mjx
-from diffmjx.collision.box_box import box_box, box_box_clipped
+from diffmjx.collision.box_box import SLOTS, box_box, box_box_clipped
 from diffmjx.collision.pairs import (
     capsule_box,
     capsule_capsule,
@@ -34,7 +34,7 @@ from diffmjx.collision.pairs import (
 )
 from diffmjx.config import CollisionConfig
 
-__all__ = ["SMOOTHED_PAIRS", "check_model", "collide", "detect", "stage", "table"]
+__all__ = ["BOX_BOX_SLOTS", "SMOOTHED_PAIRS", "allocate", "check_model", "collide", "contact_dims", "detect", "stage", "table"]
 
 _G = _mjx.GeomType
 # (geom types, MJX collider, contacts per pair, smoothed function)
@@ -90,9 +90,53 @@ def table(rules: CollisionConfig) -> dict:
     if rules.plane_cylinder == "deepest":
         fn = functools.partial(plane_cylinder_deepest, sharpness=sharpness)
         out[(_G.PLANE, _G.CYLINDER)] = _mjx.primitive_collider(ncon=3)(fn)
-    if rules.box_box == "clipped" and sharpness is None:
-        out[(_G.BOX, _G.BOX)] = _mjx.convex_collider(ncon=4)(box_box_clipped)
+    if rules.box_box == "clipped":
+        # the C engine keeps every point of the clipped polygon, up to eight: so many slots per box
+        # pair (under smoothing the blend of MJX's rule fills four of them, the rest stay empty)
+        fn = box_box_clipped if sharpness is None else _padded(functools.partial(box_box, sharpness=sharpness))
+        out[(_G.BOX, _G.BOX)] = _mjx.convex_collider(ncon=BOX_BOX_SLOTS)(fn)
     return out
+
+
+BOX_BOX_SLOTS = SLOTS
+"""Contacts per box pair under ``collision.box_box=clipped``: the C engine's most (an octagon)."""
+
+
+def _padded(fn):
+    """``fn``'s four box-box contacts and empty slots (distance 1) up to :data:`BOX_BOX_SLOTS`."""
+
+    def padded(b1, b2):
+        dist, pos, frame = fn(b1, b2)
+        n = BOX_BOX_SLOTS - dist.shape[0]
+        return (jnp.concatenate([dist, jnp.ones(n, dist.dtype)]), jnp.concatenate([pos, jnp.repeat(pos[:1], n, 0)]),
+                jnp.concatenate([frame, jnp.repeat(frame[:1], n, 0)]))  # fmt: skip
+
+    return padded
+
+
+def contact_dims(m, rules: CollisionConfig):
+    """Condims of the contacts :func:`collide` emits for ``m`` under ``rules`` (MJX's layout)."""
+    return _mjx.contact_dims(m, {types: fn.ncon for types, fn in table(rules).items()})
+
+
+def allocate(m, d, rules: CollisionConfig | None):
+    """``d`` with room for the contacts (and constraint rows) of the collision stage under ``rules``.
+
+    ``mjx.make_data`` allots each geom pair MJX's number of contacts; ``collision.box_box=clipped``
+    keeps up to :data:`BOX_BOX_SLOTS` per box pair. :func:`diffmjx.forward` does this itself; a
+    loop that carries ``d`` from one step to the next (``lax.scan``) needs it done once before.
+
+    Arguments:
+        m: ``mjx.Model``.
+        d: ``mjx.Data``.
+        rules: the ``collision`` section of :class:`diffmjx.Config`, or None (MJX's stage).
+
+    Returns:
+        ``d``, its contact and constraint-row fields reallocated (zeros) where the layout differs.
+    """
+    if stage(rules) is _mjx.collision or _mjx.ncon(d) == 0:
+        return d
+    return _mjx.with_contact_dims(m, d, contact_dims(m, rules))
 
 
 def _pair_name(types) -> str:
@@ -138,6 +182,7 @@ def collide(m, d, rules: CollisionConfig):
     """
     if _mjx.ncon(d) == 0:
         return d
+    d = allocate(m, d, rules)
     smoothed = table(rules)
     by_condim: dict[int, list] = {}
     for key, contact in _mjx.contact_groups(m, d).items():
