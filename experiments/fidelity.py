@@ -35,7 +35,7 @@ summary and figure are redrawn from the merged rows.
 
 ``--timeline FAMILY:SHOT`` shows where along one shot an error enters: AD of the position after
 each control period against central differences of the 1e-12 solve (writes
-``fidelity_timeline_<family>_<shot>.{csv,png}``; box-box shot 9 takes about 8 min).
+``fidelity_timeline_<family>_<shot>.{csv,png}``; box-box shot 9 takes about 12 min).
 
 The scenes, shots and measurement live in the library, :mod:`diffmjx.scenes.fidelity`: run them on
 your own model (:func:`~diffmjx.scenes.fidelity.truth` and :func:`~diffmjx.scenes.fidelity.measure`

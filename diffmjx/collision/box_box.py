@@ -202,20 +202,42 @@ _HANDOVER_WIDTH = 1e-4  # m of overlap difference: the widest band of the face-f
 _HANDOVER_MIN = 1e-5  # m: the narrowest (at a touchdown a band shrinking with the depth was a jump)
 _PARALLEL_WIDTH = 0.004  # of |cos|: the face-preference gate at _PREFER_FACE is handed over within this band
 SLOTS = 8  # contacts per box pair: every vertex of the clipped polygon (at most eight), as the C engine
+_MERGE_WIDTH = 1e-4  # m: polygon vertices closer than this share their depth (see _shares)
 _EDGE_MARGIN = 0.05  # C engine: a nearly parallel edge axis must separate better by this share of the face's overlap
 
 
 def _slots(pts, depth, valid, n):
-    """The distinct valid polygon points, deepest first, in ``n`` slots: points (n, 3), depths
-    (n,) and whether each slot is used (n,). A box's face clipped by another's has at most eight
-    vertices (MJX's clipping reports each twice), so with ``n = 8`` every one is a contact, as in
-    the C engine, and the set changes only where a point starts or stops penetrating."""
+    """The distinct valid polygon points, deepest first, in ``n`` slots: the indices of the
+    points taken (n,) and whether each slot is used (n,). A box's face clipped by another's has at
+    most eight vertices (MJX's clipping reports each twice), so with ``n = 8`` every one is a
+    contact, as in the C engine."""
     later = jnp.arange(pts.shape[0])[:, None] > jnp.arange(pts.shape[0])[None, :]
     close = jnp.sum((pts[:, None] - pts[None]) ** 2, axis=-1) <= _SAME_POINT**2
     valid = valid & ~jnp.any(later & close & valid[None, :], axis=1)  # clipping reports vertices twice
     top = jnp.argsort(jnp.where(valid, -depth, jnp.inf))[:n]
-    used = valid[top]
-    return pts[top], jnp.where(used, depth[top], 0.0), used
+    return top, valid[top]
+
+
+def _shares(pts, depth, valid, band):
+    """How much of its depth each clipped point keeps, so the polygon's contacts change
+    continuously where its vertices split or merge.
+
+    Where a corner of the incident face crosses the reference face's rim, one polygon vertex
+    becomes two that start at the same place and depth (and two merge into one the other way):
+    the C engine's contact count jumps there, at depth. MJX's clipping reports every vertex in
+    fixed raw slots that move continuously through such a crossing, so here a point gives way to
+    every earlier (lower raw index) valid point within ``band`` of it: its share is the product
+    over those points of a C1 step of their squared distance (0 where they coincide, 1 from
+    ``band`` apart), eased in by the earlier point's own depth (a C1 step over ``band``), since
+    points also appear at zero depth. Coincident points thus count once, by the earliest of them,
+    and a point that splits off fades in from zero; points farther apart than ``band`` keep all
+    of their depth, as in the C engine."""
+    n = pts.shape[0]
+    earlier = jnp.arange(n)[None, :] < jnp.arange(n)[:, None]  # [i, j]: j comes before i
+    gap2 = jnp.sum((pts[:, None] - pts[None]) ** 2, axis=-1)
+    apart = soft_step(gap2, 0.5 * band**2, band**2)
+    present = jnp.where(valid, soft_step(depth, 0.5 * band, band), 0.0)
+    return jnp.prod(jnp.where(earlier, 1.0 - (1.0 - apart) * present[None, :], 1.0), axis=1)
 
 
 def _segment_closest(p0, d0, p1, d1):
@@ -294,7 +316,10 @@ def box_box_clipped(b1, b2, sharpness=None):
     ref_i = jnp.where(own_a, jnp.argmax(normals_a @ ref_n), jnp.argmax(normals_b @ ref_n))
     inc_i = jnp.where(own_a, jnp.argmin(normals_b @ ref_n), jnp.argmin(normals_a @ ref_n))
     on_ref, depth, inside, ref_norm = _clip_faces(own_a, ref_i, inc_i, faces_a, faces_b, normals_a, normals_b)
-    face_pts, face_depth, new = _slots(on_ref, depth, inside & (depth > 0.0), SLOTS)
+    valid = inside & (depth > 0.0)
+    top, new = _slots(on_ref, depth, valid, SLOTS)
+    share = _shares(on_ref, depth, valid, _MERGE_WIDTH)[top]
+    face_pts, face_depth = on_ref[top], jnp.where(new, depth[top], 0.0)
     face_pos = face_pts - 0.5 * face_depth[:, None] * ref_norm
 
     # edge-edge axis: the closest pair of the support edges of the two boxes along it
@@ -339,7 +364,7 @@ def box_box_clipped(b1, b2, sharpness=None):
     w_edge = soft_step(o_face - o_edge, 0.0, band) * (1.0 - parallel * not_better)
     w_face = 1.0 - w_edge
     used = new & (w_face > 0.0)
-    dist = jnp.where(used, -w_face * face_depth, 1.0)
+    dist = jnp.where(used, -w_face * share * face_depth, 1.0)
     slot = jnp.argmin(jnp.where(used, face_depth, -1.0))  # a free slot first, else the shallowest
     put = w_edge > 0.0
     edge_dist = (cb - ca) @ n_edge  # the C engine's: the witness points' gap along the axis
