@@ -292,18 +292,6 @@ _FILES = {"drop": ("box_box_drop.csv", ("collision",)), "family": ("box_box_fami
 # (the family always runs every rule, so with --update its file is rewritten whole)
 
 
-def _merge(path: Path, rows: list[dict], columns: tuple) -> list[dict]:
-    """``rows`` in place of ``path``'s rows of the same group (``columns``' values: a rule, or the
-    C engine, per scene); the file's other rows kept as written, groups in the file's order."""
-    with open(path, newline="") as f:
-        old = list(csv.DictReader(f))
-    key = lambda r: tuple(str(r[c]) for c in columns)
-    new = {key(r) for r in rows}
-    order = list(dict.fromkeys([key(r) for r in old] + [key(r) for r in rows]))
-    merged = [r for r in old if key(r) not in new] + rows
-    return sorted(merged, key=lambda r: order.index(key(r)))  # stable
-
-
 def run(cfg: diffmjx.Config, out: Path, quick: bool = False, rules=None, update: bool = False) -> dict:
     rules = tuple(RULES) if rules is None else tuple(rules)
     unknown = [r for r in rules if r not in RULES]
@@ -319,7 +307,7 @@ def run(cfg: diffmjx.Config, out: Path, quick: bool = False, rules=None, update:
            "gradient": gradient_sweep(cfg, quick, rules)}  # fmt: skip
     for key, (name, columns) in _FILES.items():
         if update:
-            common.write_csv(out / name, _merge(out / name, res[key], columns))
+            common.write_csv(out / name, common.merge_rows(out / name, res[key], columns))
             with open(out / name, newline="") as f:  # the whole file, typed, for the figures and the summary
                 res[key] = [{k: common.typed(v) for k, v in r.items()} for r in csv.DictReader(f)]
         else:

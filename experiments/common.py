@@ -82,6 +82,21 @@ def write_csv(path: Path, rows: list[dict]) -> None:
     tmp.replace(path)
 
 
+def merge_rows(path: Path, rows: list[dict], group: tuple, order: tuple | None = None) -> list[dict]:
+    """``rows`` in place of ``path``'s rows of the same group (their values in the ``group``
+    columns); the file's other rows kept (read back with :func:`typed`). Rows are ordered by their
+    ``order`` columns' values (default: ``group``), first as in the file, new values last; within
+    one such value the order is kept. For a study's ``--update``."""
+    with open(path, newline="") as f:
+        old = [{k: typed(v) for k, v in r.items()} for r in csv.DictReader(f)]
+    key = lambda r, cols: tuple(str(r[c]) for c in cols)
+    order = group if order is None else order
+    new = {key(r, group) for r in rows}
+    seen = list(dict.fromkeys([key(r, order) for r in old] + [key(r, order) for r in rows]))
+    merged = [r for r in old if key(r, group) not in new] + rows
+    return sorted(merged, key=lambda r: seen.index(key(r, order)))  # stable
+
+
 def parser(description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--quick", action="store_true", help="small preset for smoke runs")

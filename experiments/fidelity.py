@@ -45,7 +45,6 @@ configurations, saves the stages, writes the tables and draws the figures.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 from pathlib import Path
 
@@ -134,18 +133,6 @@ def _plot_timeline(rows: list[dict], path: Path) -> None:
     common.save_figure(fig, path)
 
 
-def _merge(path: Path, rows: list[dict]) -> list[dict]:
-    """``rows`` in place of the existing rows of ``path`` for the same (family, configuration);
-    the file's other rows kept, in its order (families it lacks go last)."""
-    with open(path, newline="") as f:
-        old = [{k: common.typed(v) for k, v in r.items()} for r in csv.DictReader(f)]
-    new = {(r["family"], r["config"]) for r in rows}
-    kept = [r for r in old if (r["family"], r["config"]) not in new]
-    order = list(dict.fromkeys([r["family"] for r in old] + [r["family"] for r in rows]))
-    merged = kept + rows
-    return sorted(merged, key=lambda r: order.index(r["family"]))  # stable: configurations keep their order
-
-
 def run(base: diffmjx.Config, out: Path, families, configs, n_shots: int, seed: int, fresh: bool = False,
         name: str = "fidelity", update: bool = False) -> list[dict]:  # fmt: skip
     if update and not (out / f"{name}.csv").exists():  # before anything runs
@@ -179,7 +166,7 @@ def run(base: diffmjx.Config, out: Path, families, configs, n_shots: int, seed: 
                                  backward_jit_s=res["jit_s"], grad_ad=_fmt(res["grad"][i]),
                                  grad_truth=_fmt(ref["grad"][i])))  # fmt: skip
     if update:
-        rows = _merge(out / f"{name}.csv", rows)
+        rows = common.merge_rows(out / f"{name}.csv", rows, ("family", "config"), order=("family",))
     summary = summarise(rows)
     common.write_csv(out / f"{name}.csv", rows)
     common.write_csv(out / f"{name}_summary.csv", summary)

@@ -285,6 +285,8 @@ def box_box_clipped(b1, b2, sharpness=None):
     point's scale up (the same band); and so they do across the face preference (a band of 0.004
     in the cosine and the same band in overlap). Left: a polygon of eight points (a box turned on
     the other's face) gives up its shallowest point to an edge point at once.
+    Polygon vertices that split or merge where a corner crosses the other face's rim share their
+    depth (:func:`_shares`), so a split-off point fades in from zero instead of appearing at depth.
 
     ``sharpness`` is accepted for the collision table's signature and ignored: nothing is blended.
     """
