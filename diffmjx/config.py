@@ -291,9 +291,16 @@ class IntegratorConfig(Section):
             at most this long (s), so no longer step straddles a kink; None turns this off.
             Discretise-then-optimise gradients of a step that straddles a kink are off by
             O(step x stiffness), so without it they scatter from shot to shot. ``auto`` (the
-            default): ``min(10 rtol, 1e-7)`` seconds with the ``checkpoint`` and ``forward``
+            default): ``min(10 rtol_f, 1e-7)`` seconds, ``rtol_f`` the forward solve's
+            (:meth:`tolerances`: 1e-8 by default), with the ``checkpoint`` and ``forward``
             adjoints, off with ``backsolve`` (whose adjoint solve controls its own error across
             kinks); :meth:`kink_step_used` gives the value.
+        dto_tighten: with ``pid`` step control and the ``checkpoint`` or ``forward`` adjoint, the
+            forward solve runs at ``rtol / dto_tighten`` and ``atol / dto_tighten``; 1 turns it off.
+            Discretise-then-optimise differentiates the steps taken, and the step controller bounds
+            the error of the state, not of its sensitivities, which carry about ten times the
+            error of the backsolve adjoint's (whose adjoint solve has its own error control) at
+            equal ``rtol``; :meth:`tolerances` gives the values used.
     """
 
     _section = "integrator"
@@ -317,6 +324,21 @@ class IntegratorConfig(Section):
     backsolve_atol: float | None = knob(None, gt=0)
     on_budget_exhausted: str = knob("flag", choices=BUDGET_POLICIES)
     kink_step: float | str | None = knob("auto", check=_check_kink_step)
+    dto_tighten: float = knob(10.0, ge=1)
+
+    def tolerances(self, *, backsolve: bool | None = None) -> tuple[float, float]:
+        """``(rtol, atol)`` of the forward solve: ``rtol`` and ``atol`` divided by ``dto_tighten``
+        with the ``checkpoint`` and ``forward`` adjoints (discretise-then-optimise), as set with
+        ``backsolve``.
+
+        Arguments:
+            backsolve: whether the adjoint is a backsolve one; None: ``adjoint == "backsolve"``.
+        """
+        if backsolve is None:
+            backsolve = self.adjoint == "backsolve"
+        if backsolve:
+            return self.rtol, self.atol
+        return self.rtol / self.dto_tighten, self.atol / self.dto_tighten
 
     def kink_step_used(self, *, backsolve: bool | None = None, rtol: float | None = None) -> float | None:
         """The kink step in seconds that applies, or None (off): ``kink_step`` with ``auto``
@@ -325,8 +347,9 @@ class IntegratorConfig(Section):
         Arguments:
             backsolve: whether the adjoint is a backsolve one; None: ``adjoint == "backsolve"``
                 (pass it for a Diffrax adjoint object given in place of the config's).
-            rtol: the adaptive controller's ``rtol``; None: this section's, if ``step_control``
-                is ``pid`` (pass it for a Diffrax controller object).
+            rtol: the adaptive controller's ``rtol``; None: the forward solve's
+                (:meth:`tolerances`), if ``step_control`` is ``pid`` (pass it for a Diffrax
+                controller object).
         """
         if self.kink_step != "auto":
             return self.kink_step
@@ -335,7 +358,7 @@ class IntegratorConfig(Section):
         if rtol is None:
             if self.step_control != "pid":
                 return None
-            rtol = self.rtol
+            rtol = self.tolerances(backsolve=backsolve)[0]
         if backsolve:
             return None
         return min(AUTO_KINK_FACTOR * float(rtol), AUTO_KINK_MAX)

@@ -179,8 +179,8 @@ def pick_plateau(sweep: np.ndarray) -> int:
 def tightened(cfg):
     """``cfg`` solved more accurately, as a reference for its gradients.
 
-    Diffrax solvers: ``rtol`` and ``atol`` a thousand times smaller (at least 1e-12) and kink
-    control off (a converged solve needs none); MJX's fixed-step solvers: ten times the substeps.
+    Diffrax solvers: ``rtol`` and ``atol`` a thousand times smaller (at least 1e-12, whatever the
+    adjoint: ``dto_tighten`` 1) and kink control off (a converged solve needs none); MJX's fixed-step solvers: ten times the substeps.
 
     Arguments:
         cfg: :class:`diffmjx.Config`.
@@ -196,6 +196,7 @@ def tightened(cfg):
         rtol=max(ic.rtol * 1e-3, 1e-12),
         atol=max(ic.atol * 1e-3, 1e-12),
         kink_step=None,
+        dto_tighten=1.0,
         max_steps=max(ic.max_steps, 1 << 14),
     )
     return dataclasses.replace(cfg, integrator=tight)
@@ -204,8 +205,8 @@ def tightened(cfg):
 def converged(cfg, tol: float = 1e-12, *, solver: str = "tsit5", max_steps: int | None = None):
     """``cfg``'s physics solved to convergence: the studies' and tests' reference solve.
 
-    Tsit5 (or ``solver``) with adaptive steps at ``rtol = atol = tol``, kink control off (a converged
-    solve needs none) and a step budget of at least ``max_steps`` per control period (the config's own
+    Tsit5 (or ``solver``) with adaptive steps at ``rtol = atol = tol`` (whatever the adjoint:
+    ``dto_tighten`` 1), kink control off (a converged solve needs none) and a step budget of at least ``max_steps`` per control period (the config's own
     where None). The contact model (collisions, impedance floor, constraint solve, CFD) is ``cfg``'s:
     differences of this solve are what the gradient of ``cfg``'s dynamics converges to.
 
@@ -221,7 +222,7 @@ def converged(cfg, tol: float = 1e-12, *, solver: str = "tsit5", max_steps: int 
     ic = cfg.integrator
     budget = ic.max_steps if max_steps is None else max(ic.max_steps, max_steps)
     ref = dataclasses.replace(
-        ic, solver=solver, step_control="pid", rtol=tol, atol=tol, kink_step=None, max_steps=budget
+        ic, solver=solver, step_control="pid", rtol=tol, atol=tol, kink_step=None, dto_tighten=1.0, max_steps=budget
     )
     return dataclasses.replace(cfg, integrator=ref)
 

@@ -124,11 +124,14 @@ class Method(NamedTuple):
     adjoint: diffrax.AbstractAdjoint
 
 
-def _controller(cfg: Config, backsolve: bool = False):
+def _controller(cfg: Config, backsolve: bool = False, dto: bool = False):
+    """The step-size controller ``cfg`` names: of the forward solve (``dto``: differentiated by
+    discretise-then-optimise, at :meth:`~diffmjx.config.IntegratorConfig.tolerances`) or of the
+    backsolve adjoint's solve (``backsolve``)."""
     ic = cfg.integrator
     if ic.step_control == "constant":
         return diffrax.ConstantStepSize()
-    rtol, atol = ic.rtol, ic.atol
+    rtol, atol = ic.tolerances(backsolve=not dto)
     if backsolve:
         rtol = ic.backsolve_rtol if ic.backsolve_rtol is not None else rtol
         atol = ic.backsolve_atol if ic.backsolve_atol is not None else atol
@@ -151,8 +154,10 @@ def diffrax_method(cfg: Config, solver=None, stepsize_controller=None, adjoint=N
         cfg: :class:`diffmjx.Config` with a Diffrax ``integrator.solver``.
         solver: a ``diffrax.AbstractSolver``, or None for ``integrator.solver``.
         stepsize_controller: a ``diffrax.AbstractStepSizeController``, or None for
-            ``integrator.step_control`` with ``rtol``, ``atol``, the PID coefficients, ``dtmin`` and
-            ``dtmax``.
+            ``integrator.step_control`` with the forward solve's tolerances
+            (:meth:`~diffmjx.config.IntegratorConfig.tolerances`: ``rtol``, ``atol``, divided by
+            ``dto_tighten`` unless the adjoint is a backsolve one), the PID coefficients,
+            ``dtmin`` and ``dtmax``.
         adjoint: a ``diffrax.AbstractAdjoint``, or None for ``integrator.adjoint``
             (``backsolve`` integrates its adjoint with the method's solver and
             ``integrator.backsolve_rtol`` / ``backsolve_atol``).
@@ -162,7 +167,6 @@ def diffrax_method(cfg: Config, solver=None, stepsize_controller=None, adjoint=N
     """
     ic = cfg.integrator
     solver = _DIFFRAX_SOLVERS[ic.solver]() if solver is None else solver
-    controller = _controller(cfg) if stepsize_controller is None else stepsize_controller
     if adjoint is None:
         if ic.adjoint == "checkpoint":
             adjoint = diffrax.RecursiveCheckpointAdjoint(checkpoints=ic.checkpoints)
@@ -171,7 +175,9 @@ def diffrax_method(cfg: Config, solver=None, stepsize_controller=None, adjoint=N
             adjoint = diffrax.BacksolveAdjoint(solver=solver, stepsize_controller=back)
         else:
             adjoint = diffrax.ForwardMode()
-    return Method(solver, controller, adjoint)
+    if stepsize_controller is None:
+        stepsize_controller = _controller(cfg, dto=not isinstance(adjoint, diffrax.BacksolveAdjoint))
+    return Method(solver, stepsize_controller, adjoint)
 
 
 def _period_controller(controller: diffrax.PIDController, first_step, kink_step) -> _PeriodPID:

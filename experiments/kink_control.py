@@ -1,6 +1,6 @@
 """Kink control: discretise-then-optimise gradients near contact-state changes, with and without it.
 
-    python -m experiments.kink_control [--quick] [--set KEY=VALUE ...]
+    python -m experiments.kink_control [--quick] [--set KEY=VALUE ...] [--configs "A;B" --update]
 
 Lead hypothesis of the gradients-by-default issue: checkpointed AD scatters because some adaptive
 steps straddle a change of the constraint state (a contact lifting off, a friction-pyramid edge,
@@ -15,8 +15,9 @@ a 1e-12 solve with the same impedance floor. Errors are relative to max(|truth|,
 (``backward_run_s``, all ten shots) and JIT time are reported beside the errors. The configurations
 of ``CONFIGS`` are overrides of the paper's setting (``diffmjx.Config.paper()``, the defaults of the
 time the study was first made); those of ``DEFAULT_CONFIGS`` of today's ``diffmjx.Config()``, among
-them ``checkpoint`` with ``kink_step=auto``. Writes docs/results/kink_control.{csv,png} (about
-20 min; ``--quick``: five configurations).
+them ``checkpoint`` with ``kink_step=auto`` and its forward solve at ``rtol / dto_tighten``.
+Writes docs/results/kink_control.{csv,png} (about 20 min; ``--quick``: five configurations;
+``--configs "A;B" --update``: only those rows rerun).
 """
 
 import time
@@ -53,15 +54,22 @@ CONFIGS = {  # name -> overrides of the defaults
 }  # fmt: skip
 # name -> overrides of the library's defaults as they are now (``diffmjx.Config()``: floor 0, the
 # converged implicit solve, the deepest plane-box rule), where ``kink_step=auto`` turns kink control
-# on for checkpoint at min(10 rtol, 1e-7) s
+# on for checkpoint at min(10 rtol / dto_tighten, 1e-7) s, its forward solve at rtol / dto_tighten
 DEFAULT_CONFIGS = {
     "defaults (backsolve 1e-7)": (),
-    "defaults, checkpoint (kink auto: 1e-7)": ("integrator.adjoint=checkpoint",),
-    "defaults, checkpoint, kink 1e-6 (auto before)": ("integrator.adjoint=checkpoint", "integrator.kink_step=1e-6"),
-    "defaults, checkpoint, no kink control": ("integrator.adjoint=checkpoint", "integrator.kink_step=null"),
+    # checkpoint's forward solve at rtol / dto_tighten = 1e-8, kink auto 1e-7
+    "defaults, checkpoint (solve at 1e-8, kink auto 1e-7)": ("integrator.adjoint=checkpoint",),
+    # the rows below solve at the rtol named (dto_tighten 1): checkpoint's defaults before dto_tighten
+    "defaults, checkpoint at 1e-7 (kink auto: 1e-7)": ("integrator.adjoint=checkpoint", "integrator.dto_tighten=1"),
+    "defaults, checkpoint at 1e-7, kink 1e-6": (
+        "integrator.adjoint=checkpoint", "integrator.dto_tighten=1", "integrator.kink_step=1e-6",
+    ),
+    "defaults, checkpoint at 1e-7, no kink control": (
+        "integrator.adjoint=checkpoint", "integrator.dto_tighten=1", "integrator.kink_step=null",
+    ),
 }
 QUICK = ("checkpoint 1e-8, floor 0", "checkpoint 1e-8, floor 0, kink 1e-7", "backsolve 1e-7, floor 0",
-         "defaults (backsolve 1e-7)", "defaults, checkpoint (kink auto: 1e-7)")  # fmt: skip
+         "defaults (backsolve 1e-7)", "defaults, checkpoint (solve at 1e-8, kink auto 1e-7)")  # fmt: skip
 FD_STEP = 1e-4
 
 
@@ -88,9 +96,16 @@ def truth(mx, cfg: diffmjx.Config) -> np.ndarray:
                      for u, v in zip(U0, VY0, strict=True)])  # fmt: skip
 
 
-def run(base: diffmjx.Config, out: Path, quick: bool = False) -> list[dict]:
+def run(base: diffmjx.Config, out: Path, quick: bool = False, names=None, update: bool = False) -> list[dict]:
+    """The configurations ``names`` (default: all; ``quick``: :data:`QUICK`); ``update``: only
+    their rows of ``out/kink_control.csv`` are replaced."""
     _, mx = common.load("cube_toss")
-    names = QUICK if quick else (*CONFIGS, *DEFAULT_CONFIGS)
+    if names is None:
+        names = QUICK if quick else (*CONFIGS, *DEFAULT_CONFIGS)
+    for name in names:
+        if name not in CONFIGS and name not in DEFAULT_CONFIGS:
+            raise ValueError(f"kink-control configuration {name!r} is not known; choose from: "
+                             f"{', '.join((*CONFIGS, *DEFAULT_CONFIGS))}")  # fmt: skip
     truths, rows = {}, []
     paper = diffmjx.Config.paper(base)  # CONFIGS are overrides of the defaults of then
     for name in names:
@@ -116,6 +131,10 @@ def run(base: diffmjx.Config, out: Path, quick: bool = False) -> list[dict]:
                              rel_error=e, wrong_sign=bool(np.sign(g) != np.sign(r)), accepted_steps=int(a),
                              rejected_steps=int(j), budget_exhausted=bool(np.asarray(exhausted).any()),
                              backward_run_s=run_s, backward_jit_s=jit_s))  # fmt: skip
+    if update:
+        order = [*CONFIGS, *DEFAULT_CONFIGS]
+        rows = common.merge_rows(out / "kink_control.csv", rows, ("config",))
+        rows.sort(key=lambda r: order.index(r["config"]) if r["config"] in order else len(order))  # stable
     common.write_csv(out / "kink_control.csv", rows)
     _plot(rows, out / "kink_control.png")
     return rows
@@ -149,8 +168,13 @@ def _plot(rows: list[dict], path: Path) -> None:
 
 
 def main(argv=None):
-    cfg, args = common.cli(__doc__, Path(__file__).parent / "configs" / "kink_control.yaml", argv)
-    run(cfg, args.out, args.quick)
+    cfg, args = common.cli(
+        __doc__, Path(__file__).parent / "configs" / "kink_control.yaml", argv,
+        extra=(("--configs", dict(default=None, help="configuration names separated by ; (CONFIGS, DEFAULT_CONFIGS)")),
+               ("--update", dict(action="store_true",
+                                 help="replace only these configurations' rows of the existing kink_control.csv"))),
+    )  # fmt: skip
+    run(cfg, args.out, args.quick, args.configs.split(";") if args.configs else None, args.update)
 
 
 if __name__ == "__main__":

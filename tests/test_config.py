@@ -203,15 +203,34 @@ def test_the_paper_setting_has_one_definition():
     assert SysidConfig.load("paper").sim == SysidConfig.load("quick").sim == paper
 
 
+def test_discretise_then_optimise_solves_its_forward_tighter():
+    """``integrator.dto_tighten`` (default 10) divides rtol and atol of the forward solve for the
+    checkpoint and forward adjoints; backsolve's and the paper's (1) are rtol itself; the Diffrax
+    controller built from the config carries them; below 1 names the field."""
+    tol = lambda *o: diffmjx.Config().override(*o).integrator.tolerances()
+    assert tol() == (1e-7, 1e-7)  # backsolve
+    assert tol("integrator.adjoint=checkpoint") == pytest.approx((1e-8, 1e-8))
+    assert tol("integrator.adjoint=forward", "integrator.rtol=1e-6", "integrator.atol=1e-9") == pytest.approx((1e-7, 1e-10))
+    assert tol("integrator.adjoint=checkpoint", "integrator.dto_tighten=1") == (1e-7, 1e-7)
+    assert diffmjx.Config.paper().integrator.tolerances() == (1e-5, 1e-5)
+    ckpt = diffmjx.Config().override("integrator.adjoint=checkpoint")
+    pid = diffmjx.diffrax_method(ckpt).stepsize_controller
+    assert (pid.rtol, pid.atol) == pytest.approx((1e-8, 1e-8))
+    back = diffmjx.diffrax_method(diffmjx.Config())
+    assert back.stepsize_controller.rtol == back.adjoint.kwargs["stepsize_controller"].rtol == 1e-7
+    with pytest.raises(ValueError, match=r"integrator\.dto_tighten.*>= 1"):
+        diffmjx.Config().override("integrator.dto_tighten=0.5")
+
+
 def test_kink_step_auto_turns_kink_control_on_for_checkpoint_only():
-    """``integrator.kink_step=auto`` (the default): min(10 rtol, 1e-7) s with the checkpoint and
+    """``integrator.kink_step=auto`` (the default): min(10 rtol_f, 1e-7) s (rtol_f = rtol / dto_tighten) with the checkpoint and
     forward adjoints, off with backsolve; null is off, a number is that step; anything else names
     the field."""
     ic = diffmjx.Config().integrator
     assert ic.kink_step == "auto" and ic.kink_step_used() is None  # backsolve
     used = lambda *o: diffmjx.Config().override(*o).integrator.kink_step_used()
     assert used("integrator.adjoint=checkpoint") == pytest.approx(1e-7)  # capped at the default rtol
-    assert used("integrator.adjoint=forward", "integrator.rtol=1e-9") == pytest.approx(1e-8)
+    assert used("integrator.adjoint=forward", "integrator.rtol=1e-9") == pytest.approx(1e-9)  # 10 x rtol / 10
     assert used("integrator.adjoint=checkpoint", "integrator.rtol=1e-5") == pytest.approx(1e-7)  # capped
     assert used("integrator.adjoint=checkpoint", "integrator.kink_step=null") is None
     assert used("integrator.adjoint=checkpoint", "integrator.kink_step=1e-7") == 1e-7

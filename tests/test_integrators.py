@@ -171,6 +171,7 @@ def test_kink_control_shrinks_straddling_steps_and_keeps_the_trajectory(toss):
     cfg = diffmjx.Config().override(  # kink control applies to checkpoint (backsolve has its own error control)
         "integrator.adjoint=checkpoint", "integrator.rtol=1e-8", "integrator.atol=1e-8", "solver.impedance_floor=0",
         "integrator.kink_step=null",  # off (checkpoint's default, auto, would turn it on)
+        "integrator.dto_tighten=1",  # the forward solve at the rtol named
     )
     run = jax.jit(lambda d, c: diffmjx.rollout(mx, d, jnp.zeros((60, 0)), c), static_argnums=1)
     d_off, t_off = run(d, cfg)
