@@ -121,6 +121,60 @@ class ClosedLoop(NamedTuple):
     plan_cost: np.ndarray  # (plan steps,) the chosen plan's cost over its horizon
     plan_time_s: np.ndarray  # (plan steps,) wall time of each plan step (compiled)
     jit_time_s: float  # compiling the plan step and the execution
+    resumed_plan_steps: int = 0  # plan steps read back from ``checkpoint`` instead of run
+
+
+def _fingerprint(m, d0, planner: "Planner", plan, key) -> str:
+    """What a closed-loop checkpoint must match to be resumed: the planner's and simulation's
+    configs, the model's sizes and timestep, the start state, the first plan and the key."""
+    import hashlib
+
+    h = hashlib.sha256()
+    h.update(repr(planner.config).encode())
+    h.update(planner.sim.to_yaml().encode())
+    h.update(repr((int(m.nq), int(m.nv), int(m.nu), float(m.opt.timestep))).encode())
+    for a in (d0.qpos, d0.qvel, d0.act, plan, _key_data(key)):
+        h.update(np.ascontiguousarray(np.asarray(a)).tobytes())
+    return h.hexdigest()
+
+
+def _key_data(key) -> np.ndarray:
+    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        return np.asarray(jax.random.key_data(key))
+    return np.asarray(key)
+
+
+def _as_key(data: np.ndarray, like):
+    if jnp.issubdtype(like.dtype, jax.dtypes.prng_key):
+        return jax.random.wrap_key_data(jnp.asarray(data), impl=jax.random.key_impl(like))
+    return jnp.asarray(data, like.dtype)
+
+
+def _save_loop(path: Path, fingerprint: str, d, plan, key, dt, rows, plan_costs, plan_times) -> None:
+    leaves = jax.tree_util.tree_leaves(d)
+    arrays = {f"d{i}": np.asarray(x) for i, x in enumerate(leaves)}
+    arrays.update({f"rows_{k}": np.concatenate(v) for k, v in rows.items()})
+    arrays.update(fingerprint=np.asarray(fingerprint), plan=np.asarray(plan), key=_key_data(key),
+                  dt=np.asarray(dt), plan_costs=np.asarray(plan_costs, float),
+                  plan_times=np.asarray(plan_times, float))  # fmt: skip
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez(tmp, **arrays)
+    tmp.replace(path)  # a run killed mid-write keeps the previous checkpoint
+
+
+def _load_loop(path: Path, fingerprint: str, d0, plan0, key0, dt0):
+    with np.load(path) as f:
+        if str(f["fingerprint"]) != fingerprint:
+            raise ValueError(f"checkpoint {path} was written by another closed loop (planner or simulation "
+                             "config, model, start state, first plan or key differ); delete it or pass another "
+                             "checkpoint path")  # fmt: skip
+        leaves, treedef = jax.tree_util.tree_flatten(d0)
+        d = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(f[f"d{i}"], x.dtype) for i, x in enumerate(leaves)])
+        rows = {k[5:]: [f[k]] for k in f.files if k.startswith("rows_")}
+        out = (d, jnp.asarray(f["plan"], plan0.dtype), _as_key(f["key"], key0), jnp.asarray(f["dt"], dt0.dtype),
+               rows, list(f["plan_costs"]), list(f["plan_times"]))  # fmt: skip
+    return out
 
 
 def ctrl_bounds(m):
@@ -311,7 +365,9 @@ def make_planner(cfg: PlannerConfig | None = None, sim: Config | None = None) ->
     return Planner(cfg, sim, plan)
 
 
-def closed_loop(m, d0, cost, planner: Planner, steps: int, key, *, init=None, progress: bool = True) -> ClosedLoop:
+def closed_loop(
+    m, d0, cost, planner: Planner, steps: int, key, *, init=None, progress: bool = True, checkpoint=None
+) -> ClosedLoop:
     """Receding-horizon control: plan, execute ``planner.config.execute`` controls, shift, repeat.
 
     Arguments:
@@ -324,10 +380,15 @@ def closed_loop(m, d0, cost, planner: Planner, steps: int, key, *, init=None, pr
         key: ``jax.random`` key (sampling noise).
         init: (horizon, nu) first nominal plan; zeros clipped to the control ranges if None.
         progress: show a progress bar over plan steps.
+        checkpoint: a file (``.npz``) to save the loop to after every plan step and to resume
+            from: a call with the same arguments continues after the last plan step saved there,
+            so a long run (the paper preset's) can be run in pieces, and a larger ``steps``
+            extends a finished one. A file written by another loop (planner or simulation
+            config, model, start state, first plan or key) raises ``ValueError``.
 
     Returns:
         :class:`ClosedLoop`: the executed trajectory, the per-step cost of the executed states,
-        and the wall time of each plan step.
+        and the wall time of each plan step (those of resumed plan steps as they were measured).
     """
     from tqdm.auto import tqdm
 
@@ -353,10 +414,20 @@ def closed_loop(m, d0, cost, planner: Planner, steps: int, key, *, init=None, pr
 
     exec_fn = jax.jit(run)
     dt = jnp.asarray(m.opt.timestep if sim.integrator.dt0 is None else sim.integrator.dt0, dtype)
+    rows = {"qpos": [], "qvel": [], "act": [], "ctrl": [], "cost": []}
+    plan_costs, plan_times = [], []
+    d, done = d0, 0
+    path = None if checkpoint is None else Path(checkpoint)
+    if path is not None:  # before compiling: another loop's file fails at once
+        fingerprint = _fingerprint(m, d0, planner, plan, key)
+        if path.exists():
+            d, plan, key, dt, rows, plan_costs, plan_times = _load_loop(path, fingerprint, d0, plan, key, dt)
+            done = min(len(plan_costs) * execute, steps)
     if cfg.shard:
         d0, plan, dt = replicate((d0, plan, dt))
     t0 = time.perf_counter()
-    key, sub = jax.random.split(key)
+    split, sub = jax.random.split(key)
+    key = key if plan_costs else split  # a resumed loop's key was saved as its next plan step takes it
     start_c = start_fn.lower(d0, plan, sub, dt).compile()
     carry = jax.eval_shape(start_fn, d0, plan, sub, dt)
     rep = _replicated() if cfg.shard else None
@@ -368,11 +439,10 @@ def closed_loop(m, d0, cost, planner: Planner, steps: int, key, *, init=None, pr
     exec_c = exec_fn.lower(d0, plan[:execute], dt).compile()
     jit_time = time.perf_counter() - t0
 
-    rows = {"qpos": [], "qvel": [], "act": [], "ctrl": [], "cost": []}
-    plan_costs, plan_times = [], []
-    d, done = d0, 0
     n_plans = math.ceil(steps / execute)
-    for _ in tqdm(range(n_plans), desc=f"closed loop ({cfg.kind})", disable=not progress):
+    resumed = min(len(plan_costs), n_plans)
+    for _ in tqdm(range(resumed, n_plans), desc=f"closed loop ({cfg.kind})", disable=not progress,
+                  initial=resumed, total=n_plans):  # fmt: skip
         key, sub = jax.random.split(key)
         if cfg.shard:
             d, plan, dt, sub = replicate((d, plan, dt, sub))
@@ -392,9 +462,13 @@ def closed_loop(m, d0, cost, planner: Planner, steps: int, key, *, init=None, pr
         done += n
         dt = traj.dt[-1]
         plan = jnp.concatenate([plan[execute:], jnp.repeat(plan[-1:], execute, axis=0)])
+        if path is not None and n == execute:  # a plan step cut short by ``steps`` is not saved:
+            # a longer run resumes at the last whole plan step
+            _save_loop(path, fingerprint, d, plan, key, dt, rows, plan_costs, plan_times)
     return ClosedLoop(
-        **{k: np.concatenate(v) for k, v in rows.items()},
-        plan_cost=np.asarray(plan_costs),
-        plan_time_s=np.asarray(plan_times),
+        **{k: np.concatenate(v)[:steps] for k, v in rows.items()},
+        plan_cost=np.asarray(plan_costs[:n_plans]),
+        plan_time_s=np.asarray(plan_times[:n_plans]),
         jit_time_s=jit_time,
+        resumed_plan_steps=resumed,
     )

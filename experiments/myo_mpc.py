@@ -3,7 +3,7 @@ distance), predictive sampling and the hybrid, on the baoding ball swap and bion
 Sec. 5.2, Figs. 12-13).
 
     python -m experiments.myo_mpc [--task baoding|die|die_table|tennis] [--preset quick|paper]
-                                  [--set planner.KEY=VALUE ...] [--methods ...] [--plan-steps N]
+                                  [--set planner.KEY=VALUE ...] [--methods ...] [--plan-steps N] [--fresh]
     python -m experiments.myo_mpc --task T --check-horizon H   # the start gradient through H periods
     python -m experiments.myo_mpc --task T --gradient-modes    # plan-step cost: unroll/implicit, remat
     python -m experiments.myo_mpc --task T --check-tausmooth   # how far muscle.tausmooth moves the task
@@ -31,7 +31,9 @@ gradient is exactly zero at the start (the study measures it: ``--check-horizon`
 
 Writes docs/results/myo_mpc_<task>.csv (cost of every executed state per method),
 myo_mpc_<task>_summary.csv (final and mean cost, wall time per plan step, JIT time) and
-myo_mpc_<task>.png (cost over time), with ``_paper`` after the task's name for the paper preset;
+myo_mpc_<task>.png (cost over time), with ``_paper`` after the task's name for the paper preset.
+Each run's closed loop is saved after every plan step under ``~/.cache/diffmjx/mpc`` and a rerun
+with the same arguments resumes it (a larger ``--plan-steps`` extends it; ``--fresh`` starts over);
 ``--check-horizon`` writes myo_mpc_<task>_horizon.csv, ``--gradient-modes``
 myo_mpc_<task>_gradient_modes.csv and ``--check-tausmooth`` myo_mpc_<task>_tausmooth.csv. The
 tasks (models, start states and costs) are built by :mod:`diffmjx.scenes.myo` from the installed
@@ -55,6 +57,9 @@ from diffmjx import mpc
 from diffmjx.scenes.myo import TASKS
 from experiments import common
 
+CHECKPOINTS = Path.home() / ".cache" / "diffmjx" / "mpc"
+"""Each run's closed loop is saved here after every plan step and resumed by a rerun (``--fresh``:
+start over), so the paper preset's 32 plan steps can run in pieces."""
 RUNS = {  # task -> preset -> plan steps and the planner preset
     "baoding": {
         "quick": {"plan_steps": 6, "planner": "quick", "overrides": ("horizon=16", "execute=4", "iterations=6")},
@@ -111,7 +116,8 @@ def _sim(cfd: bool) -> diffmjx.Config:
     return sim.override("cfd.enabled=true", CFD_SOLIMP) if cfd else sim
 
 
-def run(task: str, preset: str, methods, overrides, out: Path, seed: int = 0, plan_steps: int | None = None):
+def run(task: str, preset: str, methods, overrides, out: Path, seed: int = 0, plan_steps: int | None = None,
+        fresh: bool = False):  # fmt: skip
     spec = dict(RUNS[task][preset])
     if plan_steps is not None:
         spec["plan_steps"] = plan_steps
@@ -127,8 +133,12 @@ def run(task: str, preset: str, methods, overrides, out: Path, seed: int = 0, pl
         sim = _sim(cfd)
         cfg = mpc.PlannerConfig.load(spec["planner"], [*spec["overrides"], *extra, *overrides])
         steps = spec["plan_steps"] * cfg.execute
+        saved = CHECKPOINTS / f"{stem}_{name}_seed{seed}.npz"
+        if fresh:
+            saved.unlink(missing_ok=True)
         t = time.perf_counter()
-        res = mpc.closed_loop(mx, d0, cost, mpc.make_planner(cfg, sim), steps, jax.random.PRNGKey(seed))
+        res = mpc.closed_loop(mx, d0, cost, mpc.make_planner(cfg, sim), steps, jax.random.PRNGKey(seed),
+                              checkpoint=saved)  # fmt: skip
         wall = time.perf_counter() - t
         c0 = float(jax.jit(lambda d: cost(diffmjx.forward(mx, d, sim), d.ctrl))(d0))  # noqa: B023 (called within this iteration)
         for k, c in enumerate(np.r_[c0, res.cost]):
@@ -140,6 +150,9 @@ def run(task: str, preset: str, methods, overrides, out: Path, seed: int = 0, pl
             "samples": cfg.samples if cfg.kind != "gradient" else 0, "plan_steps": spec["plan_steps"],
             "start_cost": c0, "final_cost": float(res.cost[-1]), "mean_cost": float(res.cost.mean()),
             "plan_step_s": float(np.median(res.plan_time_s)), "jit_s": res.jit_time_s, "wall_s": wall,
+            # plan steps read back from an earlier run's checkpoint (their times are in plan_step_s,
+            # not in wall_s, which is this process's); plan_steps_s_total: every plan step's time
+            "resumed_plan_steps": res.resumed_plan_steps, "plan_steps_s_total": float(res.plan_time_s.sum()),
         })  # fmt: skip
         print(f"{name:16s} cost {c0:.4f} -> {res.cost[-1]:.4f}  plan step {np.median(res.plan_time_s):.1f} s  "
               f"JIT {res.jit_time_s:.0f} s")  # fmt: skip
@@ -369,6 +382,8 @@ def main(argv=None):
     p.add_argument("--out", type=Path, default=common.RESULTS)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--plan-steps", type=int, default=None, help="plan steps per method (default: the preset's)")
+    p.add_argument("--fresh", action="store_true",
+                   help=f"start over instead of resuming each run's closed loop saved under {CHECKPOINTS}")
     p.add_argument("--check-horizon", type=int, default=None, metavar="H",
                    help="only check the gradient through H periods (finite? how long?) and exit")
     p.add_argument("--gradient-modes", action="store_true",
@@ -396,7 +411,7 @@ def main(argv=None):
         frame_strip(args.task, args.preset, args.out)
         return
     methods = DEFAULT_METHODS[args.task] if args.methods is None else args.methods
-    run(args.task, args.preset, methods, args.set, args.out, args.seed, args.plan_steps)
+    run(args.task, args.preset, methods, args.set, args.out, args.seed, args.plan_steps, args.fresh)
 
 
 if __name__ == "__main__":

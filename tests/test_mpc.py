@@ -1,6 +1,7 @@
 """Planners (diffmjx.mpc) on a small actuated slider: they lower the cost, the closed loop keeps its
 contract, sampling is the same sharded over two devices, and rollout's observation hook."""
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -105,6 +106,25 @@ def test_closed_loop_iterations_equal_the_one_program_plan(slider, kind):
     plan, info = jax.jit(lambda d, k: planner.plan(mx, d, jnp.zeros((8, 1)), cost, k))(d0, sub)
     np.testing.assert_allclose(out.plan_cost[0], float(info["cost"]), rtol=1e-12)
     np.testing.assert_allclose(out.ctrl, np.asarray(plan)[:4], rtol=1e-12, atol=1e-15)
+
+
+def test_closed_loop_resumes_from_its_checkpoint(slider, tmp_path):
+    """A loop run in pieces through ``checkpoint`` executes what one uninterrupted run does, bit for
+    bit (the sampling noise's key included); another loop's file raises before anything compiles."""
+    mx, d0 = slider
+    cfg = mpc.PlannerConfig(kind="sampling", horizon=8, execute=4, samples=4, noise_scale=0.3)
+    planner, key, path = mpc.make_planner(cfg, SIM), jax.random.PRNGKey(3), tmp_path / "loop.npz"
+    whole = mpc.closed_loop(mx, d0, cost, planner, steps=12, key=key, progress=False)
+    first = mpc.closed_loop(mx, d0, cost, planner, steps=4, key=key, progress=False, checkpoint=path)
+    assert path.is_file() and first.resumed_plan_steps == 0
+    rest = mpc.closed_loop(mx, d0, cost, planner, steps=12, key=key, progress=False, checkpoint=path)
+    assert rest.resumed_plan_steps == 1 and rest.plan_cost.shape == rest.plan_time_s.shape == (3,)
+    for name in ("qpos", "qvel", "act", "ctrl", "cost", "plan_cost"):
+        np.testing.assert_array_equal(getattr(rest, name), getattr(whole, name), err_msg=name)
+    assert rest.plan_time_s[0] == first.plan_time_s[0]  # the saved plan step's own time
+    other = mpc.make_planner(dataclasses.replace(cfg, noise_scale=0.5), SIM)
+    with pytest.raises(ValueError, match="another closed loop"):
+        mpc.closed_loop(mx, d0, cost, other, steps=8, key=key, progress=False, checkpoint=path)
 
 
 def test_coloured_noise_has_unit_variance_and_brown_correlation():
