@@ -383,8 +383,9 @@ def closed_loop(
         checkpoint: a file (``.npz``) to save the loop to after every plan step and to resume
             from: a call with the same arguments continues after the last plan step saved there,
             so a long run (the paper preset's) can be run in pieces, and a larger ``steps``
-            extends a finished one. A file written by another loop (planner or simulation
-            config, model, start state, first plan or key) raises ``ValueError``.
+            extends a finished one; a call whose plan steps were all saved compiles nothing.
+            A file written by another loop (planner or simulation config, model, start state,
+            first plan or key) raises ``ValueError``.
 
     Returns:
         :class:`ClosedLoop`: the executed trajectory, the per-step cost of the executed states,
@@ -423,24 +424,24 @@ def closed_loop(
         if path.exists():
             d, plan, key, dt, rows, plan_costs, plan_times = _load_loop(path, fingerprint, d0, plan, key, dt)
             done = min(len(plan_costs) * execute, steps)
+    n_plans = math.ceil(steps / execute)
+    resumed = min(len(plan_costs), n_plans)
     if cfg.shard:
         d0, plan, dt = replicate((d0, plan, dt))
     t0 = time.perf_counter()
     split, sub = jax.random.split(key)
     key = key if plan_costs else split  # a resumed loop's key was saved as its next plan step takes it
-    start_c = start_fn.lower(d0, plan, sub, dt).compile()
-    carry = jax.eval_shape(start_fn, d0, plan, sub, dt)
-    rep = _replicated() if cfg.shard else None
-    if rep is not None:  # the carry is passed replicated, like the state
-        carry = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=rep), carry)
-    keep = replicate if cfg.shard else (lambda tree: tree)
-    step_c = step_fn.lower(d0, carry, dt).compile() if iterations else None
-    finish_c = finish_fn.lower(d0, carry, dt).compile() if iterations else None
-    exec_c = exec_fn.lower(d0, plan[:execute], dt).compile()
+    if resumed < n_plans:  # nothing is compiled when every plan step asked for was saved
+        start_c = start_fn.lower(d0, plan, sub, dt).compile()
+        carry = jax.eval_shape(start_fn, d0, plan, sub, dt)
+        rep = _replicated() if cfg.shard else None
+        if rep is not None:  # the carry is passed replicated, like the state
+            carry = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=rep), carry)
+        keep = replicate if cfg.shard else (lambda tree: tree)
+        step_c = step_fn.lower(d0, carry, dt).compile() if iterations else None
+        finish_c = finish_fn.lower(d0, carry, dt).compile() if iterations else None
+        exec_c = exec_fn.lower(d0, plan[:execute], dt).compile()
     jit_time = time.perf_counter() - t0
-
-    n_plans = math.ceil(steps / execute)
-    resumed = min(len(plan_costs), n_plans)
     for _ in tqdm(range(resumed, n_plans), desc=f"closed loop ({cfg.kind})", disable=not progress,
                   initial=resumed, total=n_plans):  # fmt: skip
         key, sub = jax.random.split(key)

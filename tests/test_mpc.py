@@ -110,7 +110,8 @@ def test_closed_loop_iterations_equal_the_one_program_plan(slider, kind):
 
 def test_closed_loop_resumes_from_its_checkpoint(slider, tmp_path):
     """A loop run in pieces through ``checkpoint`` executes what one uninterrupted run does, bit for
-    bit (the sampling noise's key included); another loop's file raises before anything compiles."""
+    bit (the sampling noise's key included); a call whose plan steps were all saved returns them
+    without compiling; another loop's file raises before anything compiles."""
     mx, d0 = slider
     cfg = mpc.PlannerConfig(kind="sampling", horizon=8, execute=4, samples=4, noise_scale=0.3)
     planner, key, path = mpc.make_planner(cfg, SIM), jax.random.PRNGKey(3), tmp_path / "loop.npz"
@@ -122,6 +123,9 @@ def test_closed_loop_resumes_from_its_checkpoint(slider, tmp_path):
     for name in ("qpos", "qvel", "act", "ctrl", "cost", "plan_cost"):
         np.testing.assert_array_equal(getattr(rest, name), getattr(whole, name), err_msg=name)
     assert rest.plan_time_s[0] == first.plan_time_s[0]  # the saved plan step's own time
+    short = mpc.closed_loop(mx, d0, cost, planner, steps=6, key=key, progress=False, checkpoint=path)
+    assert short.resumed_plan_steps == 2 and short.jit_time_s < 0.1  # all saved: nothing compiled
+    np.testing.assert_array_equal(short.qpos, whole.qpos[:6])
     other = mpc.make_planner(dataclasses.replace(cfg, noise_scale=0.5), SIM)
     with pytest.raises(ValueError, match="another closed loop"):
         mpc.closed_loop(mx, d0, cost, other, steps=8, key=key, progress=False, checkpoint=path)
