@@ -7,6 +7,7 @@ Sec. 5.2, Figs. 12-13).
     python -m experiments.myo_mpc --task T --check-horizon H   # the start gradient through H periods
     python -m experiments.myo_mpc --task T --gradient-modes    # plan-step cost: unroll/implicit, remat
     python -m experiments.myo_mpc --task T --check-tausmooth   # how far muscle.tausmooth moves the task
+    python -m experiments.myo_mpc --task T --check-start       # does the start state hold the objects?
 
 Task (a): swap the two balls in the MyoHand. Cost of a state: the distance of each ball to its
 target, the other ball's starting position, fixed in the frame of the third metacarpal (the palm).
@@ -35,7 +36,8 @@ myo_mpc_<task>.png (cost over time), with ``_paper`` after the task's name for t
 Each run's closed loop is saved after every plan step under ``~/.cache/diffmjx/mpc`` and a rerun
 with the same arguments resumes it (a larger ``--plan-steps`` extends it; ``--fresh`` starts over);
 ``--check-horizon`` writes myo_mpc_<task>_horizon.csv, ``--gradient-modes``
-myo_mpc_<task>_gradient_modes.csv and ``--check-tausmooth`` myo_mpc_<task>_tausmooth.csv. The
+myo_mpc_<task>_gradient_modes.csv, ``--check-tausmooth`` myo_mpc_<task>_tausmooth.csv and
+``--check-start`` myo_mpc_<task>_start.csv. The
 tasks (models, start states and costs) are built by :mod:`diffmjx.scenes.myo` from the installed
 MyoSuite package; nothing is downloaded.
 """
@@ -46,6 +48,7 @@ import argparse
 import copy
 import os
 import time
+import warnings
 from pathlib import Path
 
 import jax
@@ -225,6 +228,53 @@ def gradient_modes(task: str, plan_steps: int, out: Path, seed: int = 0):
 TAUSMOOTH_WIDTHS = (0.0, 0.01, 0.05, 0.1, 0.2, 0.5)
 
 
+RESET_ENVS = {"baoding": "myoChallengeBaodingP1-v1"}
+"""MyoSuite environments whose ``reset`` pose ``--check-start`` compares with the task's start."""
+
+
+def check_start(task: str, out: Path, periods: int = 256):
+    """Does the task's start state hold its objects? Idle rollouts over ``periods`` periods (the
+    paper horizon): DiffMJX (the study's simulation, the first plan held: zero controls clipped to
+    the ranges) with the task's running cost, and MuJoCo's C engine (the same model, zero
+    controls) from the task's start state and, where :data:`RESET_ENVS` names the environment,
+    from MyoSuite's ``reset(seed=0)`` pose. Per period: the lowest free body's height, the C
+    engine's contact count and the cost. Writes myo_mpc_<task>_start.csv."""
+    import mujoco
+
+    mj, mx, d0, cost = TASKS[task](False)
+    lo, hi = mpc.ctrl_bounds(mx)
+    _, traj = jax.jit(lambda d: mpc.plan_cost(mx, d, jnp.clip(jnp.zeros((periods, mx.nu)), lo, hi), cost, _sim(False)))(d0)
+    free = [mj.jnt_qposadr[j] for j in range(mj.njnt) if mj.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE]
+    lowest = lambda q: min((float(q[a + 2]) for a in free), default=float("nan"))
+    rows = [{"source": "DiffMJX, task start", "period": k + 1, "time_s": (k + 1) * mj.opt.timestep,
+             "lowest_free_body_z": lowest(np.asarray(traj.qpos[k])), "ncon": "", "cost": float(traj.obs[k])}
+            for k in range(periods)]  # fmt: skip
+    starts = {"C engine, task start": (np.asarray(d0.qpos), np.asarray(d0.qvel))}
+    if task in RESET_ENVS:
+        from myosuite.utils import gym
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            env = gym.make(RESET_ENVS[task])
+            env.reset(seed=0)
+        data = env.unwrapped.mj_data
+        starts["C engine, MyoSuite reset"] = (data.qpos.copy(), data.qvel.copy())
+    for source, (qpos, qvel) in starts.items():
+        d = mujoco.MjData(mj)
+        d.qpos[:], d.qvel[:] = qpos, qvel
+        d.ctrl[:] = np.clip(0.0, np.asarray(lo), np.asarray(hi))
+        for k in range(periods):
+            mujoco.mj_step(mj, d)
+            rows.append({"source": source, "period": k + 1, "time_s": (k + 1) * mj.opt.timestep,
+                         "lowest_free_body_z": lowest(d.qpos), "ncon": d.ncon, "cost": ""})  # fmt: skip
+    for source in dict.fromkeys(r["source"] for r in rows):
+        sel = [r for r in rows if r["source"] == source]
+        print(f"{source:28s} lowest free body z {sel[0]['lowest_free_body_z']:.3f} -> {sel[-1]['lowest_free_body_z']:.3f} m"
+              + (f", cost {sel[0]['cost']:.4f} -> {sel[-1]['cost']:.4f}" if sel[0]["cost"] != "" else ""))  # fmt: skip
+    common.write_csv(out / f"myo_mpc_{task}_start.csv", rows)
+    return rows
+
+
 def check_tausmooth(task: str, out: Path, periods: int = 200, seed: int = 0):
     """How far the muscle surrogate ``muscle.tausmooth`` moves the task's motion: MuJoCo's C engine
     (Euler, the task's settings) driven by the same brown-noise controls (the sampling planner's
@@ -391,6 +441,8 @@ def main(argv=None):
     p.add_argument("--frames", action="store_true",
                    help="only render the frame strip of the last run's executed behaviour (offscreen OpenGL)")
     p.add_argument("--render-frames", type=int, default=None, help=argparse.SUPPRESS)  # frame_strip's child
+    p.add_argument("--check-start", action="store_true",
+                   help="only check whether the task's start state holds its objects (idle rollouts)")
     p.add_argument("--check-tausmooth", action="store_true",
                    help="only measure how far muscle.tausmooth moves the task's motion in the C engine")
     args = p.parse_args(argv)
@@ -400,6 +452,9 @@ def main(argv=None):
         return
     if args.gradient_modes:
         gradient_modes(args.task, args.plan_steps or 2, args.out, args.seed)
+        return
+    if args.check_start:
+        check_start(args.task, args.out)
         return
     if args.check_tausmooth:
         check_tausmooth(args.task, args.out)
