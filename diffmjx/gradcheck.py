@@ -180,7 +180,8 @@ def tightened(cfg):
     """``cfg`` solved more accurately, as a reference for its gradients.
 
     Diffrax solvers: ``rtol`` and ``atol`` a thousand times smaller (at least 1e-12, whatever the
-    adjoint: ``dto_tighten`` 1) and kink control off (a converged solve needs none); MJX's fixed-step solvers: ten times the substeps.
+    adjoint: ``dto_tighten`` 1) and kink control off (a converged solve needs none); MJX's
+    fixed-step solvers: ten times the substeps.
 
     Arguments:
         cfg: :class:`diffmjx.Config`.
@@ -206,8 +207,8 @@ def converged(cfg, tol: float = 1e-12, *, solver: str = "tsit5", max_steps: int 
     """``cfg``'s physics solved to convergence: the studies' and tests' reference solve.
 
     Tsit5 (or ``solver``) with adaptive steps at ``rtol = atol = tol`` (whatever the adjoint:
-    ``dto_tighten`` 1), kink control off (a converged solve needs none) and a step budget of at least ``max_steps`` per control period (the config's own
-    where None). The contact model (collisions, impedance floor, constraint solve, CFD) is ``cfg``'s:
+    ``dto_tighten`` 1), kink control off (a converged solve needs none) and a step budget of at
+    least ``max_steps`` per control period (the config's own where None). The contact model (collisions, impedance floor, constraint solve, CFD) is ``cfg``'s:
     differences of this solve are what the gradient of ``cfg``'s dynamics converges to.
 
     Arguments:

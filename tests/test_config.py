@@ -223,8 +223,8 @@ def test_discretise_then_optimise_solves_its_forward_tighter():
 
 
 def test_kink_step_auto_turns_kink_control_on_for_checkpoint_only():
-    """``integrator.kink_step=auto`` (the default): min(10 rtol_f, 1e-7) s (rtol_f = rtol / dto_tighten) with the checkpoint and
-    forward adjoints, off with backsolve; null is off, a number is that step; anything else names
+    """``integrator.kink_step=auto`` (the default): min(10 rtol_f, 1e-7) s (rtol_f = rtol /
+    dto_tighten) with the checkpoint and forward adjoints, off with backsolve; null is off, a number is that step; anything else names
     the field."""
     ic = diffmjx.Config().integrator
     assert ic.kink_step == "auto" and ic.kink_step_used() is None  # backsolve

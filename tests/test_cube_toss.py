@@ -50,7 +50,8 @@ def sweep_truth(mx):
 # straddles a kink of the contact force (friction-pyramid or lift-off active-set change) carries an
 # O(h * stiffness) error into the gradient, so without kink control its error scatters from shot to
 # shot and from machine to machine (rtol 1e-8: 0.1-24 %; docs/results/kink_control.csv).
-# integrator.kink_step shrinks every such step (auto, checkpoint's default: min(10 rtol / dto_tighten, 1e-7) s). The
+# integrator.kink_step shrinks every such step (auto, checkpoint's default: min(10 rtol / dto_tighten,
+# 1e-7) s). The
 # backsolve adjoint error-controls the adjoint ODE itself. Both adjoints at the default tolerance run by
 # default: what a user who picks either mode gets.
 @pytest.mark.parametrize(
