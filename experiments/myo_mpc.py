@@ -120,7 +120,7 @@ def _sim(cfd: bool) -> diffmjx.Config:
 
 
 def run(task: str, preset: str, methods, overrides, out: Path, seed: int = 0, plan_steps: int | None = None,
-        fresh: bool = False):  # fmt: skip
+        fresh: bool = False, checkpoints: Path = CHECKPOINTS):  # fmt: skip
     spec = dict(RUNS[task][preset])
     if plan_steps is not None:
         spec["plan_steps"] = plan_steps
@@ -136,7 +136,7 @@ def run(task: str, preset: str, methods, overrides, out: Path, seed: int = 0, pl
         sim = _sim(cfd)
         cfg = mpc.PlannerConfig.load(spec["planner"], [*spec["overrides"], *extra, *overrides])
         steps = spec["plan_steps"] * cfg.execute
-        saved = CHECKPOINTS / f"{stem}_{name}_seed{seed}.npz"
+        saved = checkpoints / f"{stem}_{name}_seed{seed}.npz"
         if fresh:
             saved.unlink(missing_ok=True)
         t = time.perf_counter()
@@ -257,7 +257,7 @@ def check_start(task: str, out: Path, periods: int = 256):
             warnings.simplefilter("ignore")
             env = gym.make(RESET_ENVS[task])
             env.reset(seed=0)
-        data = env.unwrapped.mj_data
+        data = env.unwrapped.data
         starts["C engine, MyoSuite reset"] = (data.qpos.copy(), data.qvel.copy())
     for source, (qpos, qvel) in starts.items():
         d = mujoco.MjData(mj)
@@ -433,7 +433,10 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--plan-steps", type=int, default=None, help="plan steps per method (default: the preset's)")
     p.add_argument("--fresh", action="store_true",
-                   help=f"start over instead of resuming each run's closed loop saved under {CHECKPOINTS}")
+                   help="start over instead of resuming each run's closed loop saved under --checkpoints")
+    p.add_argument("--checkpoints", type=Path, default=CHECKPOINTS,
+                   help=f"folder of the runs' saved closed loops (default {CHECKPOINTS}); a folder in a clone "
+                        "lets a long run continue on another machine")
     p.add_argument("--check-horizon", type=int, default=None, metavar="H",
                    help="only check the gradient through H periods (finite? how long?) and exit")
     p.add_argument("--gradient-modes", action="store_true",
@@ -466,7 +469,7 @@ def main(argv=None):
         frame_strip(args.task, args.preset, args.out)
         return
     methods = DEFAULT_METHODS[args.task] if args.methods is None else args.methods
-    run(args.task, args.preset, methods, args.set, args.out, args.seed, args.plan_steps, args.fresh)
+    run(args.task, args.preset, methods, args.set, args.out, args.seed, args.plan_steps, args.fresh, args.checkpoints)
 
 
 if __name__ == "__main__":

@@ -279,3 +279,31 @@ def test_die_on_a_table_rests_there_clear_of_the_hand():
     touched = [h for _, h in states]
     assert not any(touched[:20])  # clear of the hand for the first 50 ms
     assert np.linalg.norm(d.xpos[die] - start) < 3e-3
+
+
+def test_baoding_scene_starts_palm_up_and_holds_both_balls():
+    """The baoding task starts from MyoSuite's episode start (``reset``: forearm palm up), not the
+    model's ``qpos0`` (forearm at 0), from which the balls roll off the hand and reach the floor in
+    0.64 s. On the C engine with relaxed muscles both balls stay in the hand over the paper's
+    horizon (256 periods), each touching it at the end; the swap cost starts at the balls' distance
+    to each other's place, twice their centre distance."""
+    import mujoco
+
+    from diffmjx.scenes import myo
+
+    mj, _mx, d0, cost = myo.baoding(cfd=False)
+    assert float(d0.qpos[0]) == -1.57 and mj.qpos0[0] == 0.0
+    d = mujoco.MjData(mj)
+    d.qpos[:], d.qvel[:] = np.asarray(d0.qpos), np.asarray(d0.qvel)
+    mujoco.mj_forward(mj, d)
+    balls = [mj.body(f"ball{i}").id for i in (1, 2)]
+    gap = np.linalg.norm(d.xpos[balls[0]] - d.xpos[balls[1]])
+    c0 = float(cost(types.SimpleNamespace(xpos=jnp.asarray(d.xpos), xmat=jnp.asarray(d.xmat).reshape(-1, 3, 3), qpos=jnp.asarray(d.qpos)), None))
+    assert abs(c0 - 2 * gap) < 1e-6 * gap and gap > 0.03
+    start_z = min(d.xpos[b][2] for b in balls)
+    for _ in range(256):
+        mujoco.mj_step(mj, d)
+    assert min(d.xpos[b][2] for b in balls) > start_z - 0.2  # measured 1.44 -> 1.36 m (from qpos0: 0.02 m)
+    bodies = {(mj.geom_bodyid[c.geom1], mj.geom_bodyid[c.geom2]) for c in d.contact[: d.ncon]}
+    for b in balls:
+        assert any(b in pair and set(pair) != set(balls) for pair in bodies)

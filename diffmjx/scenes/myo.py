@@ -50,24 +50,32 @@ PALM = "thirdmc"
 
 
 def baoding(cfd: bool):
-    """MyoHand baoding model with App. E.3's settings, its start state and the swap cost."""
+    """MyoHand baoding model with App. E.3's settings, its start state and the swap cost.
+
+    The start state is MyoSuite's episode start (``reset(seed=0)``): the hand open and the forearm
+    turned palm up (``pro_sup`` at -1.57) with the two balls resting in the palm. The model's
+    ``qpos0`` has the forearm at 0, where the balls roll off the hand and fall to the floor."""
     import mujoco
     from myosuite.utils import gym
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        mj = gym.make("myoChallengeBaodingP1-v1").unwrapped.mj_model
+        env = gym.make("myoChallengeBaodingP1-v1")
+        env.reset(seed=0)
+    mj, start = env.unwrapped.model, env.unwrapped.data
+    qpos, qvel, act = start.qpos.copy(), start.qvel.copy(), start.act.copy()
     mj.opt.timestep = 0.0025
     mj.opt.solver = mujoco.mjtSolver.mjSOL_NEWTON
     mj.opt.iterations, mj.opt.ls_iterations = 4, 16
     mj.geom_solref[:] = (0.02, 1.0)
     mj.geom_solimp[:] = SOLIMP_CFD if cfd else SOLIMP
     mx = mjx.put_model(mj)
-    d0 = mjx.make_data(mx).replace(qpos=jnp.asarray(mj.qpos0))
+    d0 = mjx.make_data(mx).replace(qpos=jnp.asarray(qpos), qvel=jnp.asarray(qvel), act=jnp.asarray(act))
 
     balls = _free_joints(mj)  # ball1, ball2: qpos addresses of their free joints
     palm = mujoco.mj_name2id(mj, mujoco.mjtObj.mjOBJ_BODY, PALM)
     dc = mujoco.MjData(mj)
+    dc.qpos[:], dc.qvel[:], dc.act[:] = qpos, qvel, act
     mujoco.mj_forward(mj, dc)
     start = [dc.qpos[a : a + 3].copy() for a in balls]
     rot, origin = dc.xmat[palm].reshape(3, 3), dc.xpos[palm]
