@@ -21,6 +21,7 @@ with contextlib.redirect_stdout(io.StringIO()):
         collision_convex,
         collision_driver,
         collision_primitive,
+        collision_sdf,
         constraint,
         forward,
         sensor,
@@ -34,6 +35,7 @@ with contextlib.redirect_stdout(io.StringIO()):
 
 __all__ = [
     "MJX_COLLISION_TABLE",
+    "SDF_PAIRS",
     "ConeType",
     "Data",
     "DisableBit",
@@ -150,6 +152,14 @@ MJX_COLLISION_TABLE = collision_driver._COLLISION_FUNC
 convex_collider = collision_convex.collider
 primitive_collider = collision_primitive.collider
 make_frame = mjx_math.make_frame
+# MJX's signed-distance pairs with a cylinder find the contact point by ten steps of gradient
+# descent on the two geoms' SDFs, and the derivative of that search is NaN at most poses; DiffMJX
+# holds the point found in the backward pass (collision.sdf) and needs MJX's SDFs for it
+SDF_PAIRS = {
+    (GeomType.CAPSULE, GeomType.CYLINDER): (collision_sdf._capsule, collision_sdf._cylinder),
+    (GeomType.ELLIPSOID, GeomType.CYLINDER): (collision_sdf._ellipsoid, collision_sdf._cylinder),
+    (GeomType.CYLINDER, GeomType.CYLINDER): (collision_sdf._cylinder, collision_sdf._cylinder),
+}
 clip_polygon = collision_convex._clip  # box-box: clip the incident face against the reference face
 project_polygon = collision_convex._project_poly_onto_plane  # box-box: incident points onto the reference face
 

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from diffmjx import _mjx
+from diffmjx.collision import sdf
 from diffmjx.collision.box_box import SLOTS, box_box, box_box_clipped
 from diffmjx.collision.pairs import (
     capsule_box,
@@ -82,6 +83,9 @@ def table(rules: CollisionConfig) -> dict:
     out[(_G.SPHERE, _G.CYLINDER)] = _mjx.primitive_collider(ncon=1)(
         functools.partial(sphere_cylinder, sharpness=sharpness)
     )
+    # MJX's other SDF-search pairs: its values, the derivative at the point found (NaN-free)
+    for types in sdf.PAIRS:
+        out[types] = sdf.held_point(types)
     # MJX's sphere-box and capsule-box report distance 1 for any separated pose: no contacts from distance
     out[(_G.SPHERE, _G.BOX)] = _mjx.primitive_collider(ncon=1)(functools.partial(sphere_box, sharpness=sharpness))
     out[(_G.CAPSULE, _G.BOX)] = _mjx.convex_collider(ncon=2)(functools.partial(capsule_box, sharpness=sharpness))
