@@ -237,8 +237,8 @@ def check_start(task: str, out: Path, periods: int = 256):
     paper horizon): DiffMJX (the study's simulation, the first plan held: zero controls clipped to
     the ranges) with the task's running cost, and MuJoCo's C engine (the same model, zero
     controls) from the task's start state and, where :data:`RESET_ENVS` names the environment,
-    from MyoSuite's ``reset(seed=0)`` pose. Per period: the lowest free body's height, the C
-    engine's contact count and the cost. Writes myo_mpc_<task>_start.csv."""
+    from MyoSuite's ``reset(seed=0)`` pose and from the model's ``qpos0``. Per period: the lowest
+    free body's height, the C engine's contact count and the cost. Writes myo_mpc_<task>_start.csv."""
     import mujoco
 
     mj, mx, d0, cost = TASKS[task](False)
@@ -259,6 +259,7 @@ def check_start(task: str, out: Path, periods: int = 256):
             env.reset(seed=0)
         data = env.unwrapped.data
         starts["C engine, MyoSuite reset"] = (data.qpos.copy(), data.qvel.copy())
+        starts["C engine, model qpos0"] = (mj.qpos0.copy(), np.zeros(mj.nv))  # the task's start before it used the reset pose
     for source, (qpos, qvel) in starts.items():
         d = mujoco.MjData(mj)
         d.qpos[:], d.qvel[:] = qpos, qvel
