@@ -11,10 +11,10 @@ other gradient through the zero cotangents.
 :func:`held_point` keeps MJX's forward values to the bit and differentiates the contact at the
 point found, held fixed in the second geom's frame: the distance's derivative is the SDFs' at
 that point as the geoms move, the normal's the SDFs' gradients' there. The search's point moves
-with the geoms too, and that term is dropped, so the derivative is an approximation: its
-direction is right (tests/test_collision_sdf.py), its size off by tens of percent against
-central differences. Finite and roughly right in place of NaN. The ellipsoid pairs without a
-cylinder keep MJX's derivative, which matches central differences where we checked it.
+with the geoms too, and that term is dropped, so the derivative is an approximation: exact
+where the pair makes no constraint row (its cotangent is zero, so it contributes nothing, where
+MJX's gave NaN), and mostly of the right direction where it does (tests/test_collision_sdf.py).
+The ellipsoid pairs without a cylinder keep MJX's search and its derivative.
 """
 
 from __future__ import annotations
