@@ -36,9 +36,9 @@ def _poses(rng, offset, n=4):
 
 @pytest.mark.parametrize("name", sorted(PAIRS))
 def test_cylinder_pairs_keep_mjx_contacts_with_a_finite_gradient(name):
-    """Forward: dist, pos and frame equal MJX's own to the bit. Backward: MJX's derivative of its
-    search is NaN at some of these poses (at all of them for capsule and cylinder); the held-point
-    derivative is finite at every pose and mostly points the right way: the median cosine with
+    """Forward: dist, pos and frame equal MJX's own to the bit. Backward: the held-point derivative
+    is finite at every pose (MJX's is NaN at all of them for capsule and cylinder, at some for the
+    ellipsoid; the far-pair test below shows it) and mostly points the right way: the median cosine with
     central differences of the distance in body a's position is above 0.5 (measured: 0.98-1.0 per
     pair type; 3 of 28 contacts, all of capsule or cylinder pairs, below 0.2)."""
     t1, s1, t2, s2, offset = PAIRS[name]
@@ -54,21 +54,18 @@ def test_cylinder_pairs_keep_mjx_contacts_with_a_finite_gradient(name):
     ours = jax.jit(lambda q: contacts(q, rules))
     theirs = jax.jit(lambda q: contacts(q, None))
     jac_ours = jax.jit(jax.jacrev(lambda q: contacts(q, rules)[0]))
-    jac_theirs = jax.jit(jax.jacrev(lambda q: contacts(q, None)[0]))
-    mjx_nan, cosines = 0, []
+    cosines = []
     for q in _poses(np.random.default_rng(0), offset):
         q = jnp.asarray(q)
         for a, b in zip(ours(q), theirs(q), strict=True):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
         j = np.asarray(jac_ours(q))[:, :3]
         assert np.isfinite(j).all()
-        mjx_nan += int(not np.isfinite(np.asarray(jac_theirs(q))).all())
         h = 1e-6
         fd = np.stack([(np.asarray(ours(q.at[i].add(h))[0]) - np.asarray(ours(q.at[i].add(-h))[0])) / (2 * h)
                        for i in range(3)], axis=-1)  # fmt: skip
         cos = np.sum(j * fd, axis=1) / (np.linalg.norm(j, axis=1) * np.linalg.norm(fd, axis=1))
         cosines.extend(cos)
-    assert mjx_nan >= 1
     assert np.median(cosines) > 0.5
 
 

@@ -25,7 +25,7 @@ LAYERS = (
     ("constraint", "solver", "tendon", "manifold"),  # rows, their solve, tendon stage, joint manifold
     ("collision.soft",),  # smoothed collision, bottom up ...
     ("collision.frames",),
-    ("collision.pairs", "collision.box_box"),
+    ("collision.pairs", "collision.box_box", "collision.sdf"),
     ("collision.driver",),
     ("collision",),  # ... up to its package
     ("checks",),  # up-front validation
