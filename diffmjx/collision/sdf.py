@@ -54,7 +54,7 @@ def held_point(types):
     def collide(m, d, key, geom):
         held = d.replace(geom_xpos=sg(d.geom_xpos), geom_xmat=sg(d.geom_xmat))
         dist0, pos0, frame0 = mjx_fn(m.replace(geom_size=sg(m.geom_size)), held, key, geom)
-        g1, g2 = (jnp.repeat(jnp.asarray(g), ncon) for g in jnp.asarray(geom).T)  # contacts are pair-major
+        g1, g2 = jnp.repeat(jnp.asarray(geom), ncon, axis=0).T  # contacts are pair-major
         x2, r2 = held.geom_xpos[g2], held.geom_xmat[g2]
         p = jnp.einsum("kji,kj->ki", r2, pos0 - x2)  # the point found, in geom 2's frame (held)
 
