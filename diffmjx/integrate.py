@@ -124,20 +124,20 @@ class Method(NamedTuple):
     adjoint: diffrax.AbstractAdjoint
 
 
-def _controller(cfg: Config, backsolve: bool = False, dto: bool = False):
-    """The step-size controller ``cfg`` names: of the forward solve (``dto``: differentiated by
-    discretise-then-optimise, at :meth:`~diffmjx.config.IntegratorConfig.tolerances`) or of the
-    backsolve adjoint's solve (``backsolve``)."""
+def _controller(cfg: Config, *, backsolve: bool, adjoint_solve: bool = False):
+    """The step-size controller ``cfg`` names, for a forward solve differentiated by a backsolve
+    adjoint (``backsolve``) or not (at :meth:`~diffmjx.config.IntegratorConfig.tolerances`), or for
+    the backsolve adjoint's own solve (``adjoint_solve``)."""
     ic = cfg.integrator
     if ic.step_control == "constant":
         return diffrax.ConstantStepSize()
-    rtol, atol = ic.tolerances(backsolve=not dto)
-    if backsolve:
+    rtol, atol = ic.tolerances(backsolve=backsolve)
+    if adjoint_solve:
         rtol = ic.backsolve_rtol if ic.backsolve_rtol is not None else rtol
         atol = ic.backsolve_atol if ic.backsolve_atol is not None else atol
     # The adjoint solve controls the error of (y, a_y) only: a seminorm skips the parameter
     # adjoints, which only accumulate and would otherwise force tiny steps.
-    norm = diffrax.adjoint_rms_seminorm if backsolve else optx.rms_norm
+    norm = diffrax.adjoint_rms_seminorm if adjoint_solve else optx.rms_norm
     return diffrax.PIDController(
         rtol=rtol, atol=atol, pcoeff=ic.pcoeff, icoeff=ic.icoeff, dcoeff=ic.dcoeff, dtmin=ic.dtmin,
         dtmax=ic.dtmax, norm=norm,
@@ -171,12 +171,14 @@ def diffrax_method(cfg: Config, solver=None, stepsize_controller=None, adjoint=N
         if ic.adjoint == "checkpoint":
             adjoint = diffrax.RecursiveCheckpointAdjoint(checkpoints=ic.checkpoints)
         elif ic.adjoint == "backsolve":
-            back = _controller(cfg, backsolve=True) if stepsize_controller is None else stepsize_controller
+            back = stepsize_controller
+            if back is None:
+                back = _controller(cfg, backsolve=True, adjoint_solve=True)
             adjoint = diffrax.BacksolveAdjoint(solver=solver, stepsize_controller=back)
         else:
             adjoint = diffrax.ForwardMode()
     if stepsize_controller is None:
-        stepsize_controller = _controller(cfg, dto=not isinstance(adjoint, diffrax.BacksolveAdjoint))
+        stepsize_controller = _controller(cfg, backsolve=isinstance(adjoint, diffrax.BacksolveAdjoint))
     return Method(solver, stepsize_controller, adjoint)
 
 
