@@ -48,7 +48,6 @@ import argparse
 import copy
 import os
 import time
-import warnings
 from pathlib import Path
 
 import jax
@@ -57,6 +56,7 @@ import numpy as np
 
 import diffmjx
 from diffmjx import mpc
+from diffmjx.scenes import myo
 from diffmjx.scenes.myo import TASKS
 from experiments import common
 
@@ -228,7 +228,7 @@ def gradient_modes(task: str, plan_steps: int, out: Path, seed: int = 0):
 TAUSMOOTH_WIDTHS = (0.0, 0.01, 0.05, 0.1, 0.2, 0.5)
 
 
-RESET_ENVS = {"baoding": "myoChallengeBaodingP1-v1"}
+RESET_ENVS = {"baoding": myo.BAODING_ENV}
 """MyoSuite environments whose ``reset`` pose ``--check-start`` compares with the task's start."""
 
 
@@ -251,13 +251,7 @@ def check_start(task: str, out: Path, periods: int = 256):
             for k in range(periods)]  # fmt: skip
     starts = {"C engine, task start": (np.asarray(d0.qpos), np.asarray(d0.qvel))}
     if task in RESET_ENVS:
-        from myosuite.utils import gym
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            env = gym.make(RESET_ENVS[task])
-            env.reset(seed=0)
-        data = env.unwrapped.data
+        data = myo.reset_env(RESET_ENVS[task]).data
         starts["C engine, MyoSuite reset"] = (data.qpos.copy(), data.qvel.copy())
         starts["C engine, model qpos0"] = (mj.qpos0.copy(), np.zeros(mj.nv))  # the task's start before it used the reset pose
     for source, (qpos, qvel) in starts.items():

@@ -10,6 +10,7 @@ import pytest
 from mujoco import mjx
 
 import diffmjx
+from diffmjx.scenes.myo import BAODING_ENV
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +18,7 @@ def hand():
     gym = pytest.importorskip("myosuite.utils").gym
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        mj = gym.make("myoChallengeBaodingP1-v1").unwrapped.mj_model
+        mj = gym.make(BAODING_ENV).unwrapped.model
     mj.opt.iterations, mj.opt.ls_iterations = 4, 16
     return mj, mjx.put_model(mj)
 

@@ -26,6 +26,7 @@ import numpy as np
 from diffmjx._mjx import mjx
 
 __all__ = [
+    "BAODING_ENV",
     "DIE_GOAL_EULER",
     "DIE_HALF",
     "DIE_TABLE",
@@ -39,6 +40,7 @@ __all__ = [
     "baoding",
     "bionic_tennis",
     "die_reorient",
+    "reset_env",
 ]
 
 SOLIMP = (0.0, 0.95, 0.001, 0.5, 2.0)
@@ -47,6 +49,20 @@ SOLIMP_CFD = (0.1, 0.95, 0.001, 0.5, 2.0)
 """Geom solimp of App. E.3 with contacts from distance."""
 PALM = "thirdmc"
 """The body whose frame holds the baoding targets: the third metacarpal."""
+BAODING_ENV = "myoChallengeBaodingP1-v1"
+"""The MyoSuite environment of the baoding task: :func:`baoding` starts from its ``reset(seed=0)``."""
+
+
+def reset_env(env_id: str, seed: int = 0):
+    """MyoSuite's environment ``env_id`` after ``reset(seed=seed)``, unwrapped: its ``model`` and
+    ``data`` are MuJoCo's ``MjModel`` and ``MjData`` at the episode start."""
+    from myosuite.utils import gym
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        env = gym.make(env_id)
+        env.reset(seed=seed)
+    return env.unwrapped
 
 
 def baoding(cfd: bool):
@@ -56,13 +72,9 @@ def baoding(cfd: bool):
     turned palm up (``pro_sup`` at -1.57) with the two balls resting in the palm. The model's
     ``qpos0`` has the forearm at 0, where the balls roll off the hand and fall to the floor."""
     import mujoco
-    from myosuite.utils import gym
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        env = gym.make("myoChallengeBaodingP1-v1")
-        env.reset(seed=0)
-    mj, start = env.unwrapped.model, env.unwrapped.data
+    env = reset_env(BAODING_ENV)
+    mj, start = env.model, env.data
     qpos, qvel, act = start.qpos.copy(), start.qvel.copy(), start.act.copy()
     mj.opt.timestep = 0.0025
     mj.opt.solver = mujoco.mjtSolver.mjSOL_NEWTON
