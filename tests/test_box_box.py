@@ -265,16 +265,29 @@ def _clipped_sweep(a, b, n=201):
     return jax.jit(detect)(jnp.asarray(qpos))
 
 
-def _tilted_box_sweep(ys):
-    """A box (half sizes 5 x 3.5 x 6 cm) tilted 2 degrees about x, its lowest corner 1 mm deep in
-    a 30 x 30 x 10 cm box, at the y offsets ``ys``: the C engine's contact normals per pose, and
-    the clipped rule's contacts."""
+@functools.cache
+def _small_box_on_large_box():
+    """A free box (half sizes 5 x 3.5 x 6 cm) and a fixed 30 x 30 x 10 cm box: the ``MjModel`` and
+    the clipped rule's contacts of a batch of poses (one program, shared by the tests below)."""
     import mujoco
 
     from diffmjx.collision import driver
 
     mj = mujoco.MjModel.from_xml_string("""<mujoco><worldbody><geom type="box" size=".15 .15 .05" pos="0 0 .05"/>
       <body><freejoint/><geom type="box" size=".05 .035 .06"/></body></worldbody></mujoco>""")
+    mx = mjx.put_model(mj)
+    d0 = mjx.make_data(mx)
+    rules = diffmjx.CollisionConfig(box_box="clipped")
+    return mj, jax.jit(jax.vmap(lambda q: driver.detect(mx, d0.replace(qpos=q), rules)))
+
+
+def _tilted_box_sweep(ys):
+    """A box (half sizes 5 x 3.5 x 6 cm) tilted 2 degrees about x, its lowest corner 1 mm deep in
+    a 30 x 30 x 10 cm box, at the y offsets ``ys``: the C engine's contact normals per pose, and
+    the clipped rule's contacts."""
+    import mujoco
+
+    mj, detect = _small_box_on_large_box()
     d = mujoco.MjData(mj)
     quat = [np.cos(np.radians(-1.0)), np.sin(np.radians(-1.0)), 0.0, 0.0]
     qpos, normals = [], []
@@ -286,10 +299,7 @@ def _tilted_box_sweep(ys):
         mujoco.mj_forward(mj, d)
         qpos.append(d.qpos.copy())
         normals.append([d.contact.frame[j, :3].copy() for j in range(d.ncon)])
-    mx = mjx.put_model(mj)
-    d0 = mjx.make_data(mx)
-    rules = diffmjx.CollisionConfig(plane_box="mjx", plane_cylinder="mjx", box_box="clipped")
-    return normals, jax.jit(jax.vmap(lambda q: driver.detect(mx, d0.replace(qpos=q), rules)))(jnp.asarray(qpos))
+    return normals, detect(jnp.asarray(qpos))
 
 
 def _turn(normals):
@@ -413,10 +423,7 @@ def test_clipped_polygon_vertices_split_without_a_jump():
     ends of the sweep the contacts are the C engine's."""
     import mujoco
 
-    from diffmjx.collision import driver
-
-    mj = mujoco.MjModel.from_xml_string("""<mujoco><worldbody><geom type="box" size=".15 .15 .05" pos="0 0 .05"/>
-      <body><freejoint/><geom type="box" size=".05 .035 .06"/></body></worldbody></mujoco>""")
+    mj, detect = _small_box_on_large_box()
     d = mujoco.MjData(mj)
     yaw = np.radians(30.0)
     turn = np.array([[np.cos(yaw), -np.sin(yaw)], [np.sin(yaw), np.cos(yaw)]])
@@ -427,10 +434,7 @@ def test_clipped_polygon_vertices_split_without_a_jump():
         mujoco.mj_forward(mj, d)
         qpos.append(d.qpos.copy())
         ref.append(sorted(d.contact.dist[: d.ncon]))
-    mx = mjx.put_model(mj)
-    d0 = mjx.make_data(mx)
-    rules = diffmjx.CollisionConfig(box_box="clipped")
-    c = jax.jit(jax.vmap(lambda q: driver.detect(mx, d0.replace(qpos=q), rules)))(jnp.asarray(qpos))
+    c = detect(jnp.asarray(qpos))
     dist = np.asarray(c.dist)
     c_total = np.array([-sum(x for x in r if x < 0) for r in ref])
     total = np.where(dist < 0, -dist, 0.0).sum(axis=1)
