@@ -197,6 +197,18 @@ def _period_diffrax(m, d, cfg: Config, layout, dt_hint, method: Method):
     # adjoint's state handling cannot carry) never reach it.
     inputs = {k: getattr(d, k) for k in _DATA_INPUTS}
     leaves, treedef = jax.tree_util.tree_flatten((m, inputs))
+    # Only traced leaves travel as Diffrax's args; constants (a model the caller's jit closes over,
+    # the arrays a parameter map leaves untouched) are closed over by the vector field. The backsolve
+    # adjoint integrates an adjoint for every inexact leaf of args through its whole backward solve
+    # (118 of the cube's model leaves), whether or not anything differentiates it: closing over the
+    # constants halves the cube toss's default gradient and its compile, with the same gradient.
+    traced = [isinstance(x, jax.core.Tracer) for x in leaves]
+    args = [x for x, t in zip(leaves, traced, strict=True) if t]
+    consts = [x for x, t in zip(leaves, traced, strict=True) if not t]
+
+    def unpack(args):
+        a, c = iter(args), iter(consts)
+        return jax.tree_util.tree_unflatten(treedef, [next(a) if t else next(c) for t in traced])
 
     controller, adjoint = method.stepsize_controller, method.adjoint
     # the warm-start step goes to the controller, not to diffeqsolve (see _PeriodPID); backsolve
@@ -209,7 +221,7 @@ def _period_diffrax(m, d, cfg: Config, layout, dt_hint, method: Method):
     kinks = warm and not backsolve and kink_step is not None and nefc > 0
 
     def vf(t, y, args):
-        m, inputs = jax.tree_util.tree_unflatten(treedef, args)
+        m, inputs = unpack(args)
         d0 = collision.allocate(m, _mjx.mjx.make_data(m), cfg.collision).replace(**inputs)
         if not kinks:
             return vector_field(m, d0, y, t, layout, cfg)[0]
@@ -251,7 +263,7 @@ def _period_diffrax(m, d, cfg: Config, layout, dt_hint, method: Method):
         t1=t0 + period,
         dt0=dt0,
         y0=y0,
-        args=leaves,
+        args=args,
         saveat=diffrax.SaveAt(t1=True),
         stepsize_controller=controller,
         adjoint=adjoint,
