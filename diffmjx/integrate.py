@@ -188,6 +188,29 @@ def _period_controller(controller: diffrax.PIDController, first_step, kink_step)
     return _PeriodPID(**fields)
 
 
+def _traced_args(tree):
+    """``(args, unpack)``: the leaves of ``tree`` that are tracers, and ``unpack(args) -> tree``
+    with the other leaves (constants) filled in.
+
+    Only traced leaves travel as Diffrax's ``args``; constants (a model the caller's ``jit`` closes
+    over, the arrays a parameter map leaves untouched) are closed over by the vector field. The
+    backsolve adjoint integrates an adjoint for every inexact leaf of ``args`` through its whole
+    backward solve (118 of the cube's model leaves), whether or not anything differentiates it;
+    closing over the constants roughly halves the cube toss's default gradient and its compile,
+    with the same gradient.
+    """
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    traced = [isinstance(x, jax.core.Tracer) for x in leaves]
+    args = [x for x, t in zip(leaves, traced, strict=True) if t]
+    consts = [x for x, t in zip(leaves, traced, strict=True) if not t]
+
+    def unpack(args):
+        a, c = iter(args), iter(consts)
+        return jax.tree_util.tree_unflatten(treedef, [next(a) if t else next(c) for t in traced])
+
+    return args, unpack
+
+
 def _period_diffrax(m, d, cfg: Config, layout, dt_hint, method: Method):
     ic = cfg.integrator
     period = jax.lax.stop_gradient(m.opt.timestep)
@@ -196,19 +219,7 @@ def _period_diffrax(m, d, cfg: Config, layout, dt_hint, method: Method):
     # the adjoint state then stays small, and MJX pytrees' empty-tuple nodes (which the backsolve
     # adjoint's state handling cannot carry) never reach it.
     inputs = {k: getattr(d, k) for k in _DATA_INPUTS}
-    leaves, treedef = jax.tree_util.tree_flatten((m, inputs))
-    # Only traced leaves travel as Diffrax's args; constants (a model the caller's jit closes over,
-    # the arrays a parameter map leaves untouched) are closed over by the vector field. The backsolve
-    # adjoint integrates an adjoint for every inexact leaf of args through its whole backward solve
-    # (118 of the cube's model leaves), whether or not anything differentiates it: closing over the
-    # constants halves the cube toss's default gradient and its compile, with the same gradient.
-    traced = [isinstance(x, jax.core.Tracer) for x in leaves]
-    args = [x for x, t in zip(leaves, traced, strict=True) if t]
-    consts = [x for x, t in zip(leaves, traced, strict=True) if not t]
-
-    def unpack(args):
-        a, c = iter(args), iter(consts)
-        return jax.tree_util.tree_unflatten(treedef, [next(a) if t else next(c) for t in traced])
+    args, unpack = _traced_args((m, inputs))
 
     controller, adjoint = method.stepsize_controller, method.adjoint
     # the warm-start step goes to the controller, not to diffeqsolve (see _PeriodPID); backsolve
