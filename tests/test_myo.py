@@ -1,7 +1,6 @@
 """MyoSuite's 39-muscle baoding hand runs through diffmjx.rollout (muscle models, tendon wrapping)."""
 
 import types
-import warnings
 
 import jax
 import jax.numpy as jnp
@@ -10,15 +9,13 @@ import pytest
 from mujoco import mjx
 
 import diffmjx
-from diffmjx.scenes.myo import BAODING_ENV
+from diffmjx.scenes.myo import BAODING_ENV, reset_env
 
 
 @pytest.fixture(scope="module")
 def hand():
-    gym = pytest.importorskip("myosuite.utils").gym
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        mj = gym.make(BAODING_ENV).unwrapped.model
+    pytest.importorskip("myosuite.utils")
+    mj = reset_env(BAODING_ENV).model
     mj.opt.iterations, mj.opt.ls_iterations = 4, 16
     return mj, mjx.put_model(mj)
 
