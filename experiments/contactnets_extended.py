@@ -36,7 +36,9 @@ saved (``experiments.common.stage``), so a rerun resumes; ``--fresh`` redoes the
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import shutil
 import time
 from pathlib import Path
 from typing import NamedTuple
@@ -45,6 +47,7 @@ import jax
 import numpy as np
 
 from diffmjx import sysid
+from diffmjx.runtime import stage_store
 from experiments import common
 
 RANDOM_RANGES = {  # uniform ranges of the random starts (components of solref / solimp in order)
@@ -98,8 +101,16 @@ def _pkey(p: sysid.CubeParams) -> tuple:
     return tuple(tuple(np.atleast_1d(np.asarray(getattr(p, k), np.float64)).tolist()) for k in FREE)
 
 
-def run(preset: str, overrides, out: Path, fresh: bool = False, progress: bool = True) -> list[dict]:
+def _digest(key) -> str:
+    return hashlib.sha256(repr(key).encode()).hexdigest()[:16]
+
+
+def run(preset: str, overrides, out: Path, fresh: bool = False, progress: bool = True,
+        store: Path | None = None) -> list[dict]:
+    """The study; ``store`` is where fits, scores and the Adam fits' per-step checkpoints are saved
+    (``diffmjx.runtime.stage_store()`` if None): a run stopped at any step resumes from it."""
     ps = PRESETS[preset]
+    store = Path(store) if store is not None else stage_store()
     # train.batching=vmap: the committed results were made in lock-step (before ecc68fb); "--set
     # train.batching=auto" runs the segments one after another on a CPU, equal to the solve's tolerance, faster
     cfg = sysid.SysidConfig.load(ps.adam, ("train.batching=vmap", *overrides, "cfd.enabled=true",
@@ -123,7 +134,7 @@ def run(preset: str, overrides, out: Path, fresh: bool = False, progress: bool =
     def error(p: sysid.CubeParams, split: str) -> float:
         tosses_ = sel if split == "selection" else test
         return common.stage("sysid-ext-err", (cfg.sim.to_yaml(), cfg.iterations, split, sel_names, _pkey(p)),
-                            lambda: sysid.grouped_trajectory_error(p, tosses_, cfg), fresh)  # fmt: skip
+                            lambda: sysid.grouped_trajectory_error(p, tosses_, cfg), fresh, store)  # fmt: skip
 
     default = sysid.CubeParams()
     fits = {}  # name -> dict(method, start, horizon, init, history or None, params, wall, evaluations)
@@ -131,14 +142,17 @@ def run(preset: str, overrides, out: Path, fresh: bool = False, progress: bool =
         cfg_n, data_n = by_n[n]
         starts = {"pre-tuned": default, **{f"random {i}": random_start(i) for i in range(n_random)}}
         for start_name, start in starts.items():
-            run_cfg = cfg_n.override(_inits_override(start))
+            # a checkpoint after every step, beside the stages: a fit stopped mid-way resumes there
+            ckpt = store / f"sysid-ext-adam-{_digest((key, n, start_name))}"
+            if fresh:
+                shutil.rmtree(ckpt, ignore_errors=True)
+            run_cfg = cfg_n.override(_inits_override(start), f"train.checkpoint_dir={ckpt}")
 
             def fit(run_cfg=run_cfg, data_n=data_n, label=f"Adam N={n} from {start_name}"):
-                t = time.perf_counter()
                 res = sysid.train(run_cfg, data_n, progress=progress, desc=label)
-                return res, time.perf_counter() - t
+                return res, float(np.sum(res.history.wall_s))  # every piece's steps (each piece's first has its JIT)
 
-            res, wall = common.stage("sysid-ext-adam", (key, n, start_name), fit, fresh)
+            res, wall = common.stage("sysid-ext-adam", (key, n, start_name), fit, fresh, store)
             fits[f"Adam, N = {n}, {start_name}"] = dict(
                 method="Adam", start=start_name, horizon=n, segments=len(data_n.start), init=start,
                 history=res.history, params=res.params, wall=wall,
@@ -153,23 +167,26 @@ def run(preset: str, overrides, out: Path, fresh: bool = False, progress: bool =
                           progress=progress, desc="Adam on the subset")  # fmt: skip
         return res, time.perf_counter() - t
 
-    res, wall = common.stage("sysid-ext-adam-subset", key, fit_adam_subset, fresh)
+    res, wall = common.stage("sysid-ext-adam-subset", key, fit_adam_subset, fresh, store)
     fits["Adam, subset"] = dict(method="Adam (subset)", start="pre-tuned", horizon=4, segments=ps.subset, init=default,
                                 history=res.history, params=res.params, wall=wall,
                                 evaluations=len(res.history.step), kind="minibatch gradient")  # fmt: skip
 
-    def fit_lm():
-        t = time.perf_counter()
-        res = sysid.fit_lm(cfg4, sub_q, sub_v, steps=ps.lm_steps, progress=progress)
-        return res, time.perf_counter() - t
+    lm_ckpt = store / f"sysid-ext-lm-{_digest(key)}.npz"  # after every LM step: a stopped fit resumes
+    if fresh:
+        lm_ckpt.unlink(missing_ok=True)
 
-    lm, wall = common.stage("sysid-ext-lm", key, fit_lm, fresh)
+    def fit_lm():
+        res = sysid.fit_lm(cfg4, sub_q, sub_v, steps=ps.lm_steps, progress=progress, checkpoint=lm_ckpt)
+        return res, float(np.sum(res.history.wall_s))
+
+    lm, wall = common.stage("sysid-ext-lm", key, fit_lm, fresh, store)
     fits["Levenberg-Marquardt, subset"] = dict(method="Levenberg-Marquardt (optimistix)", start="pre-tuned", horizon=4,
                                                segments=ps.subset, init=default, history=None, params=lm.params,
                                                wall=wall, evaluations=len(lm.history.step),
                                                kind="Jacobian of the subset")  # fmt: skip
     peer = common.stage("sysid-ext-peer", key, lambda: sysid.fit_mujoco_sysid(sub_q, sub_v, default, FREE,
-                                                                               iterations=cfg.iterations), fresh)  # fmt: skip
+                                                                               iterations=cfg.iterations), fresh, store)  # fmt: skip
     fits["mujoco.sysid, subset"] = dict(method="mujoco.sysid (C engine, finite differences)", start="pre-tuned",
                                         horizon=4, segments=ps.subset, init=default, history=None, params=peer.params,
                                         wall=peer.wall_s, evaluations=peer.evaluations,
@@ -299,10 +316,14 @@ def main(argv=None):
                    help="sysid override for every fit, e.g. train.learning_rate=0.01 (repeatable)")  # fmt: skip
     p.add_argument("--out", type=Path, default=common.RESULTS, help="where the CSV and PNG files go")
     p.add_argument("--fresh", action="store_true", help="redo fits saved by an earlier run")
+    p.add_argument("--store", type=Path, default=None,
+                   help="folder of the saved fits, scores and per-step checkpoints (default: the stage cache, "
+                        "$DIFFMJX_STAGE_CACHE or ~/.cache/diffmjx/stages); a run stopped at any step resumes from it")  # fmt: skip
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     args = p.parse_args(argv)
     common.setup()
-    run("quick" if args.quick else "paper", args.set, args.out, fresh=args.fresh, progress=not args.no_progress)
+    run("quick" if args.quick else "paper", args.set, args.out, fresh=args.fresh, progress=not args.no_progress,
+        store=args.store)
 
 
 if __name__ == "__main__":

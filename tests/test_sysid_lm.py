@@ -49,3 +49,25 @@ def test_lm_reduces_the_loss_and_moves_the_side_towards_the_cube(setup):
     np.testing.assert_array_equal(res.params.solref, sysid.CubeParams().solref)  # not free: untouched
     with pytest.raises(ValueError, match="steps=0 is invalid"):
         sysid.fit_lm(cfg, qpos, qvel, steps=0)
+
+
+@pytest.mark.slow  # suite budget: three short LM fits
+def test_lm_resumes_from_its_checkpoint_with_the_same_trial_points(setup, tmp_path):
+    cfg, qpos, qvel = setup
+    qpos, qvel = qpos[:4], qvel[:4]
+    whole = sysid.fit_lm(cfg, qpos, qvel, steps=3, progress=False)
+    ckpt = tmp_path / "lm.npz"
+    first = sysid.fit_lm(cfg, qpos, qvel, steps=1, progress=False, checkpoint=ckpt)
+    assert ckpt.exists() and len(first.history.step) == 1
+    resumed = sysid.fit_lm(cfg, qpos, qvel, steps=3, progress=False, checkpoint=ckpt)
+    np.testing.assert_array_equal(resumed.history.step, whole.history.step)
+    np.testing.assert_array_equal(resumed.history.accepted, whole.history.accepted)
+    # the same trial points to rounding: the restart re-evaluates the last accepted iterate
+    np.testing.assert_allclose(resumed.history.loss, whole.history.loss, rtol=1e-9)
+    np.testing.assert_allclose(resumed.history.params.side_length, whole.history.params.side_length, rtol=1e-9)
+    assert resumed.loss_init == whole.loss_init
+    # a finished fit is read back without a step
+    again = sysid.fit_lm(cfg, qpos, qvel, steps=3, progress=False, checkpoint=ckpt)
+    np.testing.assert_array_equal(again.history.loss, resumed.history.loss)
+    with pytest.raises(ValueError, match="another configuration, data or tolerance"):
+        sysid.fit_lm(cfg, qpos, qvel, steps=3, progress=False, checkpoint=ckpt, rtol=1e-5)

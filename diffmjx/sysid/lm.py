@@ -26,7 +26,10 @@ Sharp bits:
 """
 
 import dataclasses
+import hashlib
+import json
 import time
+from pathlib import Path
 from typing import NamedTuple
 
 import equinox as eqx
@@ -48,7 +51,7 @@ class LMHistory(NamedTuple):
     step: np.ndarray  # (S,) int, from 1
     loss: np.ndarray  # (S,) loss at the accepted iterate after the step
     accepted: np.ndarray  # (S,) bool, whether the step's trial point was accepted
-    wall_s: np.ndarray  # (S,) wall time of the step (the first includes the JIT)
+    wall_s: np.ndarray  # (S,) wall time of the step (the first of a process includes the JIT and, if resumed, its re-evaluation)
     params: CubeParams  # physical parameters of the accepted iterate after each step, stacked (S, ...)
 
 
@@ -61,6 +64,43 @@ class LMResult(NamedTuple):
     converged: bool  # optimistix's Cauchy termination was met within ``steps``
 
 
+def _fingerprint(cfg: SysidConfig, qpos: np.ndarray, qvel: np.ndarray, rtol: float, atol: float) -> str:
+    """What a checkpoint must match to be resumed: the config (but the Adam-only train knobs), data, tolerances."""
+    d = cfg.to_dict()
+    d["train"] = {k: d["train"][k] for k in ("free", "inits", "velocity_weight")}
+    digest = hashlib.sha256(np.ascontiguousarray(qpos).tobytes() + np.ascontiguousarray(qvel).tobytes())
+    return json.dumps({"config": d, "data": digest.hexdigest(), "rtol": rtol, "atol": atol}, sort_keys=True)
+
+
+def _save(path: Path, fingerprint: str, theta, step_size, loss_init: float, done: bool, hist: dict) -> None:
+    arrays = {
+        "fingerprint": np.asarray(fingerprint),
+        "step_size": np.asarray(step_size),
+        "loss_init": np.asarray(loss_init),
+        "done": np.asarray(done),
+        **{f"theta/{k}": np.asarray(v) for k, v in theta.items()},
+        **{f"history/{k}": np.asarray(hist[k]) for k in ("step", "loss", "accepted", "wall_s")},
+        **{f"history/params/{n}": np.stack(v) for n, v in hist["params"].items()},
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez(tmp, **arrays)
+    tmp.replace(path)  # a run killed mid-write keeps the previous checkpoint
+
+
+def _load(path: Path, fingerprint: str, theta):
+    with np.load(path, allow_pickle=False) as f:
+        if str(f["fingerprint"]) != fingerprint:
+            raise ValueError(
+                f"LM checkpoint {path} was written for another configuration, data or tolerance "
+                f"({str(f['fingerprint'])[:200]}...); delete it or choose another checkpoint"
+            )
+        theta = {k: jnp.asarray(f[f"theta/{k}"]) for k in theta}
+        hist: dict = {k: list(f[f"history/{k}"]) for k in ("step", "loss", "accepted", "wall_s")}
+        hist["params"] = {n: list(f[f"history/params/{n}"]) for n in FREE_PARAMS}
+        return theta, float(f["step_size"]), float(f["loss_init"]), bool(f["done"]), hist
+
+
 def fit_lm(
     cfg: SysidConfig,
     qpos,
@@ -71,6 +111,7 @@ def fit_lm(
     atol: float = 1e-9,
     progress: bool = True,
     desc: str = "LM",
+    checkpoint: str | Path | None = None,
 ) -> LMResult:
     """Fit ``cfg.train.free`` to segments with Levenberg–Marquardt (see the module docstring).
 
@@ -83,12 +124,18 @@ def fit_lm(
             and on the residuals.
         progress: show a tqdm progress bar.
         desc: its label.
+        checkpoint: an ``.npz`` file written (atomically) after every step; if it exists, the fit
+            resumes after its last step. The resumed fit proposes the same trial points as an
+            uninterrupted one (to rounding): it restarts optimistix at the last accepted iterate with
+            the trust region's saved step size, which costs one extra residual and Jacobian
+            evaluation per resume (not counted as a step). A checkpoint of another configuration,
+            data, ``rtol`` or ``atol`` raises ``ValueError``; ``steps`` may differ (run longer).
 
     Returns:
         :class:`LMResult`.
 
     Raises:
-        ValueError: ``steps`` below 1, or segments of the wrong shape.
+        ValueError: ``steps`` below 1, segments of the wrong shape, or a checkpoint of another fit.
         FloatingPointError: a non-finite loss.
     """
     from tqdm.auto import tqdm
@@ -126,15 +173,31 @@ def fit_lm(
         return th, state, done
 
     loss_of = jax.jit(lambda th, args: jnp.sum(fn(th, args)[0] ** 2))
-    loss_init = float(loss_of(theta, args))
     hist: dict = {"step": [], "loss": [], "accepted": [], "wall_s": [], "params": {n: [] for n in FREE_PARAMS}}
     done = False
     accepted_before = 0
-    with tqdm(total=steps, desc=desc, disable=not progress, leave=False) as bar:
-        for k in range(steps):
+    resume_wall = 0.0  # the resume's re-evaluation, added to the next step's wall time
+    ckpt = Path(checkpoint) if checkpoint is not None else None
+    fingerprint = _fingerprint(cfg, qpos, qvel, rtol, atol)
+    if ckpt is not None and ckpt.exists():
+        theta, step_size, loss_init, done, hist = _load(ckpt, fingerprint, theta)
+        if not done and len(hist["step"]) < steps:
+            # optimistix restarted at the last accepted iterate: its first step re-evaluates the
+            # residual and Jacobian there and accepts it, keeping the step size, so the next trial
+            # point is the one the uninterrupted fit would have proposed
+            state = solver.init(fn, theta, args, options, f_struct, None, tags)
+            state = eqx.tree_at(lambda s: s.search_state.step_size, state, jnp.asarray(step_size))
+            t = time.perf_counter()
+            theta, state, _ = jax.block_until_ready(step(theta, state, args))
+            resume_wall = time.perf_counter() - t
+            accepted_before = int(state.num_accepted_steps)
+    else:
+        loss_init = float(loss_of(theta, args))
+    with tqdm(total=steps, initial=len(hist["step"]), desc=desc, disable=not progress, leave=False) as bar:
+        for k in range(len(hist["step"]), steps if not done else 0):
             t = time.perf_counter()
             theta, state, done = jax.block_until_ready(step(theta, state, args))
-            wall = time.perf_counter() - t
+            wall, resume_wall = time.perf_counter() - t + resume_wall, 0.0
             loss = float(jnp.sum(state.f_info.residual**2))  # at the accepted iterate ``theta``
             if not np.isfinite(loss):
                 raise FloatingPointError(f"non-finite loss at LM step {k + 1}")
@@ -147,9 +210,12 @@ def fit_lm(
             for name in FREE_PARAMS:
                 hist["params"][name].append(np.asarray(getattr(init if name in fixed else now, name), np.float64))
             accepted_before = accepted
+            done = bool(done)
+            if ckpt is not None:
+                _save(ckpt, fingerprint, theta, state.search_state.step_size, loss_init, done, hist)
             bar.update()
             bar.set_postfix(loss=f"{loss:.3g}", side_mm=f"{1e3 * float(now.side_length):.2f}")
-            if bool(done):
+            if done:
                 break
     final = from_unconstrained(CubeParams(**fixed, **theta))
     params = CubeParams(
