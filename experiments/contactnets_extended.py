@@ -1,6 +1,6 @@
 """ContactNets cube, extended identification (paper Figs. 22 and 11): fit for prediction, select, publish.
 
-    python -m experiments.contactnets_extended [--quick] [--set KEY=VALUE ...] [--fresh]
+    python -m experiments.contactnets_extended [--quick] [--set KEY=VALUE ...] [--fresh] [--store DIR]
 
 Identifies every parameter of ``diffmjx.sysid.CubeParams`` (side length, mass, solref, solimp,
 friction) from the real ContactNets tosses with DiffMJX + contacts from distance, and publishes
@@ -11,7 +11,7 @@ training (segments), *selection* and *test* (the validation split cut in two by
 - **Adam** (``diffmjx.sysid.train``) on the training segments from the pre-tuned start (the
   dataset's cube, ``CubeParams()``) and from seeded random starts (each parameter uniform in
   :data:`RANDOM_RANGES`), for each segment length N in the preset's ``horizons`` (N = 10 is the
-  paper's pre-tuned start's), checkpointed after every epoch so a run resumes.
+  paper's pre-tuned start's), checkpointed after every step so a run stopped anywhere resumes.
 - **The peer table on one footing**: Adam, Levenberg–Marquardt (``diffmjx.sysid.fit_lm``) and
   MuJoCo's sysid (``diffmjx.sysid.fit_mujoco_sysid``: the C engine, finite differences), each from
   the pre-tuned start on the *same* fixed subset of N = 4 training segments.
@@ -39,7 +39,6 @@ import argparse
 import hashlib
 import json
 import shutil
-import time
 from pathlib import Path
 from typing import NamedTuple
 
@@ -162,11 +161,15 @@ def run(preset: str, overrides, out: Path, fresh: bool = False, progress: bool =
     # the peer table: every method from the pre-tuned start on the same subset of N = 4 segments
     sub_cfg = cfg4.override("train.steps_per_epoch=null", f"train.epochs={ps.peer_adam_epochs}")
 
+    sub_ckpt = store / f"sysid-ext-adam-subset-{_digest(key)}"
+    if fresh:
+        shutil.rmtree(sub_ckpt, ignore_errors=True)
+
     def fit_adam_subset():
-        t = time.perf_counter()
-        res = sysid.train(sub_cfg, sysid.Segments(sub_q, sub_v, data4.toss[pick], data4.start[pick]),
+        res = sysid.train(sub_cfg.override(f"train.checkpoint_dir={sub_ckpt}"),
+                          sysid.Segments(sub_q, sub_v, data4.toss[pick], data4.start[pick]),
                           progress=progress, desc="Adam on the subset")  # fmt: skip
-        return res, time.perf_counter() - t
+        return res, float(np.sum(res.history.wall_s))
 
     res, wall = common.stage("sysid-ext-adam-subset", key, fit_adam_subset, fresh, store)
     fits["Adam, subset"] = dict(method="Adam (subset)", start="pre-tuned", horizon=4, segments=ps.subset, init=default,

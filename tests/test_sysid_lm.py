@@ -55,11 +55,14 @@ def test_lm_reduces_the_loss_and_moves_the_side_towards_the_cube(setup):
 def test_lm_resumes_from_its_checkpoint_with_the_same_trial_points(setup, tmp_path):
     cfg, qpos, qvel = setup
     qpos, qvel = qpos[:4], qvel[:4]
-    whole = sysid.fit_lm(cfg, qpos, qvel, steps=3, progress=False)
+    whole = sysid.fit_lm(cfg, qpos, qvel, steps=5, progress=False)
     ckpt = tmp_path / "lm.npz"
-    first = sysid.fit_lm(cfg, qpos, qvel, steps=1, progress=False, checkpoint=ckpt)
-    assert ckpt.exists() and len(first.history.step) == 1
-    resumed = sysid.fit_lm(cfg, qpos, qvel, steps=3, progress=False, checkpoint=ckpt)
+    # stopped after 3 steps: past the first (always accepted) one, so the trust region's saved
+    # step size is one the fit has changed, and the resume must carry it
+    first = sysid.fit_lm(cfg, qpos, qvel, steps=3, progress=False, checkpoint=ckpt)
+    assert ckpt.exists() and len(first.history.step) == 3
+    assert float(np.load(ckpt)["step_size"]) != 1.0
+    resumed = sysid.fit_lm(cfg, qpos, qvel, steps=5, progress=False, checkpoint=ckpt)
     np.testing.assert_array_equal(resumed.history.step, whole.history.step)
     np.testing.assert_array_equal(resumed.history.accepted, whole.history.accepted)
     # the same trial points to rounding: the restart re-evaluates the last accepted iterate
@@ -67,7 +70,9 @@ def test_lm_resumes_from_its_checkpoint_with_the_same_trial_points(setup, tmp_pa
     np.testing.assert_allclose(resumed.history.params.side_length, whole.history.params.side_length, rtol=1e-9)
     assert resumed.loss_init == whole.loss_init
     # a finished fit is read back without a step
-    again = sysid.fit_lm(cfg, qpos, qvel, steps=3, progress=False, checkpoint=ckpt)
+    again = sysid.fit_lm(cfg, qpos, qvel, steps=5, progress=False, checkpoint=ckpt)
     np.testing.assert_array_equal(again.history.loss, resumed.history.loss)
-    with pytest.raises(ValueError, match="another configuration, data or tolerance"):
-        sysid.fit_lm(cfg, qpos, qvel, steps=3, progress=False, checkpoint=ckpt, rtol=1e-5)
+    with pytest.raises(ValueError, match="holds 5 steps, more than steps=4"):
+        sysid.fit_lm(cfg, qpos, qvel, steps=4, progress=False, checkpoint=ckpt)
+    with pytest.raises(ValueError, match="rtol: 1e-06 .checkpoint. vs 1e-05 .now."):
+        sysid.fit_lm(cfg, qpos, qvel, steps=5, progress=False, checkpoint=ckpt, rtol=1e-5)

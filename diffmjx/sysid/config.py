@@ -93,7 +93,7 @@ class TrainConfig(Section):
         inits: initial values overriding :class:`~diffmjx.sysid.CubeParams`'s defaults, e.g.
             ``{side_length: 0.06}`` (each inside its open interval).
         seed: seed of the minibatch order (the split's is ``data.seed``).
-        checkpoint_dir: where the state is saved after each epoch and resumed from; None or empty: nowhere.
+        checkpoint_dir: where the state is saved after each step and resumed from; None or empty: nowhere.
         iterations: Newton iterations of the model's constraint solver; None: 2 for DiffMJX's
             adaptive integrators (they re-solve at every stage), 4 for MJX's fixed-step ones.
         velocity_weight: weight of the squared velocity error in the loss (0: position and

@@ -41,6 +41,7 @@ import optimistix as optx
 from diffmjx.sysid.config import FREE_PARAMS, SysidConfig
 from diffmjx.sysid.loss import segment_residuals
 from diffmjx.sysid.model import CubeParams, _base, from_unconstrained, to_unconstrained
+from diffmjx.sysid.train import _config_diff
 
 __all__ = ["LMHistory", "LMResult", "fit_lm"]
 
@@ -51,7 +52,8 @@ class LMHistory(NamedTuple):
     step: np.ndarray  # (S,) int, from 1
     loss: np.ndarray  # (S,) loss at the accepted iterate after the step
     accepted: np.ndarray  # (S,) bool, whether the step's trial point was accepted
-    wall_s: np.ndarray  # (S,) wall time of the step (the first of a process includes the JIT and, if resumed, its re-evaluation)
+    # (S,) wall time of the step (the first of a process includes the JIT and, if resumed, its re-evaluation)
+    wall_s: np.ndarray
     params: CubeParams  # physical parameters of the accepted iterate after each step, stacked (S, ...)
 
 
@@ -67,9 +69,10 @@ class LMResult(NamedTuple):
 def _fingerprint(cfg: SysidConfig, qpos: np.ndarray, qvel: np.ndarray, rtol: float, atol: float) -> str:
     """What a checkpoint must match to be resumed: the config (but the Adam-only train knobs), data, tolerances."""
     d = cfg.to_dict()
-    d["train"] = {k: d["train"][k] for k in ("free", "inits", "velocity_weight")}
+    d["train"] = {k: v for k, v in d["train"].items() if k in ("free", "inits", "velocity_weight", "iterations")}
     digest = hashlib.sha256(np.ascontiguousarray(qpos).tobytes() + np.ascontiguousarray(qvel).tobytes())
-    return json.dumps({"config": d, "data": digest.hexdigest(), "rtol": rtol, "atol": atol}, sort_keys=True)
+    data = {"hash": digest.hexdigest(), "shape": list(qpos.shape)}
+    return json.dumps({"config": d, "data": data, "rtol": rtol, "atol": atol}, sort_keys=True)
 
 
 def _save(path: Path, fingerprint: str, theta, step_size, loss_init: float, done: bool, hist: dict) -> None:
@@ -90,10 +93,12 @@ def _save(path: Path, fingerprint: str, theta, step_size, loss_init: float, done
 
 def _load(path: Path, fingerprint: str, theta):
     with np.load(path, allow_pickle=False) as f:
-        if str(f["fingerprint"]) != fingerprint:
+        saved = str(f["fingerprint"])
+        if saved != fingerprint:
+            diff = _config_diff(json.loads(saved), json.loads(fingerprint))
             raise ValueError(
                 f"LM checkpoint {path} was written for another configuration, data or tolerance "
-                f"({str(f['fingerprint'])[:200]}...); delete it or choose another checkpoint"
+                f"({'; '.join(diff[:4])}); delete it or choose another checkpoint"
             )
         theta = {k: jnp.asarray(f[f"theta/{k}"]) for k in theta}
         hist: dict = {k: list(f[f"history/{k}"]) for k in ("step", "loss", "accepted", "wall_s")}
@@ -129,7 +134,8 @@ def fit_lm(
             uninterrupted one (to rounding): it restarts optimistix at the last accepted iterate with
             the trust region's saved step size, which costs one extra residual and Jacobian
             evaluation per resume (not counted as a step). A checkpoint of another configuration,
-            data, ``rtol`` or ``atol`` raises ``ValueError``; ``steps`` may differ (run longer).
+            data, ``rtol`` or ``atol`` raises ``ValueError``, naming what differs; ``steps`` may be
+            larger (run longer), not smaller than the steps it holds.
 
     Returns:
         :class:`LMResult`.
@@ -181,6 +187,11 @@ def fit_lm(
     fingerprint = _fingerprint(cfg, qpos, qvel, rtol, atol)
     if ckpt is not None and ckpt.exists():
         theta, step_size, loss_init, done, hist = _load(ckpt, fingerprint, theta)
+        if len(hist["step"]) > steps:
+            raise ValueError(
+                f"LM checkpoint {ckpt} holds {len(hist['step'])} steps, more than steps={steps}; "
+                "pass steps >= that, or delete it"
+            )
         if not done and len(hist["step"]) < steps:
             # optimistix restarted at the last accepted iterate: its first step re-evaluates the
             # residual and Jacobian there and accepts it, keeping the step size, so the next trial
