@@ -18,15 +18,17 @@ first of the selection half of the validation split) out with the pre-tuned cube
 Each control period is put in a phase by the simulated cube's state at its end: *flight* (lowest
 corner more than 2 mm above the table), *face, sliding* and *face, resting* (touching, with a
 face within 5 degrees of the table's plane; sliding if it moves faster than 2 cm/s or turns faster
-than 0.2 rad/s) and *edge or corner* (every other contact). The accepted and rejected
-steps of every period are summed per phase. The C engine (RK4 at 68 steps per period, about 0.1 ms, 100 Newton iterations to
-1e-12, the same model) counts how often the number of contacts changes within each period: MuJoCo's
-own dynamics of a cube sliding on a face with a pyramidal cone are micro-bounces (corners leaving
-and touching the table at kHz rates), which an error-controlled integrator must resolve.
+than 0.2 rad/s) and *edge or corner* (every other contact). The accepted and rejected steps of
+every period are summed per phase. MuJoCo's C engine rolls the same tosses out with each cone
+(RK4 at 68 steps per period, about 0.1 ms; 100 Newton iterations to 1e-12; its own collision
+functions), its periods put in phases by its own state, and counts how often its number of
+contacts changes within each period: with a pyramidal cone, MuJoCo's own dynamics of a cube
+sliding on a face are micro-bounces (corners leaving and touching the table), which an
+error-controlled integrator must resolve.
 
 Writes to ``docs/results/``: ``contactnets_steps.csv`` (one row per toss, setting and period),
 ``contactnets_steps_summary.csv`` (per setting and phase: periods, steps, steps per period, share of
-all steps, the C engine's contact changes per period) and ``contactnets_steps.png``.
+all steps; for the C engine, contact-count changes per period) and ``contactnets_steps.png``.
 """
 
 from __future__ import annotations
@@ -53,6 +55,11 @@ SETTINGS = {  # name -> (overrides of the sysid paper preset, MuJoCo cone)
 }
 PHASES = ("flight", "edge or corner", "face, sliding", "face, resting")
 C_SUB = 68  # the C engine's RK4 steps per control period (about 0.1 ms each)
+C_ITERATIONS, C_TOLERANCE = 100, 1e-12  # its converged Newton solve
+
+
+def _pkey(p: sysid.CubeParams) -> tuple:
+    return tuple(tuple(np.atleast_1d(np.asarray(v, np.float64)).tolist()) for v in p)
 
 
 def _corners(side: float) -> np.ndarray:
@@ -80,22 +87,26 @@ def phases(qpos: np.ndarray, qvel: np.ndarray, side: float) -> list[str]:
     return out
 
 
-def c_engine_contact_changes(toss: sysid.Toss, periods: int, cone) -> np.ndarray:
-    """Per control period, how often the C engine's number of contacts changes (RK4, converged solve)."""
-    m = sysid.cube_mjmodel(iterations=100)
-    m.opt.tolerance, m.opt.integrator, m.opt.timestep = 1e-12, mujoco.mjtIntegrator.mjINT_RK4, sysid.DT / C_SUB
+def c_engine_run(toss: sysid.Toss, periods: int, cone: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The C engine's own rollout (RK4, :data:`C_SUB` steps per period, 100 Newton iterations to
+    1e-12): per control period, how often its number of contacts changes, and the state at the
+    period's end."""
+    m = sysid.cube_mjmodel(iterations=C_ITERATIONS)
+    m.opt.tolerance, m.opt.integrator, m.opt.timestep = C_TOLERANCE, mujoco.mjtIntegrator.mjINT_RK4, sysid.DT / C_SUB
     m.opt.cone = cone
     d = mujoco.MjData(m)
     d.qpos[:], d.qvel[:] = toss.qpos[0], toss.qvel[0]
     mujoco.mj_forward(m, d)
     changes = np.zeros(periods, int)
+    qpos, qvel = np.zeros((periods, 7)), np.zeros((periods, 6))
     last = d.ncon
     for k in range(periods):
         for _ in range(C_SUB):
             mujoco.mj_step(m, d)
             changes[k] += d.ncon != last
             last = d.ncon
-    return changes
+        qpos[k], qvel[k] = d.qpos, d.qvel
+    return changes, qpos, qvel
 
 
 def run(n_tosses: int, out: Path) -> list[dict]:
@@ -124,14 +135,25 @@ def run(n_tosses: int, out: Path) -> list[dict]:
             tr = roll(jnp.asarray(t.qpos[0]), jnp.asarray(t.qvel[0]), n)
             qpos, qvel = np.asarray(tr.qpos), np.asarray(tr.qvel)
             acc, rej = np.asarray(tr.stats.accepted), np.asarray(tr.stats.rejected)
-            changes = common.stage("steps-c-engine", (name, int(cone)), lambda t=t, n=n, c=cone: c_engine_contact_changes(t, n, c))
             for k, ph in enumerate(phases(qpos, qvel, side)):
                 rows.append({"setting": setting, "toss": name, "period": k + 1, "phase": ph, "accepted": int(acc[k]),
-                             "rejected": int(rej[k]), "z_mm": 1e3 * qpos[k, 2], "speed_m_s": float(np.linalg.norm(qvel[k, :2])),
-                             "c_engine_contact_changes": int(changes[k])})  # fmt: skip
+                             "rejected": int(rej[k]), "contact_changes": "", "z_mm": 1e3 * qpos[k, 2],
+                             "speed_m_s": float(np.linalg.norm(qvel[k, :2]))})  # fmt: skip
+    # the C engine's own rollouts, each period put in a phase by the C engine's own state
+    for cone_name, cone in (("pyramidal", mujoco.mjtCone.mjCONE_PYRAMIDAL), ("elliptic", mujoco.mjtCone.mjCONE_ELLIPTIC)):
+        for name in names:
+            t = tosses[name]
+            n = t.qpos.shape[0] - 1
+            key = (name, int(cone), C_SUB, C_ITERATIONS, C_TOLERANCE, _pkey(p))
+            changes, qpos, qvel = common.stage("steps-c-engine", key, lambda t=t, n=n, c=int(cone): c_engine_run(t, n, c))
+            for k, ph in enumerate(phases(qpos, qvel, side)):
+                rows.append({"setting": f"C engine, {cone_name}", "toss": name, "period": k + 1, "phase": ph,
+                             "accepted": C_SUB, "rejected": 0, "contact_changes": int(changes[k]), "z_mm": 1e3 * qpos[k, 2],
+                             "speed_m_s": float(np.linalg.norm(qvel[k, :2]))})  # fmt: skip
     summary = []
-    for setting in SETTINGS:
+    for setting in dict.fromkeys(r["setting"] for r in rows):
         rs = [r for r in rows if r["setting"] == setting]
+        engine = setting.startswith("C engine")
         total = sum(r["accepted"] + r["rejected"] for r in rs)
         for ph in PHASES:
             sel = [r for r in rs if r["phase"] == ph]
@@ -140,17 +162,17 @@ def run(n_tosses: int, out: Path) -> list[dict]:
                 "setting": setting, "phase": ph, "periods": len(sel),
                 "accepted": sum(r["accepted"] for r in sel), "rejected": sum(r["rejected"] for r in sel),
                 "steps_per_period": steps / len(sel) if sel else float("nan"), "share_of_steps": steps / total,
-                "c_engine_contact_changes_per_period": float(np.mean([r["c_engine_contact_changes"] for r in sel]))
-                if sel else float("nan"),
+                "contact_changes_per_period": float(np.mean([r["contact_changes"] for r in sel]))
+                if engine and sel else float("nan"),
             })  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     common.write_csv(out / "contactnets_steps.csv", rows)
     common.write_csv(out / "contactnets_steps_summary.csv", summary)
     _plot(rows, summary, names, out / "contactnets_steps.png")
-    print(f"{'setting':<18} {'phase':<16} {'periods':>7} {'steps/period':>12} {'share':>6} {'C contact changes':>17}")
+    print(f"{'setting':<22} {'phase':<16} {'periods':>7} {'steps/period':>12} {'share':>6} {'contact changes':>15}")
     for s in summary:
-        print(f"{s['setting']:<18} {s['phase']:<16} {s['periods']:>7} {s['steps_per_period']:>12.1f} "
-              f"{100 * s['share_of_steps']:>5.0f}% {s['c_engine_contact_changes_per_period']:>17.1f}")  # fmt: skip
+        print(f"{s['setting']:<22} {s['phase']:<16} {s['periods']:>7} {s['steps_per_period']:>12.1f} "
+              f"{100 * s['share_of_steps']:>5.0f}% {s['contact_changes_per_period']:>15.2f}")  # fmt: skip
     return summary
 
 
@@ -182,7 +204,7 @@ def _plot(rows, summary, names, path: Path) -> None:
     x = np.arange(len(PHASES))
     w = 0.8 / len(settings)
     for i, setting in enumerate(settings):
-        vals = [next(s["steps_per_period"] for s in summary if s["setting"] == setting and s["phase"] == ph) for ph in PHASES]
+        vals = [next(x["steps_per_period"] for x in summary if x["setting"] == setting and x["phase"] == ph) for ph in PHASES]
         b.bar(x + (i - (len(settings) - 1) / 2) * w, vals, w, color=colours[setting], label=setting)
     b.set_yscale("log")
     b.set_xticks(x, PHASES, fontsize=8)
