@@ -1,6 +1,6 @@
 """The published cube on every held-out toss it was not chosen on: does it generalise?
 
-    python -m experiments.contactnets_generalisation [--params PATH] [--out DIR]
+    python -m experiments.contactnets_generalisation [--params PATH] [--out DIR] [--fresh]
 
 The extended study (``experiments.contactnets_extended``) judges its winner on a few *test*
 tosses. This study takes the published file (``docs/results/contactnets_params.json``) and its
@@ -41,7 +41,7 @@ def judged_tosses(record: dict, cfg: sysid.SysidConfig) -> tuple[dict, list[str]
     return tosses, unused
 
 
-def run(params_path: Path, out: Path) -> dict:
+def run(params_path: Path, out: Path, fresh: bool = False) -> dict:
     fp = sysid.load_params_json(params_path)
     record = json.loads(params_path.with_name(params_path.stem + "_record.json").read_text())
     preset = record.get("preset", "quick")
@@ -59,8 +59,9 @@ def run(params_path: Path, out: Path) -> dict:
     errs = {}
     for label, p in (("pretuned", sysid.CubeParams()), ("published", fp.params)):
         print(f"rolling out the {label} cube over {len(items)} tosses (minutes)", flush=True)
-        _, per = common.stage("generalisation-err", (cfg.sim.to_yaml(), cfg.iterations, names, label, str(p)),
-                              lambda p=p: sysid.grouped_trajectory_error(p, items, cfg, per_toss=True))  # fmt: skip
+        pkey = tuple(tuple(np.atleast_1d(np.asarray(v, np.float64)).tolist()) for v in p)  # every digit
+        _, per = common.stage("generalisation-err", (cfg.sim.to_yaml(), cfg.iterations, names, pkey),
+                              lambda p=p: sysid.grouped_trajectory_error(p, items, cfg, per_toss=True), fresh)  # fmt: skip
         errs[label] = np.asarray(per, np.float64)
     test = set(record["test_tosses"])
     rows = [{"toss": n, "samples": int(tosses[n].qpos.shape[0]), "record_test": n in test,
@@ -131,9 +132,10 @@ def main(argv=None):
     p.add_argument("--params", type=Path, default=common.RESULTS / "contactnets_params.json",
                    help="the fitted-parameter file (its _record.json beside it)")  # fmt: skip
     p.add_argument("--out", type=Path, default=common.RESULTS, help="where the CSV and PNG files go")
+    p.add_argument("--fresh", action="store_true", help="redo rollouts saved by an earlier run")
     args = p.parse_args(argv)
     common.setup()
-    run(args.params, args.out)
+    run(args.params, args.out, fresh=args.fresh)
 
 
 if __name__ == "__main__":
