@@ -120,6 +120,11 @@ def cli(doc: str, preset: Path, argv=None, extra=()) -> tuple[diffmjx.Config, ar
     return diffmjx.config_from_args(args), args
 
 
+def param_key(params) -> tuple:
+    """A stage key of a NamedTuple of parameters (e.g. ``diffmjx.sysid.CubeParams``): every field, every digit."""
+    return tuple(tuple(np.atleast_1d(np.asarray(v, np.float64)).tolist()) for v in params)
+
+
 def save_figure(fig, path: Path, dpi: int = 120) -> None:
     import matplotlib.pyplot as plt
 

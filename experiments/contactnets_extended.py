@@ -97,10 +97,6 @@ def _param_cols(p: sysid.CubeParams) -> dict:
     return out
 
 
-def _pkey(p: sysid.CubeParams) -> tuple:
-    return tuple(tuple(np.atleast_1d(np.asarray(getattr(p, k), np.float64)).tolist()) for k in FREE)
-
-
 def _digest(key) -> str:
     return hashlib.sha256(repr(key).encode()).hexdigest()[:16]
 
@@ -133,7 +129,7 @@ def run(preset: str, overrides, out: Path, fresh: bool = False, progress: bool =
 
     def error(p: sysid.CubeParams, split: str) -> float:
         tosses_ = sel if split == "selection" else test
-        return common.stage("sysid-ext-err", (cfg.sim.to_yaml(), cfg.iterations, split, sel_names, _pkey(p)),
+        return common.stage("sysid-ext-err", (cfg.sim.to_yaml(), cfg.iterations, split, sel_names, common.param_key(p)),
                             lambda: sysid.grouped_trajectory_error(p, tosses_, cfg), fresh, store)  # fmt: skip
 
     default = sysid.CubeParams()

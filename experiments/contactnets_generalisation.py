@@ -59,8 +59,7 @@ def run(params_path: Path, out: Path, fresh: bool = False) -> dict:
     errs = {}
     for label, p in (("pretuned", sysid.CubeParams()), ("published", fp.params)):
         print(f"rolling out the {label} cube over {len(items)} tosses (minutes)", flush=True)
-        pkey = tuple(tuple(np.atleast_1d(np.asarray(v, np.float64)).tolist()) for v in p)  # every digit
-        _, per = common.stage("generalisation-err", (cfg.sim.to_yaml(), cfg.iterations, names, pkey),
+        _, per = common.stage("generalisation-err", (cfg.sim.to_yaml(), cfg.iterations, names, common.param_key(p)),
                               lambda p=p: sysid.grouped_trajectory_error(p, items, cfg, per_toss=True), fresh)  # fmt: skip
         errs[label] = np.asarray(per, np.float64)
     test = set(record["test_tosses"])
@@ -122,9 +121,7 @@ def _plot(pre, pub, test_mask, s: dict, path: Path) -> None:
     b.set(xlabel="published / pre-tuned error, per toss", ylabel="tosses",
           title=f"published better on {100 * s['share_better']:.0f} % of the tosses")  # fmt: skip
     b.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    common.save_figure(fig, path)
 
 
 def main(argv=None):

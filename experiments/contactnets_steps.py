@@ -58,10 +58,6 @@ C_SUB = 68  # the C engine's RK4 steps per control period (about 0.1 ms each)
 C_ITERATIONS, C_TOLERANCE = 100, 1e-12  # its converged Newton solve
 
 
-def _pkey(p: sysid.CubeParams) -> tuple:
-    return tuple(tuple(np.atleast_1d(np.asarray(v, np.float64)).tolist()) for v in p)
-
-
 def _corners(side: float) -> np.ndarray:
     h = side / 2
     return np.array([[x, y, z] for x in (-h, h) for y in (-h, h) for z in (-h, h)])
@@ -144,7 +140,7 @@ def run(n_tosses: int, out: Path) -> list[dict]:
         for name in names:
             t = tosses[name]
             n = t.qpos.shape[0] - 1
-            key = (name, int(cone), C_SUB, C_ITERATIONS, C_TOLERANCE, _pkey(p))
+            key = (name, int(cone), C_SUB, C_ITERATIONS, C_TOLERANCE, common.param_key(p))
             changes, qpos, qvel = common.stage("steps-c-engine", key, lambda t=t, n=n, c=int(cone): c_engine_run(t, n, c))
             for k, ph in enumerate(phases(qpos, qvel, side)):
                 rows.append({"setting": f"C engine, {cone_name}", "toss": name, "period": k + 1, "phase": ph,
@@ -210,9 +206,7 @@ def _plot(rows, summary, names, path: Path) -> None:
     b.set_xticks(x, PHASES, fontsize=8)
     b.set(ylabel="steps per control period (mean)", title=f"{len(names)} held-out tosses, by phase")
     b.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    common.save_figure(fig, path)
 
 
 def main(argv=None):

@@ -41,7 +41,7 @@ import optimistix as optx
 from diffmjx.sysid.config import FREE_PARAMS, SysidConfig
 from diffmjx.sysid.loss import segment_residuals
 from diffmjx.sysid.model import CubeParams, _base, from_unconstrained, to_unconstrained
-from diffmjx.sysid.train import _config_diff
+from diffmjx.sysid.train import _check_fingerprint
 
 __all__ = ["LMHistory", "LMResult", "fit_lm"]
 
@@ -93,13 +93,8 @@ def _save(path: Path, fingerprint: str, theta, step_size, loss_init: float, done
 
 def _load(path: Path, fingerprint: str, theta):
     with np.load(path, allow_pickle=False) as f:
-        saved = str(f["fingerprint"])
-        if saved != fingerprint:
-            diff = _config_diff(json.loads(saved), json.loads(fingerprint))
-            raise ValueError(
-                f"LM checkpoint {path} was written for another configuration, data or tolerance "
-                f"({'; '.join(diff[:4])}); delete it or choose another checkpoint"
-            )
+        _check_fingerprint(path, str(f["fingerprint"]), fingerprint, "another configuration, data or tolerance",
+                           "choose another checkpoint")  # fmt: skip
         theta = {k: jnp.asarray(f[f"theta/{k}"]) for k in theta}
         hist: dict = {k: list(f[f"history/{k}"]) for k in ("step", "loss", "accepted", "wall_s")}
         hist["params"] = {n: list(f[f"history/params/{n}"]) for n in FREE_PARAMS}

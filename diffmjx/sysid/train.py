@@ -172,6 +172,13 @@ def _config_diff(a: Any, b: Any, prefix: str = "") -> list[str]:
     return [] if a == b else [f"{prefix.rstrip('.')}: {a!r} (checkpoint) vs {b!r} (now)"]
 
 
+def _check_fingerprint(path: Path, saved: str, fingerprint: str, what: str, hint: str) -> None:
+    """Raise ``ValueError`` naming the first fields that differ if a checkpoint is not this run's."""
+    if saved != fingerprint:
+        diff = _config_diff(json.loads(saved), json.loads(fingerprint))
+        raise ValueError(f"checkpoint {path} was written for {what} ({'; '.join(diff[:4])}); delete it or {hint}")
+
+
 def _save_checkpoint(path: Path, fingerprint: str, steps_done: int, steps: int, theta, opt_state, hist: dict) -> None:
     arrays: dict[str, np.ndarray] = {
         "fingerprint": np.asarray(fingerprint),
@@ -196,13 +203,8 @@ def _save_checkpoint(path: Path, fingerprint: str, steps_done: int, steps: int, 
 
 def _load_checkpoint(path: Path, fingerprint: str, steps: int, theta, opt_state):
     with np.load(path, allow_pickle=False) as f:
-        saved = str(f["fingerprint"])
-        if saved != fingerprint:
-            diff = _config_diff(json.loads(saved), json.loads(fingerprint))
-            raise ValueError(
-                f"checkpoint {path} was written for another configuration or data ({'; '.join(diff[:4])}); "
-                "delete it or choose another train.checkpoint_dir"
-            )
+        _check_fingerprint(path, str(f["fingerprint"]), fingerprint, "another configuration or data",
+                           "choose another train.checkpoint_dir")  # fmt: skip
         theta = {k: jnp.asarray(f[f"theta/{k}"]) for k in theta}
         leaves, treedef = jax.tree.flatten(opt_state)
         opt_state = jax.tree.unflatten(
