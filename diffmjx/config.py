@@ -52,7 +52,7 @@ SOLVERS = (
     "tsit5", "dopri5", "dopri8", "bosh3", "heun", "midpoint", "ralston", "euler",
     "mjx_euler", "mjx_rk4", "mjx_implicitfast",
 )  # fmt: skip
-ADJOINTS = ("checkpoint", "backsolve", "forward")
+ADJOINTS = ("checkpoint", "backsolve", "interpolated", "forward")
 STEP_CONTROLS = ("pid", "constant")
 BUDGET_POLICIES = ("flag", "raise")
 GRADIENTS = ("auto", "unroll", "implicit")
@@ -268,8 +268,9 @@ class IntegratorConfig(Section):
 
     Attributes:
         solver: Diffrax tableau, or an ``mjx_*`` fixed-step MJX integrator.
-        adjoint: gradient mode: recursive ``checkpoint``, continuous ``backsolve``,
-            or ``forward`` mode.
+        adjoint: gradient mode: recursive ``checkpoint``, continuous ``backsolve``, continuous
+            ``interpolated`` (the state read from the forward solution, the adjoint stepped to
+            the kinks; :class:`diffmjx.integrate.InterpolatedAdjoint`), or ``forward`` mode.
         step_control: ``pid`` adaptive step size or ``constant`` steps.
         rtol, atol: relative and absolute error tolerances of the PID controller.
         pcoeff, icoeff, dcoeff: PID controller coefficients.
@@ -283,7 +284,8 @@ class IntegratorConfig(Section):
         remat: recompute each control period's forward pass during the backward pass instead of
             storing its internals, so that gradient memory grows with the horizon only by the
             state (qpos, qvel, act, time) per period; costs about one extra forward pass.
-        backsolve_rtol, backsolve_atol: tolerances of the backward solve; None: as forward.
+        backsolve_rtol, backsolve_atol: tolerances of the ``backsolve`` or ``interpolated``
+            adjoint's backward solve; None: as forward.
         on_budget_exhausted: when ``max_steps`` runs out, ``flag`` the result or ``raise``.
         kink_step: with ``pid`` step control and the ``checkpoint`` or ``forward`` adjoint, a step
             over which the constraint state changes (a contact lifting off, a friction-pyramid
@@ -332,10 +334,11 @@ class IntegratorConfig(Section):
         ``backsolve``.
 
         Arguments:
-            backsolve: whether the adjoint is a backsolve one; None: ``adjoint == "backsolve"``.
+            backsolve: whether the adjoint is a continuous one (``backsolve``, ``interpolated``);
+                None: as ``adjoint`` says.
         """
         if backsolve is None:
-            backsolve = self.adjoint == "backsolve"
+            backsolve = self.adjoint in ("backsolve", "interpolated")
         if backsolve:
             return self.rtol, self.atol
         return self.rtol / self.dto_tighten, self.atol / self.dto_tighten
@@ -354,7 +357,7 @@ class IntegratorConfig(Section):
         if self.kink_step != "auto":
             return self.kink_step
         if backsolve is None:
-            backsolve = self.adjoint == "backsolve"
+            backsolve = self.adjoint in ("backsolve", "interpolated")
         if rtol is None:
             if self.step_control != "pid":
                 return None

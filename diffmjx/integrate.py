@@ -11,6 +11,7 @@ import dataclasses
 from typing import NamedTuple
 
 import diffrax
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -21,7 +22,7 @@ from diffmjx.checks import validate
 from diffmjx.config import Config
 from diffmjx.dynamics import State, clamp_act, forward_unchecked, vector_field
 
-__all__ = ["Method", "Stats", "Trajectory", "diffrax_method", "rollout", "step"]
+__all__ = ["InterpolatedAdjoint", "Method", "Stats", "Trajectory", "diffrax_method", "rollout", "step"]
 
 _DIFFRAX_SOLVERS = {
     "tsit5": diffrax.Tsit5,
@@ -137,11 +138,170 @@ def _controller(cfg: Config, *, backsolve: bool, adjoint_solve: bool = False):
         atol = ic.backsolve_atol if ic.backsolve_atol is not None else atol
     # The adjoint solve controls the error of (y, a_y) only: a seminorm skips the parameter
     # adjoints, which only accumulate and would otherwise force tiny steps.
-    norm = diffrax.adjoint_rms_seminorm if adjoint_solve else optx.rms_norm
+    norm = _adjoint_norm if adjoint_solve else optx.rms_norm
     return diffrax.PIDController(
         rtol=rtol, atol=atol, pcoeff=ic.pcoeff, icoeff=ic.icoeff, dcoeff=ic.dcoeff, dtmin=ic.dtmin,
         dtmax=ic.dtmax, norm=norm,
     )  # fmt: skip
+
+
+def _adjoint_norm(x):
+    """RMS norm of an adjoint solve's state: Diffrax's seminorm for a backsolve adjoint's
+    ``(y, a_y, a_args, a_terms)``, the norm of ``a_y`` for an interpolated adjoint's ``(a_y, a_args)``."""
+    if isinstance(x, tuple) and len(x) == 2:
+        return optx.rms_norm(x[0])
+    return diffrax.adjoint_rms_seminorm(x)
+
+
+class InterpolatedAdjoint(diffrax.AbstractAdjoint):
+    r"""Optimise-then-discretise gradients with the state read from the forward solution.
+
+    Like ``diffrax.BacksolveAdjoint``, each control period's gradient comes from the continuous
+    adjoint equations :math:`\dot a_y = -a_y^\top \partial f/\partial y`,
+    :math:`\dot a_\theta = -a_y^\top \partial f/\partial\theta`, integrated backwards with
+    their own error control. Two differences:
+
+    - The state is not integrated backwards: the backward pass re-runs the period's forward solve
+      keeping Diffrax's dense output, and the adjoint solve reads the state from it (no backward
+      drift of the state through dissipative contact).
+    - The adjoint's rate jumps where the constraint state changes (lift-off, a friction-pyramid
+      edge, stick-slip): on the cube toss from 5.6 to 14 000 to 58 000 within 40 us of one
+      lift-off. Backsolve's controller finds each jump by rejecting and halving steps, down to
+      1e-8 s (most of its backward steps). Here up to ``_KINKS`` changes per period are located
+      on the interpolated forward solution by bisection with forward evaluations, and the
+      adjoint solve steps to each as a jump time (``diffrax.ClipStepSizeController``); its own
+      error control handles the rest.
+
+    The forward pass (trajectory, memory kept per period) is the backsolve adjoint's; the
+    backward pass holds one period's dense output (``integrator.max_steps`` steps) at a time.
+    :func:`step` and :func:`rollout` carry it out; ``diffrax.diffeqsolve`` cannot.
+    Measured against backsolve in ``docs/results/benchmark_adjoints.csv``.
+
+    Attributes:
+        stepsize_controller: the adjoint solve's controller; None: the forward solve's with
+            the error measured on the state adjoint only.
+    """
+
+    stepsize_controller: diffrax.AbstractStepSizeController | None = None
+
+    def loop(self, **kwargs):
+        raise NotImplementedError("InterpolatedAdjoint is carried out by diffmjx.step and diffmjx.rollout only")
+
+
+def _continuous(adjoint) -> bool:
+    """Whether ``adjoint`` is optimise-then-discretise (its backward solve has its own error control)."""
+    return isinstance(adjoint, (diffrax.BacksolveAdjoint, InterpolatedAdjoint))
+
+
+# Diffrax's loop for a solve that autodiff never enters: a plain while loop (its default adjoint's
+# checkpointed loop ran the cube toss's forward pass 1.5-1.9x slower)
+_UNDIFFERENTIATED = diffrax.ForwardMode()
+
+
+def _solve_kwargs(solve):
+    return dict(solver=solve["solver"], t0=solve["t0"], t1=solve["t1"], stepsize_controller=solve["controller"],
+                max_steps=solve["max_steps"], throw=solve["throw"], adjoint=_UNDIFFERENTIATED)  # fmt: skip
+
+
+@eqx.filter_custom_vjp
+def _interpolated_solve(y0_args, term, solve):
+    """``(y1, stats)`` of one period's forward solve; its VJP is :class:`InterpolatedAdjoint`'s."""
+    y0, args = y0_args
+    sol = diffrax.diffeqsolve(term, y0=y0, args=args, dt0=solve["dt0"], saveat=diffrax.SaveAt(t1=True),
+                              **_solve_kwargs(solve))  # fmt: skip
+    return jax.tree.map(lambda x: x[-1], sol.ys), (sol.stats, sol.result)
+
+
+@_interpolated_solve.def_fwd
+def _interpolated_solve_fwd(perturbed, y0_args, term, solve):
+    del perturbed
+    return _interpolated_solve(y0_args, term, solve), None
+
+
+@_interpolated_solve.def_bwd
+def _interpolated_solve_bwd(residuals, grad_out, perturbed, y0_args, term, solve):
+    del residuals
+    y0, args = y0_args
+    # the period again, keeping the dense output the adjoint solve reads the state from
+    sol = diffrax.diffeqsolve(term, y0=y0, args=args, dt0=solve["dt0"], saveat=diffrax.SaveAt(dense=True),
+                              **_solve_kwargs(solve))  # fmt: skip
+    perturbed_args = perturbed[1]
+    diff = [a for a, p in zip(args, perturbed_args, strict=True) if p]
+
+    def vf(t, a, _):
+        a_y, _ = a
+        y = sol.evaluate(t)
+
+        def f(y, diff):
+            it = iter(diff)
+            full = [next(it) if p else x for x, p in zip(args, perturbed_args, strict=True)]
+            return term.vf(t, y, full)
+
+        _, vjp = jax.vjp(f, y, diff)
+        return jax.tree.map(jnp.negative, vjp(a_y))
+
+    g_y1 = jax.tree.map(lambda y, g: jnp.zeros_like(y) if g is None else g, y0, grad_out[0])
+    a1 = (g_y1, [jnp.zeros_like(x) for x in diff])
+    back = solve["adjoint"].stepsize_controller or solve["controller"]
+    if solve.get("code") is not None and isinstance(back, diffrax.AbstractAdaptiveStepSizeController):
+        back = diffrax.ClipStepSizeController(back, jump_ts=_kinks(sol, solve["code"], args))
+    dt0 = None if solve["dt0"] is None else -solve["dt0"]
+    adj = diffrax.diffeqsolve(diffrax.ODETerm(vf), solve["solver"], t0=solve["t1"], t1=solve["t0"], dt0=dt0, y0=a1,
+                              saveat=diffrax.SaveAt(t1=True), stepsize_controller=back,
+                              max_steps=solve["max_steps"], throw=solve["throw"], adjoint=_UNDIFFERENTIATED)  # fmt: skip
+    a_y0, a_diff = jax.tree.map(lambda x: x[-1], adj.ys)
+    it = iter(a_diff)
+    a_args = [next(it) if p else None for p in perturbed_args]
+    a_y0 = jax.tree.map(lambda g, p: g if p else None, a_y0, perturbed[0])
+    return a_y0, a_args
+
+
+_KINKS = 8  # kinks located per period
+
+
+def _kinks(sol, code, args):
+    """Times in the period at which the constraint state of the interpolated forward solution
+    changes, located by bisection to a few ulps: ``_KINKS`` entries, padded with inf."""
+    ts, n = sol.interpolation.ts, sol.interpolation.ts_size
+    tol = 8 * jnp.finfo(ts.dtype).eps
+
+    def at(t):
+        return code(t, sol.evaluate(t), args)
+
+    def bisect(ta, tb, ca):
+        def cond(s):
+            lo, hi = s
+            return hi - lo > tol * jnp.maximum(jnp.abs(hi), 1e-3)
+
+        def body(s):
+            lo, hi = s
+            mid = 0.5 * (lo + hi)
+            same = jnp.all(at(mid) == ca)
+            return jnp.where(same, mid, lo), jnp.where(same, hi, mid)
+
+        return jax.lax.while_loop(cond, body, (ta, tb))[1]
+
+    def body(i, carry):
+        c_prev, buf, k = carry
+        ta, tb = ts[i], ts[i + 1]
+        cb = at(tb)
+
+        def more(s):  # another change between the last kink found and the step's end
+            _, c_lo, _, k = s
+            return jnp.any(cb != c_lo) & (k < _KINKS)
+
+        def locate(s):
+            lo, c_lo, buf, k = s
+            tk = bisect(lo, tb, c_lo)
+            return tk, at(tk), buf.at[k].set(tk), k + 1
+
+        _, _, buf, k = jax.lax.while_loop(more, locate, (ta, c_prev, buf, k))
+        return cb, buf, k
+
+    c0 = at(ts[0])
+    buf = jnp.full((_KINKS,), jnp.inf, ts.dtype)
+    _, buf, _ = jax.lax.fori_loop(0, jnp.maximum(n - 1, 0), body, (c0, buf, 0))
+    return buf
 
 
 def diffrax_method(cfg: Config, solver=None, stepsize_controller=None, adjoint=None) -> Method:
@@ -170,15 +330,18 @@ def diffrax_method(cfg: Config, solver=None, stepsize_controller=None, adjoint=N
     if adjoint is None:
         if ic.adjoint == "checkpoint":
             adjoint = diffrax.RecursiveCheckpointAdjoint(checkpoints=ic.checkpoints)
-        elif ic.adjoint == "backsolve":
+        elif ic.adjoint in ("backsolve", "interpolated"):
             back = stepsize_controller
             if back is None:
                 back = _controller(cfg, backsolve=True, adjoint_solve=True)
-            adjoint = diffrax.BacksolveAdjoint(solver=solver, stepsize_controller=back)
+            if ic.adjoint == "backsolve":
+                adjoint = diffrax.BacksolveAdjoint(solver=solver, stepsize_controller=back)
+            else:
+                adjoint = InterpolatedAdjoint(stepsize_controller=back)
         else:
             adjoint = diffrax.ForwardMode()
     if stepsize_controller is None:
-        stepsize_controller = _controller(cfg, backsolve=isinstance(adjoint, diffrax.BacksolveAdjoint))
+        stepsize_controller = _controller(cfg, backsolve=_continuous(adjoint))
     return Method(solver, stepsize_controller, adjoint)
 
 
@@ -225,20 +388,26 @@ def _period_diffrax(m, d, cfg: Config, layout, dt_hint, method: Method):
     # the warm-start step goes to the controller, not to diffeqsolve (see _PeriodPID); backsolve
     # runs without kink control (its adjoint solve has its own error control)
     warm = isinstance(controller, diffrax.PIDController)
-    backsolve = isinstance(adjoint, diffrax.BacksolveAdjoint)
+    backsolve = _continuous(adjoint)
     nefc = _mjx.efc(collision.allocate(m, d, cfg.collision)).J.shape[0]  # the rows the vector field's data have
     rtol = getattr(controller, "rtol", None)
     kink_step = ic.kink_step_used(backsolve=backsolve, rtol=rtol if isinstance(rtol, (int, float)) else None)
     kinks = warm and not backsolve and kink_step is not None and nefc > 0
 
-    def vf(t, y, args):
+    def evaluate(t, y, args):
         m, inputs = unpack(args)
         d0 = collision.allocate(m, _mjx.mjx.make_data(m), cfg.collision).replace(**inputs)
-        if not kinks:
-            return vector_field(m, d0, y, t, layout, cfg)[0]
-        dy, d = vector_field(m, d0, y[0], t, layout, cfg)
+        return m, vector_field(m, d0, y, t, layout, cfg)
+
+    def code(m, d):  # the constraint state, one number per row
         state = solver.constraint_state(m, d, d.qacc)
-        return dy, jax.lax.stop_gradient(state.active + 2.0 * state.linear_sign)  # the kink sentinel
+        return jax.lax.stop_gradient(state.active + 2.0 * state.linear_sign)
+
+    def vf(t, y, args):
+        if not kinks:
+            return evaluate(t, y, args)[1][0]
+        m, (dy, d) = evaluate(t, y[0], args)
+        return dy, code(m, d)  # the kink sentinel's rate
 
     # One jitted call per vector-field evaluation: JAX's autodiff passes (linearize, transpose, the
     # checkpointed loops' symbolic-zero resolution) then work on a cached inner jaxpr instead of
@@ -261,12 +430,29 @@ def _period_diffrax(m, d, cfg: Config, layout, dt_hint, method: Method):
         if backsolve:
             # the adjoint solve starts from -dt0 when given one: hold its first step in its own
             # controller too, or keep dt0 if that controller cannot hold it
-            back = adjoint.kwargs.get("stepsize_controller")
+            interpolated = isinstance(adjoint, InterpolatedAdjoint)
+            back = adjoint.stepsize_controller if interpolated else adjoint.kwargs.get("stepsize_controller")
+            if back is None and interpolated and isinstance(controller, diffrax.PIDController):
+                back = eqx.tree_at(lambda c: c.norm, method.stepsize_controller, _adjoint_norm)
             if isinstance(back, diffrax.PIDController):
                 back = _period_controller(back, first_step, None)
-                adjoint = diffrax.BacksolveAdjoint(**{**adjoint.kwargs, "stepsize_controller": back})
+                if interpolated:
+                    adjoint = InterpolatedAdjoint(stepsize_controller=back)
+                else:
+                    adjoint = diffrax.BacksolveAdjoint(**{**adjoint.kwargs, "stepsize_controller": back})
             else:
                 dt0 = first_step
+    if isinstance(adjoint, InterpolatedAdjoint):
+
+        def state_code(t, y, args):
+            m, (_, d) = evaluate(t, y, args)
+            return code(m, d)
+
+        solve = dict(solver=method.solver, t0=t0, t1=t0 + period, dt0=dt0, controller=controller, adjoint=adjoint,
+                     max_steps=ic.max_steps, throw=ic.on_budget_exhausted == "raise",
+                     code=state_code if nefc > 0 else None)  # fmt: skip
+        y1, (sol_stats, result) = _interpolated_solve((y0, args), term, solve)
+        return _period_end(m, d, layout, y1, sol_stats, result, t0, period, kinks)
     sol = diffrax.diffeqsolve(
         term,
         method.solver,
@@ -282,15 +468,19 @@ def _period_diffrax(m, d, cfg: Config, layout, dt_hint, method: Method):
         throw=ic.on_budget_exhausted == "raise",
     )
     y1 = jax.tree.map(lambda x: x[-1], sol.ys)
+    return _period_end(m, d, layout, y1, sol.stats, sol.result, t0, period, kinks)
+
+
+def _period_end(m, d, layout, y1, sol_stats, result, t0, period, kinks):
     if kinks:
         y1 = y1[0]
     qpos = manifold.normalize_quats(layout, manifold.retract(layout, d.qpos, y1.xi))
     d = d.replace(qpos=qpos, qvel=y1.qvel, act=clamp_act(m, y1.act), time=t0 + period)
-    accepted = sol.stats["num_accepted_steps"]
+    accepted = sol_stats["num_accepted_steps"]
     stats = Stats(
         accepted=accepted,
-        rejected=sol.stats["num_rejected_steps"],
-        budget_exhausted=sol.result == diffrax.RESULTS.max_steps_reached,
+        rejected=sol_stats["num_rejected_steps"],
+        budget_exhausted=result == diffrax.RESULTS.max_steps_reached,
     )
     # Next period's first trial step: the mean accepted step of this one.
     dt_next = period / jnp.maximum(accepted, 1)

@@ -52,13 +52,15 @@ def sweep_truth(mx):
 # shot and from machine to machine (rtol 1e-8: 0.1-24 %; docs/results/kink_control.csv).
 # integrator.kink_step shrinks every such step (auto, checkpoint's default: min(10 rtol / dto_tighten,
 # 1e-7) s). The
-# backsolve adjoint error-controls the adjoint ODE itself. Both adjoints at the default tolerance run by
-# default: what a user who picks either mode gets.
+# backsolve adjoint error-controls the adjoint ODE itself; the interpolated one too, reading the state
+# from the forward solution and stepping to the kinks (under -m slow for the suite's budget; its mass
+# gradient runs by default in test_interpolated_adjoint.py).
 @pytest.mark.parametrize(
     ("adjoint", "tol", "median_bound", "max_bound", "kink_step"),
     [
         ("checkpoint", 1e-7, 0.01, 0.05, "auto"),
         ("backsolve", 1e-7, 0.01, 0.05, "null"),
+        pytest.param("interpolated", 1e-7, 0.01, 0.05, "null", marks=pytest.mark.slow),  # suite budget
         pytest.param("checkpoint", 1e-8, 0.02, 0.15, "1e-7", marks=pytest.mark.slow),
     ],
 )
