@@ -348,8 +348,9 @@ class IntegratorConfig(Section):
         resolved for the adjoint and tolerance (see the class docstring).
 
         Arguments:
-            backsolve: whether the adjoint is a backsolve one; None: ``adjoint == "backsolve"``
-                (pass it for a Diffrax adjoint object given in place of the config's).
+            backsolve: whether the adjoint is a continuous one (``backsolve``, ``interpolated``);
+                None: as ``adjoint`` says (pass it for a Diffrax adjoint object given in place of
+                the config's).
             rtol: the adaptive controller's ``rtol``; None: the forward solve's
                 (:meth:`tolerances`), if ``step_control`` is ``pid`` (pass it for a Diffrax
                 controller object).

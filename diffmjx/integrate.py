@@ -145,11 +145,19 @@ def _controller(cfg: Config, *, backsolve: bool, adjoint_solve: bool = False):
     )  # fmt: skip
 
 
+class _AdjointState(NamedTuple):
+    """The state of an interpolated adjoint's backward solve."""
+
+    a_y: object  # the state adjoint (a State)
+    a_args: list  # the adjoints of the differentiated args, accumulating
+
+
 def _adjoint_norm(x):
-    """RMS norm of an adjoint solve's state: Diffrax's seminorm for a backsolve adjoint's
-    ``(y, a_y, a_args, a_terms)``, the norm of ``a_y`` for an interpolated adjoint's ``(a_y, a_args)``."""
-    if isinstance(x, tuple) and len(x) == 2:
-        return optx.rms_norm(x[0])
+    """RMS norm of an adjoint solve's state: of the state adjoint ``a_y`` for an interpolated
+    adjoint's :class:`_AdjointState`, Diffrax's seminorm for a backsolve adjoint's ``(y, a_y,
+    a_args, a_terms)``. The parameter adjoints only accumulate and would force tiny steps."""
+    if isinstance(x, _AdjointState):
+        return optx.rms_norm(x.a_y)
     return diffrax.adjoint_rms_seminorm(x)
 
 
@@ -229,7 +237,6 @@ def _interpolated_solve_bwd(residuals, grad_out, perturbed, y0_args, term, solve
     diff = [a for a, p in zip(args, perturbed_args, strict=True) if p]
 
     def vf(t, a, _):
-        a_y, _ = a
         y = sol.evaluate(t)
 
         def f(y, diff):
@@ -238,10 +245,10 @@ def _interpolated_solve_bwd(residuals, grad_out, perturbed, y0_args, term, solve
             return term.vf(t, y, full)
 
         _, vjp = jax.vjp(f, y, diff)
-        return jax.tree.map(jnp.negative, vjp(a_y))
+        return _AdjointState(*jax.tree.map(jnp.negative, vjp(a.a_y)))
 
     g_y1 = jax.tree.map(lambda y, g: jnp.zeros_like(y) if g is None else g, y0, grad_out[0])
-    a1 = (g_y1, [jnp.zeros_like(x) for x in diff])
+    a1 = _AdjointState(g_y1, [jnp.zeros_like(x) for x in diff])
     back = solve["adjoint"].stepsize_controller or solve["controller"]
     if solve.get("code") is not None and isinstance(back, diffrax.AbstractAdaptiveStepSizeController):
         back = diffrax.ClipStepSizeController(back, jump_ts=_kinks(sol, solve["code"], args))
@@ -249,7 +256,9 @@ def _interpolated_solve_bwd(residuals, grad_out, perturbed, y0_args, term, solve
     adj = diffrax.diffeqsolve(diffrax.ODETerm(vf), solve["solver"], t0=solve["t1"], t1=solve["t0"], dt0=dt0, y0=a1,
                               saveat=diffrax.SaveAt(t1=True), stepsize_controller=back,
                               max_steps=solve["max_steps"], throw=solve["throw"], adjoint=_UNDIFFERENTIATED)  # fmt: skip
-    a_y0, a_diff = jax.tree.map(lambda x: x[-1], adj.ys)
+    # a backward solve that ran out of max_steps gives NaN, not a partial gradient
+    ok = adj.result == diffrax.RESULTS.successful
+    a_y0, a_diff = jax.tree.map(lambda x: jnp.where(ok, x[-1], jnp.nan), adj.ys)
     it = iter(a_diff)
     a_args = [next(it) if p else None for p in perturbed_args]
     a_y0 = jax.tree.map(lambda g, p: g if p else None, a_y0, perturbed[0])
@@ -260,8 +269,11 @@ _KINKS = 8  # kinks located per period
 
 
 def _kinks(sol, code, args):
-    """Times in the period at which the constraint state of the interpolated forward solution
-    changes, located by bisection to a few ulps: ``_KINKS`` entries, padded with inf."""
+    """Times in the period at which ``code(t, y(t), args)`` of the dense solution ``sol`` changes,
+    located by bisection to a few ulps: the first ``_KINKS``, ascending, padded with inf.
+
+    Where two rows cross zero together the state chatters for a few ulps (each row's own
+    rounding); every flip found is kept as a jump time, so the adjoint steps to each side of them."""
     ts, n = sol.interpolation.ts, sol.interpolation.ts_size
     tol = 8 * jnp.finfo(ts.dtype).eps
 
@@ -286,9 +298,10 @@ def _kinks(sol, code, args):
         ta, tb = ts[i], ts[i + 1]
         cb = at(tb)
 
-        def more(s):  # another change between the last kink found and the step's end
+        def more(s):  # another change between the last one found and the step's end
             _, c_lo, _, k = s
-            return jnp.any(cb != c_lo) & (k < _KINKS)
+            # (under vmap a finished member runs this body too, with tb = inf: no search there)
+            return jnp.any(cb != c_lo) & (k < _KINKS) & jnp.isfinite(tb)
 
         def locate(s):
             lo, c_lo, buf, k = s
@@ -399,7 +412,7 @@ def _period_diffrax(m, d, cfg: Config, layout, dt_hint, method: Method):
         d0 = collision.allocate(m, _mjx.mjx.make_data(m), cfg.collision).replace(**inputs)
         return m, vector_field(m, d0, y, t, layout, cfg)
 
-    def code(m, d):  # the constraint state, one number per row
+    def code(m, d):  # the constraint state, one number per row (as MJX classifies it for pyramidal cones)
         state = solver.constraint_state(m, d, d.qacc)
         return jax.lax.stop_gradient(state.active + 2.0 * state.linear_sign)
 
@@ -450,7 +463,7 @@ def _period_diffrax(m, d, cfg: Config, layout, dt_hint, method: Method):
 
         solve = dict(solver=method.solver, t0=t0, t1=t0 + period, dt0=dt0, controller=controller, adjoint=adjoint,
                      max_steps=ic.max_steps, throw=ic.on_budget_exhausted == "raise",
-                     code=state_code if nefc > 0 else None)  # fmt: skip
+                     code=state_code if nefc > 0 and m.opt.cone == _mjx.ConeType.PYRAMIDAL else None)  # fmt: skip
         y1, (sol_stats, result) = _interpolated_solve((y0, args), term, solve)
         return _period_end(m, d, layout, y1, sol_stats, result, t0, period, kinks)
     sol = diffrax.diffeqsolve(

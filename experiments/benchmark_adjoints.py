@@ -138,6 +138,8 @@ def main(argv=None) -> None:
     p = common.parser(__doc__.splitlines()[0])
     p.add_argument("--shots", type=int, default=17, help="toss velocities for the accuracy sweep")
     args = p.parse_args(argv)
+    if args.shots < 3 or args.shots % 2 == 0:
+        p.error(f"--shots={args.shots}: give an odd number, at least 3 (the middle shot is u0)")
     common.setup()
     jax.config.update("jax_enable_compilation_cache", False)  # first calls compile cold, every mode alike
     _, summary = run(args.shots, args.out)

@@ -3,12 +3,14 @@
 Its accuracy over a sweep of shots runs with the other adjoints in test_cube_toss.py.
 """
 
+import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import diffmjx
+from diffmjx.integrate import _kinks
 from diffmjx.scenes import cube_toss_data, load
 
 HORIZON = 15  # through touchdown (about 0.06 s), the first bounce and sliding
@@ -38,12 +40,15 @@ def test_mass_gradient_matches_converged_differences(mx):
     (value, steps), grad = jax.jit(jax.value_and_grad(interp, has_aux=True))(mass)
     # the forward pass is the backsolve adjoint's, step for step
     b_value, b_steps = jax.jit(_final_y(mx, CFG))(mass)
-    assert float(value) == float(b_value) and int(steps) == int(b_steps)
+    assert int(steps) == int(b_steps)
+    np.testing.assert_allclose(float(value), float(b_value), rtol=1e-12)
     ref = jax.jit(lambda m: _final_y(mx, diffmjx.converged(CFG))(m)[0])
     h = 1e-4 * mass
     fd = float((ref(mass + h) - ref(mass - h)) / (2 * h))
     assert abs(fd) > 1e-4  # the mass moves the slide: a gradient that is not just zero
-    assert abs(float(grad) - fd) < 1e-3 * abs(fd), (float(grad), fd)
+    # measured: -0.1191468 against differences -0.1191468 (steps 1e-3 and 1e-4 of the mass agree to
+    # 5e-7): 2e-7 off; backsolve's gradient, -0.1191433, is 3e-5 off and would fail this bound
+    assert abs(float(grad) - fd) < 1e-5 * abs(fd), (float(grad), fd)
 
 
 def test_config_names_the_interpolated_adjoint():
@@ -54,7 +59,32 @@ def test_config_names_the_interpolated_adjoint():
     assert isinstance(adjoint, diffmjx.integrate.InterpolatedAdjoint)
     assert adjoint.stepsize_controller.rtol == 1e-6 and method.stepsize_controller.rtol == CFG.integrator.rtol
     a_y, a_args = jnp.array([3.0, 4.0]), [jnp.array([1e6])]
-    assert float(adjoint.stepsize_controller.norm((a_y, a_args))) == pytest.approx(np.sqrt(12.5))
+    state = diffmjx.integrate._AdjointState(a_y, a_args)
+    assert float(adjoint.stepsize_controller.norm(state)) == pytest.approx(np.sqrt(12.5))
     assert CFG.override("integrator.adjoint=interpolated").integrator.tolerances() == (1e-7, 1e-7)
     with pytest.raises(NotImplementedError, match="diffmjx.step and diffmjx.rollout"):
         adjoint.loop()
+
+
+def _ramp():
+    """Dense solution of y' = 1 from y(0) = -0.1 over [0, 1] in two steps of 0.5: y(t) = t - 0.1."""
+    term = diffrax.ODETerm(lambda t, y, args: jnp.ones_like(y))
+    return diffrax.diffeqsolve(term, diffrax.Tsit5(), 0.0, 1.0, 0.5, jnp.array([-0.1]), max_steps=4,
+                               saveat=diffrax.SaveAt(dense=True), stepsize_controller=diffrax.ConstantStepSize())
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        (lambda y: jnp.zeros(1), []),  # no change: all inf
+        (lambda y: (y > 0.2) * 1.0, [0.3]),  # one change
+        (lambda y: jnp.concatenate([y > 0, y > 0.2]) * 1.0, [0.1, 0.3]),  # two in one step, found in order
+        (lambda y: jnp.concatenate([y > 0, y > 1e-14]) * 1.0, [0.1, 0.1 + 1e-14]),  # 1e-14 s apart: both
+        (lambda y: jnp.floor(20 * y), [0.05 * (k + 1) for k in range(8)]),  # 18 changes: the first 8
+    ],
+)
+def test_kinks_are_located_on_the_dense_solution(code, expected):
+    found = np.asarray(jax.jit(lambda: _kinks(_ramp(), lambda t, y, args: code(y), None))())
+    assert found.shape == (8,)
+    np.testing.assert_allclose(found[: len(expected)], expected, rtol=0, atol=1e-13)
+    assert np.all(np.isinf(found[len(expected) :]))
