@@ -173,9 +173,8 @@ class InterpolatedAdjoint(diffrax.AbstractAdjoint):
       keeping Diffrax's dense output, and the adjoint solve reads the state from it (no backward
       drift of the state through dissipative contact).
     - The adjoint's rate jumps where the constraint state changes (lift-off, a friction-pyramid
-      edge, stick-slip): on the cube toss from 5.6 to 14 000 to 58 000 within 40 us of one
-      lift-off. Backsolve's controller finds each jump by rejecting and halving steps, down to
-      1e-8 s (most of its backward steps). Here up to ``_KINKS`` changes per period are located
+      edge, stick-slip), by orders of magnitude on the cube toss. Backsolve's controller finds
+      each jump by rejecting and shrinking steps (most of its extra backward steps). Here up to ``_KINKS`` changes per period are located
       on the interpolated forward solution by bisection with forward evaluations, and the
       adjoint solve steps to each as a jump time (``diffrax.ClipStepSizeController``); its own
       error control handles the rest.
