@@ -25,6 +25,7 @@ import yaml
 
 __all__ = [
     "ADJOINTS",
+    "CONTINUOUS_ADJOINTS",
     "BOX_BOX_RULES",
     "BUDGET_POLICIES",
     "DEFAULT_PRESET",
@@ -53,6 +54,7 @@ SOLVERS = (
     "mjx_euler", "mjx_rk4", "mjx_implicitfast",
 )  # fmt: skip
 ADJOINTS = ("checkpoint", "backsolve", "interpolated", "forward")
+CONTINUOUS_ADJOINTS = ("backsolve", "interpolated")  # optimise-then-discretise: their own backward error control
 STEP_CONTROLS = ("pid", "constant")
 BUDGET_POLICIES = ("flag", "raise")
 GRADIENTS = ("auto", "unroll", "implicit")
@@ -338,7 +340,7 @@ class IntegratorConfig(Section):
                 None: as ``adjoint`` says.
         """
         if backsolve is None:
-            backsolve = self.adjoint in ("backsolve", "interpolated")
+            backsolve = self.adjoint in CONTINUOUS_ADJOINTS
         if backsolve:
             return self.rtol, self.atol
         return self.rtol / self.dto_tighten, self.atol / self.dto_tighten
@@ -358,7 +360,7 @@ class IntegratorConfig(Section):
         if self.kink_step != "auto":
             return self.kink_step
         if backsolve is None:
-            backsolve = self.adjoint in ("backsolve", "interpolated")
+            backsolve = self.adjoint in CONTINUOUS_ADJOINTS
         if rtol is None:
             if self.step_control != "pid":
                 return None

@@ -19,7 +19,7 @@ import optimistix as optx
 
 from diffmjx import _mjx, collision, manifold, solver
 from diffmjx.checks import validate
-from diffmjx.config import Config
+from diffmjx.config import CONTINUOUS_ADJOINTS, Config
 from diffmjx.dynamics import State, clamp_act, forward_unchecked, vector_field
 
 __all__ = ["InterpolatedAdjoint", "Method", "Stats", "Trajectory", "diffrax_method", "rollout", "step"]
@@ -342,7 +342,7 @@ def diffrax_method(cfg: Config, solver=None, stepsize_controller=None, adjoint=N
     if adjoint is None:
         if ic.adjoint == "checkpoint":
             adjoint = diffrax.RecursiveCheckpointAdjoint(checkpoints=ic.checkpoints)
-        elif ic.adjoint in ("backsolve", "interpolated"):
+        elif ic.adjoint in CONTINUOUS_ADJOINTS:
             back = stepsize_controller
             if back is None:
                 back = _controller(cfg, backsolve=True, adjoint_solve=True)
