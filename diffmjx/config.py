@@ -25,9 +25,9 @@ import yaml
 
 __all__ = [
     "ADJOINTS",
-    "CONTINUOUS_ADJOINTS",
     "BOX_BOX_RULES",
     "BUDGET_POLICIES",
+    "CONTINUOUS_ADJOINTS",
     "DEFAULT_PRESET",
     "GRADIENTS",
     "PAPER_PRESET",
