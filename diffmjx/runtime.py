@@ -82,6 +82,12 @@ def stage_store() -> Path:
     return Path(os.environ.get("DIFFMJX_STAGE_CACHE", Path.home() / ".cache" / "diffmjx" / "stages"))
 
 
+def stage_path(name: str, key: object, store: str | Path | None = None) -> Path:
+    """The file :func:`stage` saves ``name``'s result for ``key`` in (it exists once that stage is done)."""
+    digest = hashlib.sha256(repr((name, key, mujoco.__version__)).encode()).hexdigest()[:16]
+    return (stage_store() if store is None else Path(store)) / f"{name}-{digest}.pkl"
+
+
 def stage(name: str, key: object, fn: Callable[[], Any], fresh: bool = False, store: str | Path | None = None) -> Any:
     """``fn()``, or its result saved by an earlier run with the same ``name`` and ``key``.
 
@@ -100,8 +106,7 @@ def stage(name: str, key: object, fn: Callable[[], Any], fresh: bool = False, st
     Returns:
         The result, computed now or loaded.
     """
-    digest = hashlib.sha256(repr((name, key, mujoco.__version__)).encode()).hexdigest()[:16]
-    path = (stage_store() if store is None else Path(store)) / f"{name}-{digest}.pkl"
+    path = stage_path(name, key, store)
     if path.exists() and not fresh:
         print(f"{name}: reusing {path}")
         with open(path, "rb") as f:

@@ -44,9 +44,10 @@ from typing import NamedTuple
 
 import jax
 import numpy as np
+from tqdm.auto import tqdm
 
 from diffmjx import sysid
-from diffmjx.runtime import stage_store
+from diffmjx.runtime import stage_path, stage_store
 from experiments import common
 
 RANDOM_RANGES = {  # uniform ranges of the random starts (components of solref / solimp in order)
@@ -57,6 +58,8 @@ RANDOM_RANGES = {  # uniform ranges of the random starts (components of solref /
     "friction": ((0.05, 0.5),),
 }
 FREE = ("side_length", "mass", "solref", "solimp", "friction")
+# what ``--only`` matches: the Adam fits are "Adam N=<n> from <start>" (start "pre-tuned" or "random <i>")
+FIT_LABELS = ("Adam N=", "Adam on the subset", "Levenberg-Marquardt", "mujoco.sysid", "selection scores")
 
 
 class Preset(NamedTuple):
@@ -102,9 +105,14 @@ def _digest(key) -> str:
 
 
 def run(preset: str, overrides, out: Path, fresh: bool = False, progress: bool = True,
-        store: Path | None = None) -> list[dict]:
+        store: Path | None = None, only: str | None = None) -> list[dict]:
     """The study; ``store`` is where fits, scores and the Adam fits' per-step checkpoints are saved
-    (``diffmjx.runtime.stage_store()`` if None): a run stopped at any step resumes from it."""
+    (``diffmjx.runtime.stage_store()`` if None): a run stopped at any step resumes from it.
+
+    ``only``: run just the fits whose label contains it (see :data:`FIT_LABELS`), then stop before
+    selection and return ``[]``. A second process given another fit uses another core: the fits
+    are saved under the same keys as in a whole run, which then finds them done.
+    """
     ps = PRESETS[preset]
     store = Path(store) if store is not None else stage_store()
     # train.batching=vmap: the committed results were made in lock-step (before ecc68fb); "--set
@@ -144,7 +152,12 @@ def run(preset: str, overrides, out: Path, fresh: bool = False, progress: bool =
                 shutil.rmtree(ckpt, ignore_errors=True)
             run_cfg = cfg_n.override(_inits_override(start), f"train.checkpoint_dir={ckpt}")
 
-            def fit(run_cfg=run_cfg, data_n=data_n, label=f"Adam N={n} from {start_name}"):
+            label = f"Adam N={n} from {start_name}"
+            done = stage_path("sysid-ext-adam", (key, n, start_name), store).exists()
+            if only is not None and only not in label and not (only in FIT_LABELS[4] and done):
+                continue
+
+            def fit(run_cfg=run_cfg, data_n=data_n, label=label):
                 res = sysid.train(run_cfg, data_n, progress=progress, desc=label)
                 return res, float(np.sum(res.history.wall_s))  # every piece's steps (each piece's first has its JIT)
 
@@ -167,11 +180,6 @@ def run(preset: str, overrides, out: Path, fresh: bool = False, progress: bool =
                           progress=progress, desc="Adam on the subset")  # fmt: skip
         return res, float(np.sum(res.history.wall_s))
 
-    res, wall = common.stage("sysid-ext-adam-subset", key, fit_adam_subset, fresh, store)
-    fits["Adam, subset"] = dict(method="Adam (subset)", start="pre-tuned", horizon=4, segments=ps.subset, init=default,
-                                history=res.history, params=res.params, wall=wall,
-                                evaluations=len(res.history.step), kind="minibatch gradient")  # fmt: skip
-
     lm_ckpt = store / f"sysid-ext-lm-{_digest(key)}.npz"  # after every LM step: a stopped fit resumes
     if fresh:
         lm_ckpt.unlink(missing_ok=True)
@@ -180,13 +188,34 @@ def run(preset: str, overrides, out: Path, fresh: bool = False, progress: bool =
         res = sysid.fit_lm(cfg4, sub_q, sub_v, steps=ps.lm_steps, progress=progress, checkpoint=lm_ckpt)
         return res, float(np.sum(res.history.wall_s))
 
+    def fit_peer():
+        return sysid.fit_mujoco_sysid(sub_q, sub_v, default, FREE, iterations=cfg.iterations)
+
+    if only is not None:
+        if only in FIT_LABELS[1]:
+            common.stage("sysid-ext-adam-subset", key, fit_adam_subset, fresh, store)
+        if only in FIT_LABELS[2]:
+            common.stage("sysid-ext-lm", key, fit_lm, fresh, store)
+        if only in FIT_LABELS[3]:
+            common.stage("sysid-ext-peer", key, fit_peer, fresh, store)
+        if only in FIT_LABELS[4]:  # what selection will read: every finished Adam fit's snapshots
+            plan = [p for f in fits.values() for _, p in sysid.snapshots(f["init"], f["history"], ps.every)]
+            for p in tqdm(plan, desc=f"selection scores of {len(fits)} finished fits", disable=not progress):
+                error(p, "selection")
+            error(default, "selection"), error(default, "test")
+        print(f"--only {only!r}: its fits are saved in {store}; selection runs without --only")
+        return []
+    res, wall = common.stage("sysid-ext-adam-subset", key, fit_adam_subset, fresh, store)
+    fits["Adam, subset"] = dict(method="Adam (subset)", start="pre-tuned", horizon=4, segments=ps.subset, init=default,
+                                history=res.history, params=res.params, wall=wall,
+                                evaluations=len(res.history.step), kind="minibatch gradient")  # fmt: skip
+
     lm, wall = common.stage("sysid-ext-lm", key, fit_lm, fresh, store)
     fits["Levenberg-Marquardt, subset"] = dict(method="Levenberg-Marquardt (optimistix)", start="pre-tuned", horizon=4,
                                                segments=ps.subset, init=default, history=None, params=lm.params,
                                                wall=wall, evaluations=len(lm.history.step),
                                                kind="Jacobian of the subset")  # fmt: skip
-    peer = common.stage("sysid-ext-peer", key, lambda: sysid.fit_mujoco_sysid(sub_q, sub_v, default, FREE,
-                                                                               iterations=cfg.iterations), fresh, store)  # fmt: skip
+    peer = common.stage("sysid-ext-peer", key, fit_peer, fresh, store)
     fits["mujoco.sysid, subset"] = dict(method="mujoco.sysid (C engine, finite differences)", start="pre-tuned",
                                         horizon=4, segments=ps.subset, init=default, history=None, params=peer.params,
                                         wall=peer.wall_s, evaluations=peer.evaluations,
@@ -320,10 +349,15 @@ def main(argv=None):
                    help="folder of the saved fits, scores and per-step checkpoints (default: the stage cache, "
                         "$DIFFMJX_STAGE_CACHE or ~/.cache/diffmjx/stages); a run stopped at any step resumes from it")  # fmt: skip
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--only", default=None, metavar="LABEL",
+                   help="run just the fits whose label contains LABEL (e.g. 'Adam N=10 from pre-tuned', "
+                        "'Adam on the subset', 'Levenberg-Marquardt', 'mujoco.sysid'; 'selection scores': score the "
+                        "snapshots of every finished Adam fit) and stop before selection: "
+                        "a second process on another fit uses another core")  # fmt: skip
     args = p.parse_args(argv)
     common.setup()
     run("quick" if args.quick else "paper", args.set, args.out, fresh=args.fresh, progress=not args.no_progress,
-        store=args.store)
+        store=args.store, only=args.only)
 
 
 if __name__ == "__main__":
