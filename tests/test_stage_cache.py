@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from diffmjx.runtime import stage
+from diffmjx.runtime import stage, stage_path
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -20,7 +20,9 @@ def test_stage_reuses_saved_result_and_recomputes_on_fresh_or_new_key(tmp_path):
 
         return fn
 
+    assert not stage_path("s", ("cfg", 1), tmp_path).exists()
     assert stage("s", ("cfg", 1), work(1), store=tmp_path) == {"value": 1}
+    assert stage_path("s", ("cfg", 1), tmp_path).exists()  # where a study looks for a finished stage
     assert stage("s", ("cfg", 1), work(2), store=tmp_path) == {"value": 1}  # saved: fn not called
     assert calls == [1]
     assert stage("s", ("cfg", 2), work(3), store=tmp_path) == {"value": 3}  # another key: computed
