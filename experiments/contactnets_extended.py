@@ -153,9 +153,9 @@ def run(preset: str, overrides, out: Path, fresh: bool = False, progress: bool =
             run_cfg = cfg_n.override(_inits_override(start), f"train.checkpoint_dir={ckpt}")
 
             label = f"Adam N={n} from {start_name}"
-            done = stage_path("sysid-ext-adam", (key, n, start_name), store).exists()
-            if only is not None and only not in label and not (only in FIT_LABELS[4] and done):
-                continue
+            if only is not None and only not in label:  # "selection scores" loads the finished fits
+                if only not in FIT_LABELS[4] or not stage_path("sysid-ext-adam", (key, n, start_name), store).exists():
+                    continue
 
             def fit(run_cfg=run_cfg, data_n=data_n, label=label):
                 res = sysid.train(run_cfg, data_n, progress=progress, desc=label)
@@ -202,7 +202,8 @@ def run(preset: str, overrides, out: Path, fresh: bool = False, progress: bool =
             plan = [p for f in fits.values() for _, p in sysid.snapshots(f["init"], f["history"], ps.every)]
             for p in tqdm(plan, desc=f"selection scores of {len(fits)} finished fits", disable=not progress):
                 error(p, "selection")
-            error(default, "selection"), error(default, "test")
+            error(default, "selection")
+            error(default, "test")
         print(f"--only {only!r}: its fits are saved in {store}; selection runs without --only")
         return []
     res, wall = common.stage("sysid-ext-adam-subset", key, fit_adam_subset, fresh, store)
