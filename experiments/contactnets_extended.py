@@ -184,8 +184,14 @@ def run(preset: str, overrides, out: Path, fresh: bool = False, progress: bool =
     if fresh:
         lm_ckpt.unlink(missing_ok=True)
 
+    # LM's segments run as the library chooses (one after another on a CPU) unless --set says otherwise:
+    # forward-mode Jacobians of 512 segments in lock-step cost 12x per step (the paper run's LM: median
+    # 636 s vmapped, 53 s mapped), equal to the solve's tolerance; the batching is not part of the
+    # fit's key or checkpoint, so that run's LM resumed its five vmapped steps this way (docs/sysid.md)
+    lm_cfg = cfg4 if any(o.startswith("train.batching=") for o in overrides) else cfg4.override("train.batching=auto")
+
     def fit_lm():
-        res = sysid.fit_lm(cfg4, sub_q, sub_v, steps=ps.lm_steps, progress=progress, checkpoint=lm_ckpt)
+        res = sysid.fit_lm(lm_cfg, sub_q, sub_v, steps=ps.lm_steps, progress=progress, checkpoint=lm_ckpt)
         return res, float(np.sum(res.history.wall_s))
 
     def fit_peer():

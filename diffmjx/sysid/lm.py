@@ -9,7 +9,7 @@ coordinate: 10 with every parameter free). Every step uses all the segments it i
 minibatches), so it is meant for a few hundred segments, not all 40 000.
 
 Knobs: the :class:`~diffmjx.sysid.SysidConfig` (``train.free``, ``train.inits``,
-``train.velocity_weight``, ``sim``, ``iterations``) plus ``steps``, ``rtol`` and ``atol`` of
+``train.velocity_weight``, ``train.batching``, ``sim``, ``iterations``) plus ``steps``, ``rtol`` and ``atol`` of
 :func:`fit_lm`. The simulation is differentiated in forward mode, so the ``sim`` config's
 ``integrator.adjoint`` is replaced by ``forward`` (a reverse-mode adjoint cannot be pushed
 forward).
@@ -18,6 +18,9 @@ Sharp bits:
 
 - One step costs one rollout of every segment with (free coordinates + 1) tangents; with 10 free
   coordinates that is about as much as 10 Adam minibatch gradients of the same size.
+- Keep ``train.batching`` at ``auto`` on a CPU (``map``: each segment its own adaptive steps):
+  under ``vmap`` every segment's tangents ride the stiffest segment's steps, 12x the cost per step
+  on 512 segments (docs/sysid.md).
 - The loss is flat wherever the predicted cube does not touch the table (a start far too small):
   the Jacobian is then zero in the contact parameters and LM stops at once. Use contacts from
   distance (``cfd.enabled``) in ``sim``, as the Fig. 9 study does, or a start that touches.
