@@ -4,7 +4,7 @@ The file is read as a user would read it: its values go into a plain MJCF box on
 ``diffmjx.sysid`` model code), its ``config_overrides`` into a ``diffmjx.Config``, and whole test
 tosses (named by ``contactnets_params_record.json``, never trained or selected on) are rolled out
 with ``diffmjx.rollout`` from their first recorded state. Their mean position errors must be the
-recorded ones.
+recorded ones, to within what rounding-level changes of the start move them (measured here).
 """
 
 import json
@@ -21,6 +21,7 @@ from diffmjx import sysid
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 N_TOSSES = 2  # the shortest test tosses: the check's cost
+ENSEMBLE = 6  # rollouts per toss: as recorded, and perturbed at rounding level
 _SOLVERS = {"pgs": "PGS", "cg": "CG", "newton": "Newton"}
 
 
@@ -68,18 +69,32 @@ def test_published_params_reproduce_their_recorded_test_error():
     cfg = _config(fp.config_overrides)
     d0 = mjx.make_data(mx)
 
+    # The file's simulation (the paper's 2-iteration Newton solve at rtol 1e-5) makes a whole toss
+    # sensitive to rounding: initial velocities perturbed by 1e-15 relative move toss_211's error
+    # between 10.05 and 10.99 mm in 12 rollouts, mostly near 10.15 (the record, from the sysid
+    # model's batched rollout: 10.78). So each toss runs as a small ensemble, lane 0 as recorded, the
+    # others so perturbed, and the recorded error must lie within the ensemble's range widened by half
+    # its width and 10 % (a few lanes may miss a rare mode): a wrong parameter, option or override moves
+    # it by more (the pre-tuned cube's recorded error, 0.4-2x the published one here, lies outside).
+    rng = np.random.default_rng(0)
+
     @jax.jit
     def positions(qpos0, qvel0):
-        _, traj = diffmjx.rollout(mx, d0.replace(qpos=qpos0, qvel=qvel0), jnp.zeros((length - 1, 0)), cfg)
-        return traj.qpos[:, :3]
+        def one(qvel0):
+            _, traj = diffmjx.rollout(mx, d0.replace(qpos=qpos0, qvel=qvel0), jnp.zeros((length - 1, 0)), cfg)
+            return traj.qpos[:, :3]
+
+        return jax.vmap(one)(qvel0)
 
     for name in names:
         t = tosses[name]
-        sim = np.asarray(positions(jnp.asarray(t.qpos[0]), jnp.asarray(t.qvel[0])))[: t.qpos.shape[0] - 1]
-        err_mm = 1e3 * np.mean(np.linalg.norm(sim - t.qpos[1:, :3], axis=-1))
-        # The file's simulation (the paper's 2-iteration Newton solve at rtol 1e-5) makes a whole toss
-        # sensitive to rounding: this plain model, the sysid model and its batched rollout give 9.36,
-        # 9.38 and 9.29 mm for toss_162. Equal to a few percent is reproducing it; a wrong parameter,
-        # option or override moves it by far more.
-        np.testing.assert_allclose(err_mm, record["per_toss_test_error_mm"][name], rtol=0.03, err_msg=name)
+        scale = np.ones((ENSEMBLE, t.qvel.shape[1]))
+        scale[1:] += 1e-15 * rng.standard_normal((ENSEMBLE - 1, t.qvel.shape[1]))
+        sim = np.asarray(positions(jnp.asarray(t.qpos[0]), jnp.asarray(t.qvel[0] * scale)))[:, : t.qpos.shape[0] - 1]
+        err_mm = 1e3 * np.mean(np.linalg.norm(sim - t.qpos[None, 1:, :3], axis=-1), axis=1)
+        lo, hi = err_mm.min(), err_mm.max()
+        lo, hi = lo * 0.9 - (hi - lo) / 2, hi * 1.1 + (hi - lo) / 2
+        recorded, pretuned = record["per_toss_test_error_mm"][name], record["pretuned_per_toss_test_error_mm"][name]
+        assert lo <= recorded <= hi, f"{name}: recorded {recorded:.2f} mm, rolled out {np.round(err_mm, 2)} mm"
+        assert not lo <= pretuned <= hi, f"{name}: the check cannot tell the pre-tuned cube ({pretuned:.2f} mm) apart"
     assert record["test_error_mm"] <= 0.85 * record["pretuned_test_error_mm"]
