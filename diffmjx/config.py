@@ -53,8 +53,8 @@ SOLVERS = (
     "tsit5", "dopri5", "dopri8", "bosh3", "heun", "midpoint", "ralston", "euler",
     "mjx_euler", "mjx_rk4", "mjx_implicitfast",
 )  # fmt: skip
-ADJOINTS = ("checkpoint", "backsolve", "interpolated", "forward")
-CONTINUOUS_ADJOINTS = ("backsolve", "interpolated")  # optimise-then-discretise: their own backward error control
+ADJOINTS = ("checkpoint", "backsolve", "interpolated", "sensitivity", "forward")
+CONTINUOUS_ADJOINTS = ("backsolve", "interpolated", "sensitivity")  # optimise-then-discretise: the continuous equations
 STEP_CONTROLS = ("pid", "constant")
 BUDGET_POLICIES = ("flag", "raise")
 GRADIENTS = ("auto", "unroll", "implicit")
@@ -272,7 +272,9 @@ class IntegratorConfig(Section):
         solver: Diffrax tableau, or an ``mjx_*`` fixed-step MJX integrator.
         adjoint: gradient mode: recursive ``checkpoint``, continuous ``backsolve``, continuous
             ``interpolated`` (the state read from the forward solution, the adjoint stepped to
-            the kinks; :class:`diffmjx.integrate.InterpolatedAdjoint`), or ``forward`` mode.
+            the kinks; :class:`diffmjx.integrate.InterpolatedAdjoint`), ``sensitivity`` (the
+            period's Jacobian carried forward on the forward solve's steps, for small models;
+            :class:`diffmjx.integrate.SensitivityAdjoint`), or ``forward`` mode.
         step_control: ``pid`` adaptive step size or ``constant`` steps.
         rtol, atol: relative and absolute error tolerances of the PID controller.
         pcoeff, icoeff, dcoeff: PID controller coefficients.
@@ -336,8 +338,8 @@ class IntegratorConfig(Section):
         ``backsolve``.
 
         Arguments:
-            backsolve: whether the adjoint is a continuous one (``backsolve``, ``interpolated``);
-                None: as ``adjoint`` says.
+            backsolve: whether the adjoint is a continuous one (``backsolve``, ``interpolated``,
+                ``sensitivity``); None: as ``adjoint`` says.
         """
         if backsolve is None:
             backsolve = self.adjoint in CONTINUOUS_ADJOINTS
@@ -350,8 +352,8 @@ class IntegratorConfig(Section):
         resolved for the adjoint and tolerance (see the class docstring).
 
         Arguments:
-            backsolve: whether the adjoint is a continuous one (``backsolve``, ``interpolated``);
-                None: as ``adjoint`` says (pass it for a Diffrax adjoint object given in place of
+            backsolve: whether the adjoint is a continuous one (``backsolve``, ``interpolated``,
+                ``sensitivity``); None: as ``adjoint`` says (pass it for a Diffrax adjoint object given in place of
                 the config's).
             rtol: the adaptive controller's ``rtol``; None: the forward solve's
                 (:meth:`tolerances`), if ``step_control`` is ``pid`` (pass it for a Diffrax

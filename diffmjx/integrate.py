@@ -13,6 +13,7 @@ from typing import NamedTuple
 import diffrax
 import equinox as eqx
 import jax
+import jax.flatten_util
 import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
@@ -22,7 +23,16 @@ from diffmjx.checks import validate
 from diffmjx.config import CONTINUOUS_ADJOINTS, Config
 from diffmjx.dynamics import State, clamp_act, forward_unchecked, vector_field
 
-__all__ = ["InterpolatedAdjoint", "Method", "Stats", "Trajectory", "diffrax_method", "rollout", "step"]
+__all__ = [
+    "InterpolatedAdjoint",
+    "Method",
+    "SensitivityAdjoint",
+    "Stats",
+    "Trajectory",
+    "diffrax_method",
+    "rollout",
+    "step",
+]
 
 _DIFFRAX_SOLVERS = {
     "tsit5": diffrax.Tsit5,
@@ -39,6 +49,7 @@ _DATA_INPUTS = (
     "qpos", "qvel", "act", "ctrl", "qacc_warmstart", "qfrc_applied", "xfrc_applied",
     "eq_active", "mocap_pos", "mocap_quat", "userdata", "time",
 )  # fmt: skip
+_STATE_INPUTS = ("qvel", "act", "time")  # data inputs the vector field replaces by the state and t
 _RK4_A = (0.5, 0.5, 1.0)
 _RK4_B = (1.0 / 6.0, 1.0 / 3.0, 1.0 / 3.0, 1.0 / 6.0)
 
@@ -197,7 +208,7 @@ class InterpolatedAdjoint(diffrax.AbstractAdjoint):
 
 def _continuous(adjoint) -> bool:
     """Whether ``adjoint`` is optimise-then-discretise (its backward solve has its own error control)."""
-    return isinstance(adjoint, (diffrax.BacksolveAdjoint, InterpolatedAdjoint))
+    return isinstance(adjoint, (diffrax.BacksolveAdjoint, InterpolatedAdjoint, SensitivityAdjoint))
 
 
 # Diffrax's loop for a solve that autodiff never enters: a plain while loop (its default adjoint's
@@ -264,12 +275,115 @@ def _interpolated_solve_bwd(residuals, grad_out, perturbed, y0_args, term, solve
     return a_y0, a_args
 
 
+class SensitivityAdjoint(diffrax.AbstractAdjoint):
+    r"""Gradients from the sensitivity equations, carried forward along the forward solve's steps.
+
+    The derivative of a period's end state with respect to its inputs (the state and every
+    differentiated model or data array the vector field reads: ``p`` numbers) solves the linear
+    ODE :math:`\dot S = \partial f/\partial y\, S + \partial f/\partial\theta` along the
+    forward solution. Here it is integrated on the forward solve's accepted steps, each split at
+    the constraint-state changes located on the dense output (pyramidal cones, as
+    :class:`InterpolatedAdjoint` locates them) and halved, by the fourth-order Magnus method: the
+    vector field's Jacobian (forward mode, ``n + p`` tangents) at the two Gauss--Legendre points of
+    each piece and one matrix exponential. The period's Jacobian (``n x (n + p)``) is all a
+    gradient needs, so ``jax.grad``, ``jax.jvp`` and ``jax.jacfwd`` cost the forward solve plus
+    four Jacobians per step and no backward integration.
+
+    The quadrature has no error control of its own: its error is what four Gauss points per step
+    leave where the contact force builds up (measured in ``docs/results/benchmark_adjoints*``).
+    The cost grows with ``n + p``: a mode for small models (a few bodies, a few parameters), not
+    for a 39-muscle hand. :func:`step` and :func:`rollout` carry it out;
+    ``diffrax.diffeqsolve`` cannot.
+    """
+
+    def loop(self, **kwargs):
+        raise NotImplementedError("SensitivityAdjoint is carried out by diffmjx.step and diffmjx.rollout only")
+
+
+_SENSITIVITY_PIECES = 2  # Magnus steps per forward step (and per piece between kinks)
+_SENSITIVITY_KINKS = 64  # kinks located per period
+_GAUSS = (0.5 - np.sqrt(3.0) / 6.0, 0.5 + np.sqrt(3.0) / 6.0)
+
+
+@eqx.filter_custom_jvp
+def _sensitivity_solve(y0_args, term, solve):
+    """``(y1, stats)`` of one period's forward solve; its JVP is :class:`SensitivityAdjoint`'s."""
+    y0, args = y0_args
+    sol = diffrax.diffeqsolve(term, y0=y0, args=args, dt0=solve["dt0"], saveat=diffrax.SaveAt(t1=True),
+                              **_solve_kwargs(solve))  # fmt: skip
+    return jax.tree.map(lambda x: x[-1], sol.ys), (sol.stats, sol.result)
+
+
+def _magnus4(m1, m2, h):
+    """The fourth-order Magnus step's exponent over a step ``h`` for ``dW/dt = A(t) W``, from ``A``
+    at the step's two Gauss points."""
+    return 0.5 * h * (m1 + m2) + (np.sqrt(3.0) / 12.0) * h * h * (m2 @ m1 - m1 @ m2)
+
+
+@_sensitivity_solve.def_jvp
+def _sensitivity_solve_jvp(primals, tangents):
+    y0_args, term, solve = primals
+    (y0, args), (t_y0, t_args) = y0_args, tangents[0]
+    sol = diffrax.diffeqsolve(term, y0=y0, args=args, dt0=solve["dt0"], saveat=diffrax.SaveAt(t1=True, dense=True),
+                              **_solve_kwargs(solve))  # fmt: skip
+    y1 = jax.tree.map(lambda x: x[-1], sol.ys)
+    s0, unravel = jax.flatten_util.ravel_pytree(y0)
+    n, dtype = s0.shape[0], s0.dtype
+    t_args = [None] * len(args) if t_args is None else list(t_args)
+    # the differentiated args the vector field reads (it replaces the data's qvel, act and time)
+    idx = [i for i, (t, ign) in enumerate(zip(t_args, solve["ignored"], strict=True)) if t is not None and not ign]
+    p0 = jnp.concatenate([jnp.ravel(args[i]).astype(dtype) for i in idx] + [jnp.zeros((0,), dtype)])
+    p = p0.shape[0]
+
+    def rate(t, z):
+        full, off = list(args), n
+        for i in idx:
+            full[i] = z[off : off + args[i].size].reshape(args[i].shape).astype(args[i].dtype)
+            off += args[i].size
+        return jax.flatten_util.ravel_pytree(term.vf(t, unravel(z[:n]), full))[0]
+
+    def jac(t):  # (n + p, n + p): the state's rows, and zeros for the constant parameters
+        z = jnp.concatenate([jax.flatten_util.ravel_pytree(sol.evaluate(t))[0], p0])
+        return jnp.concatenate([jax.jacfwd(lambda z: rate(t, z))(z), jnp.zeros((p, n + p), dtype)])
+
+    ts, size = sol.interpolation.ts, sol.interpolation.ts_size
+    ts = jnp.where(jnp.arange(ts.shape[0]) < size, ts, jnp.inf)
+    if solve["code"] is not None:
+        # the Jacobian jumps where the constraint state changes: split the steps there
+        found = _kinks(sol, solve["code"], args, _SENSITIVITY_KINKS)
+        ts, size = jnp.sort(jnp.concatenate([ts, found])), size + jnp.sum(jnp.isfinite(found))
+
+    # the Gauss points of a step's pieces, as fractions of the step; one traced Jacobian, mapped
+    # over them (vmap would batch MJX's solver loops and run them to the slowest point)
+    nodes = jnp.asarray([(j + g) / _SENSITIVITY_PIECES for j in range(_SENSITIVITY_PIECES) for g in _GAUSS], dtype)
+
+    def body(i, w):
+        h = ts[i + 1] - ts[i]
+        js = jax.lax.map(jac, ts[i] + nodes * h)
+        for j in range(_SENSITIVITY_PIECES):
+            w = jax.scipy.linalg.expm(_magnus4(js[2 * j], js[2 * j + 1], h / _SENSITIVITY_PIECES)) @ w
+        return w
+
+    w = jax.lax.fori_loop(0, jnp.maximum(size - 1, 0), body, jnp.eye(n + p, dtype=dtype))
+
+    def flat(x, t):
+        return jnp.zeros(x.size, dtype) if t is None else jnp.ravel(t).astype(dtype)
+
+    t_y0_leaves = (
+        [None] * len(jax.tree.leaves(y0)) if t_y0 is None else jax.tree.leaves(t_y0, is_leaf=lambda x: x is None)
+    )
+    z_t = jnp.concatenate([flat(x, t) for x, t in zip(jax.tree.leaves(y0), t_y0_leaves, strict=True)]
+                          + [flat(args[i], t_args[i]) for i in idx])  # fmt: skip
+    t_y1 = unravel(w[:n] @ z_t)
+    return (y1, (sol.stats, sol.result)), (t_y1, jax.tree.map(lambda _: None, (sol.stats, sol.result)))
+
+
 _KINKS = 8  # kinks located per period
 
 
-def _kinks(sol, code, args):
+def _kinks(sol, code, args, count=_KINKS):
     """Times in the period at which ``code(t, y(t), args)`` of the dense solution ``sol`` changes,
-    located by bisection to a few ulps: the first ``_KINKS``, ascending, padded with inf.
+    located by bisection to a few ulps: the first ``count``, ascending, padded with inf.
 
     Where two rows cross zero together the state chatters for a few ulps (each row's own
     rounding); every flip found is kept as a jump time, so the adjoint steps to each side of them."""
@@ -300,7 +414,7 @@ def _kinks(sol, code, args):
         def more(s):  # another change between the last one found and the step's end
             _, c_lo, _, k = s
             # (under vmap a finished member runs this body too, with tb = inf: no search there)
-            return jnp.any(cb != c_lo) & (k < _KINKS) & jnp.isfinite(tb)
+            return jnp.any(cb != c_lo) & (k < count) & jnp.isfinite(tb)
 
         def locate(s):
             lo, c_lo, buf, k = s
@@ -311,7 +425,7 @@ def _kinks(sol, code, args):
         return cb, buf, k
 
     c0 = at(ts[0])
-    buf = jnp.full((_KINKS,), jnp.inf, ts.dtype)
+    buf = jnp.full((count,), jnp.inf, ts.dtype)
     _, buf, _ = jax.lax.fori_loop(0, jnp.maximum(n - 1, 0), body, (c0, buf, 0))
     return buf
 
@@ -348,6 +462,8 @@ def diffrax_method(cfg: Config, solver=None, stepsize_controller=None, adjoint=N
                 back = _controller(cfg, backsolve=True, adjoint_solve=True)
             if ic.adjoint == "backsolve":
                 adjoint = diffrax.BacksolveAdjoint(solver=solver, stepsize_controller=back)
+            elif ic.adjoint == "sensitivity":
+                adjoint = SensitivityAdjoint()
             else:
                 adjoint = InterpolatedAdjoint(stepsize_controller=back)
         else:
@@ -439,7 +555,7 @@ def _period_diffrax(m, d, cfg: Config, layout, dt_hint, method: Method):
     if warm:
         first_step = dt0
         controller, dt0 = _period_controller(controller, first_step, kink_step if kinks else None), None
-        if backsolve:
+        if backsolve and not isinstance(adjoint, SensitivityAdjoint):
             # the adjoint solve starts from -dt0 when given one: hold its first step in its own
             # controller too, or keep dt0 if that controller cannot hold it
             interpolated = isinstance(adjoint, InterpolatedAdjoint)
@@ -454,15 +570,26 @@ def _period_diffrax(m, d, cfg: Config, layout, dt_hint, method: Method):
                     adjoint = diffrax.BacksolveAdjoint(**{**adjoint.kwargs, "stepsize_controller": back})
             else:
                 dt0 = first_step
+
+    def state_code(t, y, args):
+        m, (_, d) = evaluate(t, y, args)
+        return code(m, d)
+
+    pyramidal = nefc > 0 and m.opt.cone == _mjx.ConeType.PYRAMIDAL
+    if isinstance(adjoint, SensitivityAdjoint):
+        # the data inputs the vector field replaces by the state and t: no sensitivity to them
+        mask = jax.tree.leaves((jax.tree.map(lambda _: False, m), {k: k in _STATE_INPUTS for k in inputs}))
+        ignored = tuple(f for f, x in zip(mask, jax.tree.leaves((m, inputs)), strict=True)
+                        if isinstance(x, jax.core.Tracer))  # fmt: skip
+        solve = dict(solver=method.solver, t0=t0, t1=t0 + period, dt0=dt0, controller=controller,
+                     max_steps=ic.max_steps, throw=ic.on_budget_exhausted == "raise", ignored=ignored,
+                     code=state_code if pyramidal else None)  # fmt: skip
+        y1, (sol_stats, result) = _sensitivity_solve((y0, args), term, solve)
+        return _period_end(m, d, layout, y1, sol_stats, result, t0, period, kinks)
     if isinstance(adjoint, InterpolatedAdjoint):
-
-        def state_code(t, y, args):
-            m, (_, d) = evaluate(t, y, args)
-            return code(m, d)
-
         solve = dict(solver=method.solver, t0=t0, t1=t0 + period, dt0=dt0, controller=controller, adjoint=adjoint,
                      max_steps=ic.max_steps, throw=ic.on_budget_exhausted == "raise",
-                     code=state_code if nefc > 0 and m.opt.cone == _mjx.ConeType.PYRAMIDAL else None)  # fmt: skip
+                     code=state_code if pyramidal else None)  # fmt: skip
         y1, (sol_stats, result) = _interpolated_solve((y0, args), term, solve)
         return _period_end(m, d, layout, y1, sol_stats, result, t0, period, kinks)
     sol = diffrax.diffeqsolve(
@@ -623,6 +750,7 @@ def rollout(m, d, ctrls, cfg: Config | None = None, *, solver=None, stepsize_con
     ctrls = jnp.asarray(ctrls)
     if method is None:
         d = collision.allocate(m, d, cfg.collision)  # the scan carries d: one contact layout throughout
+
         # MJX's fixed-step solvers advance more of d (warmstart, derived fields): carry all of it
         def split(d):
             return d

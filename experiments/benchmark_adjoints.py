@@ -4,7 +4,8 @@
 
 The cube toss at ``Config()`` (Tsit5, rtol = atol = 1e-7), differentiated with respect to the
 toss velocity ``u0`` by each gradient mode: ``checkpoint`` (discretise-then-optimise with kink
-control), ``backsolve`` (the default) and ``interpolated`` (:class:`diffmjx.integrate.InterpolatedAdjoint`:
+control), ``backsolve`` (the default), ``sensitivity`` (:class:`diffmjx.integrate.SensitivityAdjoint`: the
+period Jacobians carried forward by Magnus quadrature on the forward solve's steps) and ``interpolated`` (:class:`diffmjx.integrate.InterpolatedAdjoint`:
 the state read from the forward solution, the adjoint stepped to the kinks).
 
 - Accuracy: ``N`` shots spread over ``u0 +- 0.2`` (one vmapped gradient per mode), against
@@ -12,8 +13,9 @@ the state read from the forward solution, the adjoint stepped to the kinks).
   Errors are relative, floored at 5 % of the median |gradient| (``diffmjx.gradcheck.relative_errors``).
 - Cost at the demo's shot ``u0``: vector-field evaluations of the forward solve and of the whole
   value-and-gradient (counted by a host callback in a separately compiled program, so the timed
-  programs carry none), the backward pass's evaluations being the difference; run times (median of
-  9, the backward pass's being value-and-gradient minus forward; run nothing beside it) and the
+  programs carry none; for ``sensitivity`` a Jacobian by forward mode counts as one), the backward
+  pass's evaluations being the difference; run times (medians of 15 rounds in which the modes take
+  turns, the backward pass's being value-and-gradient minus forward; run nothing beside it) and the
   first call's time of the value and gradient (trace, compile and run, with JAX's persistent cache
   off for this study: cold for every mode).
 
@@ -36,7 +38,8 @@ from diffmjx.gradcheck import relative_errors
 from diffmjx.scenes import CUBE_TOSS, cube_toss_data, cube_toss_loss, load
 from experiments import common
 
-ADJOINTS = ("checkpoint", "backsolve", "interpolated")
+ADJOINTS = ("checkpoint", "backsolve", "interpolated", "sensitivity")
+TIMING_ROUNDS = 15  # interleaved rounds of one forward and one value-and-gradient call per mode
 
 
 def _count_evaluations(fn, *args) -> int:
@@ -67,7 +70,7 @@ def run(shots: int, out) -> tuple[list[dict], list[dict]]:
     f = jax.jit(jax.vmap(cube_toss_loss(mx, diffmjx.converged(base))))
     truth = np.asarray((f(us + 1e-4) - f(us - 1e-4)) / 2e-4)
     bar.update()
-    rows, summary = [], []
+    rows, summary, programs = [], [], []
     for name in ADJOINTS:
         cfg = base.override(f"integrator.adjoint={name}")
         loss = cube_toss_loss(mx, cfg)
@@ -87,19 +90,28 @@ def run(shots: int, out) -> tuple[list[dict], list[dict]]:
         t = time.perf_counter()
         jax.block_until_ready(vg(u0))
         first = time.perf_counter() - t
-        run_f = common.median_time(fwd, u0, repeats=9)
-        run_vg = common.median_time(vg, u0, repeats=9)
         n_forward = _count_evaluations(forward, u0)
         n_total = _count_evaluations(value_and_grad, u0)
+        programs.append((fwd, vg))
         summary.append(dict(
             adjoint=name, shots=shots, median_rel_error=float(np.median(err)), max_rel_error=float(np.max(err)),
             rel_error_at_u0=float(abs(float(vg(u0)[1]) - truth[shots // 2]) / abs(truth[shots // 2])),
             forward_accepted=int(accepted), forward_rejected=int(rejected), forward_evaluations=n_forward,
-            backward_evaluations=n_total - n_forward, forward_s=run_f, value_and_grad_s=run_vg,
-            backward_s=run_vg - run_f, backward_over_forward=(run_vg - run_f) / run_f, first_call_s=first,
+            backward_evaluations=n_total - n_forward, first_call_s=first,
         ))  # fmt: skip
         bar.update()
     bar.close()
+    # run times: the modes interleaved, round after round, so that this machine's slow spells
+    # (which move a mode's figures by up to 2x) fall on every mode alike
+    times = [([], []) for _ in programs]
+    for _ in tqdm(range(TIMING_ROUNDS), desc="timing rounds"):
+        for (fwd, vg), (tf, tvg) in zip(programs, times, strict=True):
+            tf.append(common.median_time(fwd, u0, repeats=1))
+            tvg.append(common.median_time(vg, u0, repeats=1))
+    for s, (tf, tvg) in zip(summary, times, strict=True):
+        run_f, run_vg = float(np.median(tf)), float(np.median(tvg))
+        s.update(forward_s=run_f, value_and_grad_s=run_vg, backward_s=run_vg - run_f,
+                 backward_over_forward=(run_vg - run_f) / run_f, timing_rounds=TIMING_ROUNDS)  # fmt: skip
     common.write_csv(out / "benchmark_adjoints.csv", rows)
     common.write_csv(out / "benchmark_adjoints_summary.csv", summary)
     plot(rows, summary, out / "benchmark_adjoints.png")
@@ -110,7 +122,7 @@ def plot(rows: list[dict], summary: list[dict], path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.2))
-    markers = dict(zip(ADJOINTS, ("s", "o", "D"), strict=True))
+    markers = dict(zip(ADJOINTS, ("s", "o", "D", "^"), strict=True))
     for name in ADJOINTS:
         r = [x for x in rows if x["adjoint"] == name]
         ax.semilogy([x["u0"] for x in r], [max(x["rel_error"], 1e-7) for x in r], markers[name], label=name, alpha=0.8)
