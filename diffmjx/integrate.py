@@ -207,7 +207,8 @@ class InterpolatedAdjoint(diffrax.AbstractAdjoint):
 
 
 def _continuous(adjoint) -> bool:
-    """Whether ``adjoint`` is optimise-then-discretise (its backward solve has its own error control)."""
+    """Whether ``adjoint`` is optimise-then-discretise (the continuous derivative equations): its forward
+    solve runs at ``rtol`` itself, without kink control."""
     return isinstance(adjoint, (diffrax.BacksolveAdjoint, InterpolatedAdjoint, SensitivityAdjoint))
 
 
@@ -216,18 +217,24 @@ def _continuous(adjoint) -> bool:
 _UNDIFFERENTIATED = diffrax.ForwardMode()
 
 
-def _solve_kwargs(solve):
-    return dict(solver=solve["solver"], t0=solve["t0"], t1=solve["t1"], stepsize_controller=solve["controller"],
-                max_steps=solve["max_steps"], throw=solve["throw"], adjoint=_UNDIFFERENTIATED)  # fmt: skip
+def _period_solve(y0_args, term, solve, saveat):
+    """One period's forward ``diffeqsolve`` as ``solve`` describes it (no autodiff inside)."""
+    y0, args = y0_args
+    return diffrax.diffeqsolve(term, solve["solver"], t0=solve["t0"], t1=solve["t1"], dt0=solve["dt0"], y0=y0,
+                               args=args, saveat=saveat, stepsize_controller=solve["controller"],
+                               max_steps=solve["max_steps"], throw=solve["throw"], adjoint=_UNDIFFERENTIATED)  # fmt: skip
+
+
+def _period_forward(y0_args, term, solve):
+    """``(y1, (stats, result))`` of one period's forward solve: the primal of the custom-derivative modes."""
+    sol = _period_solve(y0_args, term, solve, diffrax.SaveAt(t1=True))
+    return jax.tree.map(lambda x: x[-1], sol.ys), (sol.stats, sol.result)
 
 
 @eqx.filter_custom_vjp
 def _interpolated_solve(y0_args, term, solve):
     """``(y1, stats)`` of one period's forward solve; its VJP is :class:`InterpolatedAdjoint`'s."""
-    y0, args = y0_args
-    sol = diffrax.diffeqsolve(term, y0=y0, args=args, dt0=solve["dt0"], saveat=diffrax.SaveAt(t1=True),
-                              **_solve_kwargs(solve))  # fmt: skip
-    return jax.tree.map(lambda x: x[-1], sol.ys), (sol.stats, sol.result)
+    return _period_forward(y0_args, term, solve)
 
 
 @_interpolated_solve.def_fwd
@@ -241,8 +248,7 @@ def _interpolated_solve_bwd(residuals, grad_out, perturbed, y0_args, term, solve
     del residuals
     y0, args = y0_args
     # the period again, keeping the dense output the adjoint solve reads the state from
-    sol = diffrax.diffeqsolve(term, y0=y0, args=args, dt0=solve["dt0"], saveat=diffrax.SaveAt(dense=True),
-                              **_solve_kwargs(solve))  # fmt: skip
+    sol = _period_solve(y0_args, term, solve, diffrax.SaveAt(dense=True))
     perturbed_args = perturbed[1]
     diff = [a for a, p in zip(args, perturbed_args, strict=True) if p]
 
@@ -308,10 +314,7 @@ _GAUSS = (0.5 - np.sqrt(3.0) / 6.0, 0.5 + np.sqrt(3.0) / 6.0)
 @eqx.filter_custom_jvp
 def _sensitivity_solve(y0_args, term, solve):
     """``(y1, stats)`` of one period's forward solve; its JVP is :class:`SensitivityAdjoint`'s."""
-    y0, args = y0_args
-    sol = diffrax.diffeqsolve(term, y0=y0, args=args, dt0=solve["dt0"], saveat=diffrax.SaveAt(t1=True),
-                              **_solve_kwargs(solve))  # fmt: skip
-    return jax.tree.map(lambda x: x[-1], sol.ys), (sol.stats, sol.result)
+    return _period_forward(y0_args, term, solve)
 
 
 def _magnus4(m1, m2, h):
@@ -324,8 +327,7 @@ def _magnus4(m1, m2, h):
 def _sensitivity_solve_jvp(primals, tangents):
     y0_args, term, solve = primals
     (y0, args), (t_y0, t_args) = y0_args, tangents[0]
-    sol = diffrax.diffeqsolve(term, y0=y0, args=args, dt0=solve["dt0"], saveat=diffrax.SaveAt(t1=True, dense=True),
-                              **_solve_kwargs(solve))  # fmt: skip
+    sol = _period_solve(y0_args, term, solve, diffrax.SaveAt(t1=True, dense=True))
     y1 = jax.tree.map(lambda x: x[-1], sol.ys)
     s0, unravel = jax.flatten_util.ravel_pytree(y0)
     n, dtype = s0.shape[0], s0.dtype
