@@ -14,8 +14,8 @@ Per method: accepted and rejected steps, split into contact periods (a corner of
 ``--repeats``, run nothing beside it) and the first call's time (trace, compile, run; the persistent
 cache is off for this study); and the final sideways position against a converged solve
 (``diffmjx.converged``, rtol = atol = 1e-12), so that methods are compared at the accuracy they
-reach. Gradients are not timed: the backsolve gradient of Kvaerno5 ran more than 10 minutes in a
-one-off probe (its adjoint solve is implicit too).
+reach. Gradients are not timed: the backsolve gradient of Kvaerno5 did not finish within 10 minutes
+in a one-off probe (its adjoint solve is implicit too).
 
 Writes ``docs/results/benchmark_stiff.csv`` and ``benchmark_stiff.png``.
 """
