@@ -23,6 +23,7 @@ from diffmjx.config import (
     add_cli_arguments,
     config_from_args,
 )
+from diffmjx.constants import set_const
 from diffmjx.dynamics import State, forward
 from diffmjx.gradcheck import GradCheck, Reference, central_differences, converged, gradcheck, reference_gradient
 from diffmjx.integrate import Method, Stats, Trajectory, diffrax_method, rollout, step
@@ -53,6 +54,7 @@ __all__ = [
     "gradcheck",
     "reference_gradient",
     "rollout",
+    "set_const",
     "step",
     "touchdown_jumps",
     "validate",

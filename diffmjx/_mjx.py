@@ -48,12 +48,15 @@ __all__ = [
     "SolverType",
     "TendonFields",
     "WrapInside",
+    "actuator_moment",
     "clip_polygon",
     "collision",
+    "com_pos",
     "contact",
     "contact_dims",
     "contact_groups",
     "convex_collider",
+    "crb",
     "efc",
     "efc_force",
     "full_m",
@@ -94,7 +97,9 @@ __all__ = [
     "solver_update_constraint",
     "solver_update_gradient",
     "tendon",
+    "tendon_armature",
     "tendon_fields",
+    "transmission",
     "with_contact",
     "with_contact_dims",
     "with_efc",
@@ -116,6 +121,10 @@ sensor_pos = sensor.sensor_pos
 sensor_vel = sensor.sensor_vel
 sensor_acc = sensor.sensor_acc
 kinematics = smooth.kinematics
+com_pos = smooth.com_pos
+crb = smooth.crb  # the mass matrix (composite rigid bodies and dof armature)
+tendon_armature = smooth.tendon_armature
+transmission = smooth.transmission
 collision = collision_driver.collision
 make_constraint = constraint.make_constraint
 
@@ -268,6 +277,11 @@ class TendonFields(NamedTuple):
     ten_wrapnum: jax.Array  # (ntendon,) wrap-path points of each tendon
     wrap_xpos: jax.Array  # (nwrap, 6) wrap-path points, two per wrap
     wrap_obj: jax.Array  # (nwrap, 2) their objects (-2 pulley, -1 site, else geom)
+
+
+def actuator_moment(d: Data):
+    """(nu, nv) actuator moment arms (after the transmission stage)."""
+    return d._impl.actuator_moment
 
 
 def tendon_fields(d: Data) -> TendonFields:

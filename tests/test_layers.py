@@ -20,9 +20,10 @@ PACKAGES = ("diffmjx", "cfd", "experiments")
 # package itself). A module may import modules of its own layer or of layers below it, never above.
 # A new module must be placed here; submodules of the packages in NESTED take their parent's layer.
 LAYERS = (
-    ("_mjx", "config", "runtime", "profiling"),  # MJX internals, typed config, process settings
+    ("_mjx", "config", "runtime", "profiling", "checkpoint"),  # MJX internals, typed config, process settings, checkpoint files
     ("impedance",),  # MuJoCo's solimp spline
     ("constraint", "solver", "tendon", "manifold"),  # rows, their solve, tendon stage, joint manifold
+    ("constants",),  # derived model constants (a traced mj_setConst)
     ("collision.soft",),  # smoothed collision, bottom up ...
     ("collision.frames",),
     ("collision.pairs", "collision.box_box", "collision.sdf"),

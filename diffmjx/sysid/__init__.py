@@ -18,6 +18,7 @@ core: the core never imports it. Every public name is importable from ``diffmjx.
 """
 
 from diffmjx.sysid import distributed as distributed
+from diffmjx.sysid.adapter import from_mujoco_sysid, to_mujoco_sysid
 from diffmjx.sysid.config import FREE_PARAMS, SysidConfig, TrainConfig, sim_overrides
 from diffmjx.sysid.data import (
     DT,
@@ -33,6 +34,7 @@ from diffmjx.sysid.data import (
     split,
 )
 from diffmjx.sysid.evaluate import pad_tosses, rollout_tosses, trajectory_error
+from diffmjx.sysid.identify import METHODS, FitConfig, IdentifyResult, Interval, identify, load_model
 from diffmjx.sysid.lm import LMHistory, LMResult, fit_lm
 from diffmjx.sysid.loss import (
     BATCHINGS,
@@ -52,6 +54,7 @@ from diffmjx.sysid.model import (
     from_unconstrained,
     to_unconstrained,
 )
+from diffmjx.sysid.parameter import FIELDS, Parameter, ParameterError, ParameterSet, Transform
 from diffmjx.sysid.params import (
     OPTION_KEYS,
     PARAMS_JSON_KEYS,
@@ -61,6 +64,8 @@ from diffmjx.sysid.params import (
     save_params_json,
 )
 from diffmjx.sysid.peer import PEER_BOUNDS, PeerResult, fit_mujoco_sysid
+from diffmjx.sysid.problem import ORIENTATIONS, Problem, Weights
+from diffmjx.sysid.recording import QUAT_TOL, Recording, RecordingError, velocities_from_positions
 from diffmjx.sysid.select import Scored, grouped_trajectory_error, select, selection_split, snapshots
 from diffmjx.sysid.train import ADAM, History, TrainResult, batch_sharding, train
 
@@ -68,33 +73,51 @@ __all__ = [
     "ADAM",
     "BATCHINGS",
     "DT",
+    "FIELDS",
     "FREE_PARAMS",
+    "METHODS",
     "OPTION_KEYS",
+    "ORIENTATIONS",
     "PARAMS_JSON_KEYS",
     "PEER_BOUNDS",
+    "QUAT_TOL",
     "CubeParams",
     "DataConfig",
     "DataError",
+    "FitConfig",
     "FittedParams",
     "History",
+    "IdentifyResult",
+    "Interval",
     "LMHistory",
     "LMResult",
     "LoadReport",
+    "Parameter",
+    "ParameterError",
+    "ParameterSet",
     "PeerResult",
+    "Problem",
+    "Recording",
+    "RecordingError",
     "Scored",
     "Segments",
     "SysidConfig",
     "Toss",
     "TrainConfig",
     "TrainResult",
+    "Transform",
+    "Weights",
     "batch_sharding",
     "check_params",
     "cube_mjmodel",
     "cube_mjx_model",
     "fit_lm",
     "fit_mujoco_sysid",
+    "from_mujoco_sysid",
     "from_unconstrained",
     "grouped_trajectory_error",
+    "identify",
+    "load_model",
     "load_params_json",
     "load_split",
     "load_tosses",
@@ -116,7 +139,9 @@ __all__ = [
     "snapshots",
     "split",
     "state_residuals",
+    "to_mujoco_sysid",
     "to_unconstrained",
     "train",
     "trajectory_error",
+    "velocities_from_positions",
 ]

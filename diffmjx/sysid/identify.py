@@ -1,0 +1,483 @@
+r"""Identify any MuJoCo model from recordings: :func:`identify`.
+
+``identify(model, params, recordings)`` fits the :class:`~diffmjx.sysid.Parameter` list to the
+:class:`~diffmjx.sysid.Recording` list on the segment loss of :class:`~diffmjx.sysid.Problem`
+(N-step predictions from recorded states, every gradient through DiffMJX's integrator, contacts
+included), by
+
+- ``lm`` (default): Levenberg–Marquardt (optimistix) on forward-mode Jacobians of the residual
+  vector, every segment in every step: for tens of parameters and up to thousands of segments;
+- ``adam``: Adam (the paper's settings) on minibatches of segments, for large data sets.
+
+The start is the model's own values. Given ``held_out`` recordings, the same loss on them is
+evaluated every ``fit.eval_every`` steps; the fit returns the values where it was lowest (early
+stopping, with ``fit.patience``: stop after that many evaluations without improvement) and reports
+it. At the returned values the Gauss–Newton Hessian ``J^T J`` of the residual gives confidence
+intervals (``s^2 (J^T J)^-1``, ``s^2`` the residual variance, Student's t; approximate, because
+overlapping segments share samples), and its eigenvectors with eigenvalues below ``1e-9`` of the
+largest are reported as unidentifiable directions: combinations of parameters the recordings do
+not determine (their intervals are infinite).
+
+Knobs: :class:`FitConfig` (section ``fit``, YAML presets ``diffmjx/presets/fit_<name>.yaml``,
+``fit.field=value`` overrides) and the simulation's :class:`diffmjx.Config`.
+"""
+
+
+import dataclasses
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+
+from diffmjx import checkpoint
+from diffmjx.config import Config, Section, knob, preset_path, section_from_dict
+from diffmjx.sysid.loss import BATCHINGS
+from diffmjx.sysid.parameter import Parameter, ParameterSet
+from diffmjx.sysid.problem import ORIENTATIONS, Problem, Weights
+from diffmjx.sysid.recording import Recording
+
+__all__ = ["METHODS", "FitConfig", "IdentifyResult", "Interval", "identify", "load_model"]
+
+METHODS = ("lm", "adam")
+"""Optimisers of :func:`identify`."""
+
+ADAM = {"b1": 0.5, "b2": 0.9, "eps": 1e-6}  # the paper's App. E.2
+
+
+@dataclasses.dataclass(frozen=True)
+class FitConfig(Section):
+    """Knobs of :func:`identify`.
+
+    Attributes:
+        method: ``lm`` (Levenberg–Marquardt on forward-mode Jacobians) or ``adam``.
+        horizon: N, periods predicted from each segment's recorded first state.
+        stride: samples between segment starts; None: ``horizon`` (segments share only their ends).
+        steps: optimiser steps at most.
+        learning_rate: Adam's step on the unconstrained coordinates (``LOG`` coordinates: relative).
+        batch_size: Adam's segments per step; None: all of them.
+        seed: seed of Adam's minibatches.
+        position, orientation, velocity, sensor: weights of the residual's parts.
+        orientation_metric: ``geodesic`` (rotation angle) or ``matrix`` (rotation-matrix difference).
+        xtol, ftol: Levenberg–Marquardt stops after an accepted step shorter than ``xtol`` (relative,
+            in unconstrained coordinates) or one that lowers the loss by less than ``ftol`` of it.
+        batching: how segments are simulated: ``auto``, ``map`` or ``vmap``.
+        eval_every: held-out evaluation every this many steps.
+        patience: stop after this many held-out evaluations without improvement; None: never.
+        confidence: level of the reported intervals.
+    """
+
+    _section: ClassVar[str] = "fit"
+
+    method: str = knob("lm", choices=METHODS)
+    horizon: int = knob(10, ge=1)
+    stride: int | None = knob(None, ge=1)
+    steps: int = knob(50, ge=1)
+    learning_rate: float = knob(0.02, gt=0)
+    batch_size: int | None = knob(None, ge=1)
+    seed: int = knob(0, ge=0)
+    position: float = knob(1.0, ge=0)
+    orientation: float = knob(1.0, ge=0)
+    velocity: float = knob(0.0, ge=0)
+    sensor: float = knob(1.0, ge=0)
+    orientation_metric: str = knob("geodesic", choices=ORIENTATIONS)
+    xtol: float = knob(1e-8, gt=0)
+    ftol: float = knob(1e-10, ge=0)
+    batching: str = knob("auto", choices=BATCHINGS)
+    eval_every: int = knob(1, ge=1)
+    patience: int | None = knob(None, ge=1)
+    confidence: float = knob(0.95, gt=0, lt=1)
+
+    @property
+    def weights(self) -> Weights:
+        return Weights(self.position, self.orientation, self.velocity, self.sensor, self.orientation_metric)
+
+    @classmethod
+    def load(cls, preset: str | Path | None = None, overrides: Sequence[str] = ()) -> "FitConfig":
+        """Defaults, or a preset (``diffmjx/presets/fit_<name>.yaml`` or a path), with overrides."""
+        import yaml
+
+        base = cls() if preset is None else section_from_dict(cls, "fit", yaml.safe_load(preset_path(preset, "fit").read_text()))
+        return base.override(*overrides)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+class History(NamedTuple):
+    """One entry per optimiser step (from 1)."""
+
+    step: np.ndarray  # (S,)
+    loss: np.ndarray  # (S,) training loss at the values after the step (Adam: the minibatch's before it)
+    held_out: np.ndarray  # (S,) held-out loss after the step (NaN where not evaluated)
+    values: np.ndarray  # (S, P) physical values after the step, in ParameterSet.labels order
+    accepted: np.ndarray  # (S,) LM: whether the step was accepted; Adam: True
+    wall_s: np.ndarray  # (S,) wall time of the step (the first includes compilation)
+
+
+class Interval(NamedTuple):
+    """A parameter component's estimate and confidence interval (inf where unidentifiable)."""
+
+    value: float
+    lower: float
+    upper: float
+    std: float
+
+
+class IdentifyResult(NamedTuple):
+    """What :func:`identify` returns.
+
+    Attributes:
+        values: ``{Parameter.key: value}``, physical (a float, or an array for several components;
+            ``body_inertial``: mass, centre of mass (3), inertia xx yy zz xy xz yz).
+        model: the ``mujoco.MjModel`` with the values written and its constants recomputed (the
+            first variant's; ``models`` holds every variant's).
+        models: one per model variant.
+        history: per-step :class:`History`.
+        step: the step whose values are returned (0: the start); with held-out recordings the
+            held-out best, else the last.
+        loss: the training loss at the returned values.
+        loss_start: the training loss at the start.
+        held_out_loss: the held-out loss at the returned values (None without held-out recordings).
+        intervals: ``{label: Interval}`` per component (:attr:`ParameterSet.labels`).
+        unidentifiable: ``[(eigenvalue ratio, {label: coefficient})]``, the directions the data do not
+            determine (coefficients of the unit eigenvector, largest first).
+        converged: LM's termination test was met (Adam: False).
+        wall_s: wall time of the fit (steps and held-out evaluations; compilation included).
+        params: the :class:`~diffmjx.sysid.ParameterSet` (labels, start values, coordinates).
+    """
+
+    values: dict[str, Any]
+    model: mujoco.MjModel
+    models: list[mujoco.MjModel]
+    history: History
+    step: int
+    loss: float
+    loss_start: float
+    held_out_loss: float | None
+    intervals: dict[str, Interval]
+    unidentifiable: list[tuple[float, dict[str, float]]]
+    converged: bool
+    wall_s: float
+    params: ParameterSet
+
+
+def load_model(model) -> tuple[mujoco.MjModel, mujoco.MjSpec | None]:
+    """``(MjModel, MjSpec or None)`` of an ``MjModel``, an ``MjSpec`` or an MJCF path."""
+    if isinstance(model, mujoco.MjModel):
+        return model, None
+    if isinstance(model, mujoco.MjSpec):
+        return model.compile(), model
+    if isinstance(model, (str, Path)):
+        path = Path(model)
+        if not path.is_file():
+            raise FileNotFoundError(f"model file {path} not found")
+        spec = mujoco.MjSpec.from_file(str(path))
+        return spec.compile(), spec
+    raise TypeError(f"model must be a mujoco.MjModel, a mujoco.MjSpec or an MJCF path; got {type(model).__name__}")
+
+
+def _check_recordings(recordings, models, what: str) -> list[Recording]:
+    recordings = list(recordings)
+    for r in recordings:
+        if not isinstance(r, Recording):
+            raise TypeError(f"{what} must be diffmjx.sysid.Recording objects; got {type(r).__name__}")
+        if r.variant >= len(models):
+            raise ValueError(f"recording {r.name!r} is of variant {r.variant}, but {len(models)} model(s) were given")
+    return [r.check(models[r.variant]) for r in recordings]
+
+
+def _fingerprint(fit: FitConfig, cfg: Config, ps: ParameterSet, recs: Sequence[Recording]) -> str:
+    arrays = [a for r in recs for a in (r.qpos, r.qvel, r.ctrl, np.float64(r.dt)) if a is not None]
+    return checkpoint.fingerprint(fit={k: v for k, v in fit.to_dict().items() if k != "batching"}, sim=cfg.to_dict(),
+                                  params=list(ps.labels), start=ps.start.tolist(), data=checkpoint.digest(*arrays))  # fmt: skip
+
+
+def identify(
+    model,
+    params: Sequence[Parameter],
+    recordings: Sequence[Recording],
+    *,
+    held_out: Sequence[Recording] = (),
+    variants: Sequence = (),
+    cfg: Config | None = None,
+    fit: FitConfig | None = None,
+    progress: bool = True,
+    checkpoint_path: str | Path | None = None,
+) -> IdentifyResult:
+    """Fit ``params`` of ``model`` to ``recordings`` (see the module docstring).
+
+    Arguments:
+        model: a ``mujoco.MjModel``, ``mujoco.MjSpec`` or MJCF path; its values are the start.
+        params: the :class:`~diffmjx.sysid.Parameter` list.
+        recordings: :class:`~diffmjx.sysid.Recording` list (``variant`` picks the model).
+        held_out: recordings for early stopping and the reported held-out loss.
+        variants: further models (``MjModel``, ``MjSpec`` or paths) sharing the parameters: a
+            recording of ``variant=k`` is simulated with ``variants[k - 1]``.
+        cfg: the simulation's :class:`diffmjx.Config` (CFD, tolerances); ``Config()`` if None.
+        fit: :class:`FitConfig`; ``FitConfig()`` if None.
+        progress: show a progress bar.
+        checkpoint_path: an ``.npz`` file written after every step; an existing one of the same
+            fit (configuration, parameters, start, data) is resumed.
+
+    Returns:
+        :class:`IdentifyResult`.
+
+    Raises:
+        ParameterError, RecordingError: bad parameters or recordings, named.
+        FloatingPointError: a non-finite loss at the start.
+    """
+    from tqdm.auto import tqdm
+
+    cfg = Config() if cfg is None else cfg
+    fit = FitConfig() if fit is None else fit
+    if not isinstance(cfg, Config):
+        raise TypeError(f"cfg must be a diffmjx.Config; got {type(cfg).__name__}")
+    if not isinstance(fit, FitConfig):
+        raise TypeError(f"fit must be a diffmjx.sysid.FitConfig; got {type(fit).__name__}")
+    m0, spec = load_model(model)
+    models = [m0, *(load_model(v)[0] for v in variants)]
+    ps = ParameterSet(m0, params, models[1:], spec)
+    recs = _check_recordings(recordings, models, "recordings")
+    if not recs:
+        raise ValueError("no recordings given")
+    held = _check_recordings(held_out, models, "held_out")
+    stride = fit.stride or fit.horizon
+    sim = cfg
+    if fit.method == "lm":  # forward-mode Jacobians: the simulation is pushed forward, not pulled back
+        sim = dataclasses.replace(cfg, integrator=dataclasses.replace(cfg.integrator, adjoint="forward"))
+    problem = Problem(ps, recs, fit.horizon, stride, sim, fit.weights, fit.batching)
+    held_problem = Problem(ps, held, fit.horizon, stride, cfg, fit.weights, fit.batching) if held else None
+    start = time.perf_counter()
+    held_fn = jax.jit(held_problem.loss) if held_problem else None
+    # Levenberg-Marquardt's one program (residual and Jacobian) also gives the start's loss, the returned
+    # values' loss and the intervals; Adam compiles it for the intervals only
+    lm = _LM(problem if fit.method == "lm" else _forward(problem), fit)
+    runner = lm if fit.method == "lm" else _Adam(problem, fit)
+    theta = jnp.asarray(ps.theta0)
+    state = runner.init(theta)
+    loss_start = float(state["r"] @ state["r"]) if fit.method == "lm" else float(jax.jit(problem.loss)(theta))
+    if not math.isfinite(loss_start):
+        raise FloatingPointError(f"the loss at the start is {loss_start}: the model's simulation of the recordings "
+                                 "is not finite; check the recordings' states and controls")
+    hist: dict[str, list] = {k: [] for k in History._fields}
+    best = (float(held_fn(theta)) if held_fn else math.inf, 0, np.asarray(ps.start))
+    stale = 0
+    ckpt = Path(checkpoint_path) if checkpoint_path is not None else None
+    fp = _fingerprint(fit, cfg, ps, recs + held)
+    done = 0
+    if ckpt is not None:
+        saved = checkpoint.load(ckpt, fp, "another fit", "delete it or pass another checkpoint_path")
+        if saved is not None:
+            theta, state = runner.restore(saved)
+            hist = {k: list(saved[f"history/{k}"]) for k in History._fields}
+            done = len(hist["step"])
+            b = saved["best"]
+            best = (float(b[0]), int(b[1]), saved["best_values"])
+            stale = int(saved["stale"])
+    converged = False
+    bar = tqdm(total=fit.steps, initial=done, desc=f"identify ({fit.method})", disable=not progress, leave=False)
+    try:
+        for k in range(done, fit.steps):
+            if converged or (fit.patience is not None and stale >= fit.patience):
+                break
+            t = time.perf_counter()
+            theta, state, loss, accepted, converged = runner.step(theta, state, k)
+            values = np.asarray(ps.to_values(theta))
+            held_loss = math.nan
+            if held_fn is not None and ((k + 1) % fit.eval_every == 0 or k + 1 == fit.steps or converged):
+                held_loss = float(held_fn(theta))
+                if held_loss < best[0]:
+                    best, stale = (held_loss, k + 1, values), 0
+                else:
+                    stale += 1
+            elif held_fn is None:
+                best = (math.inf, k + 1, values)
+            if not math.isfinite(loss):
+                raise FloatingPointError(f"non-finite loss at step {k + 1}; values before the step: "
+                                         f"{ps.as_dict(hist['values'][-1] if hist['values'] else ps.start)}")
+            for name, v in zip(History._fields, (k + 1, loss, held_loss, values, accepted, time.perf_counter() - t)):
+                hist[name].append(v)
+            if ckpt is not None:
+                arrays = {f"history/{n}": np.asarray(v) for n, v in hist.items()}
+                arrays.update(runner.save(theta, state), best=np.asarray([best[0], best[1]]),
+                              best_values=np.asarray(best[2]), stale=np.asarray(stale))
+                checkpoint.save(ckpt, fp, arrays)
+            bar.update()
+            bar.set_postfix(loss=f"{loss:.3g}", **({"held_out": f"{held_loss:.3g}"} if math.isfinite(held_loss) else {}))
+    finally:
+        bar.close()
+    values = np.asarray(best[2], np.float64)
+    step = best[1]
+    theta_best = jnp.asarray(ps.to_theta(values))
+    r, jac = lm.evaluate(theta_best)
+    loss_best = float(r @ r)
+    held_best = float(held_fn(theta_best)) if held_fn else None
+    # the Jacobian in physical values: the coordinates map each component on its own
+    _, dx = jax.jvp(ps.to_values, (theta_best,), (jnp.ones_like(theta_best),))
+    intervals, unident = _intervals(r, jac / np.asarray(dx)[None, :], ps, values, fit.confidence)
+    fitted = [ps.write(values, v) for v in range(len(models))]
+    wall = time.perf_counter() - start
+    history = History(
+        step=np.asarray(hist["step"], int), loss=np.asarray(hist["loss"], float),
+        held_out=np.asarray(hist["held_out"], float), values=np.asarray(hist["values"], float).reshape(-1, ps.size),
+        accepted=np.asarray(hist["accepted"], bool), wall_s=np.asarray(hist["wall_s"], float),
+    )  # fmt: skip
+    return IdentifyResult(
+        values=ps.as_dict(values), model=fitted[0], models=fitted, history=history, step=step, loss=loss_best,
+        loss_start=loss_start, held_out_loss=held_best, intervals=intervals, unidentifiable=unident,
+        converged=converged, wall_s=wall, params=ps,
+    )  # fmt: skip
+
+
+def _forward(problem: Problem) -> Problem:
+    """The problem with its simulation differentiated in forward mode (for Jacobians)."""
+    cfg = problem.cfg
+    fwd = dataclasses.replace(cfg, integrator=dataclasses.replace(cfg.integrator, adjoint="forward"))
+    return Problem(problem.params, problem.recordings, problem.horizon, problem.stride, fwd, problem.weights,
+                   problem.batching)  # fmt: skip
+
+
+class _LM:
+    """Levenberg–Marquardt (Marquardt's scaling, Nielsen's damping update) on the residual vector.
+
+    One compiled program, the residual and its forward-mode Jacobian at a point, serves every step:
+    a trial point's Jacobian is the next step's if the trial is accepted (most are)."""
+
+    def __init__(self, problem: Problem, fit: FitConfig):
+        self.fit = fit
+        self.rj = jax.jit(lambda th: (problem.residuals(th), jax.jacfwd(problem.residuals)(th)))
+        self.jac_at: tuple | None = None  # (theta, r, J) of the accepted point
+
+    def evaluate(self, theta):
+        r, j = self.rj(theta)
+        return np.asarray(r), np.asarray(j)
+
+    def init(self, theta):
+        r, j = self.evaluate(theta)
+        jtj = j.T @ j
+        return {"theta": np.asarray(theta), "r": r, "j": j, "mu": 1e-3 * max(float(np.max(np.diag(jtj))), 1e-300),
+                "nu": 2.0}  # fmt: skip
+
+    def step(self, theta, state, k):
+        r, j, mu = state["r"], state["j"], state["mu"]
+        jtj, g = j.T @ j, j.T @ r
+        dscale = np.maximum(np.diag(jtj), 1e-12 * max(float(np.max(np.diag(jtj))), 1e-300))
+        loss = float(r @ r)
+        try:
+            delta = -np.linalg.solve(jtj + mu * np.diag(dscale), g)
+        except np.linalg.LinAlgError:
+            delta = -g / (mu * dscale)
+        trial = state["theta"] + delta
+        r2, j2 = self.evaluate(jnp.asarray(trial))
+        loss2 = float(r2 @ r2) if np.all(np.isfinite(r2)) else math.inf
+        predicted = float(delta @ (mu * dscale * delta - g))  # L(0) - L(delta), for the loss r.r (times 1)
+        rho = (loss - loss2) / predicted if predicted > 0 else -1.0
+        converged = False
+        if rho > 0 and np.all(np.isfinite(j2)):
+            state = {"theta": trial, "r": r2, "j": j2, "mu": mu * max(1 / 3, 1 - (2 * rho - 1) ** 3), "nu": 2.0}
+            small_step = np.max(np.abs(delta)) <= self.fit.xtol * (np.max(np.abs(trial)) + self.fit.xtol)
+            converged = bool(small_step or (loss - loss2) <= self.fit.ftol * loss or loss2 == 0.0)
+            return jnp.asarray(trial), state, loss2, True, converged
+        state = {**state, "mu": mu * state["nu"], "nu": 2 * state["nu"]}
+        return jnp.asarray(state["theta"]), state, loss, False, bool(state["mu"] > 1e30)
+
+    def save(self, theta, state) -> dict:
+        return {"theta": np.asarray(state["theta"]), "lm/mu": np.asarray(state["mu"]), "lm/nu": np.asarray(state["nu"])}
+
+    def restore(self, saved):
+        theta = jnp.asarray(saved["theta"])
+        state = self.init(theta)
+        state.update(mu=float(saved["lm/mu"]), nu=float(saved["lm/nu"]))
+        return theta, state
+
+
+class _Adam:
+    """Adam steps on minibatches of segments (every group in proportion to its size)."""
+
+
+    def __init__(self, problem: Problem, fit: FitConfig):
+        import optax
+
+        self.problem, self.fit = problem, fit
+        self.scale = optax.scale_by_adam(**ADAM)
+        total = sum(g.size for g in problem.groups)
+        want = total if fit.batch_size is None else min(fit.batch_size, total)
+        self.sizes = [max(1, round(want * g.size / total)) for g in problem.groups]
+        groups = problem.groups
+        weights = [n * problem.horizon for n in self.sizes]
+
+        def loss(theta, batches):
+            values = problem.params.to_values(theta)
+            sq = [jnp.sum(problem.group_residuals(values, k, b) ** 2) for k, b in enumerate(batches)]
+            return sum(sq) / float(sum(weights))
+
+        def step(theta, opt_state, lr, batches):
+            value, grad = jax.value_and_grad(loss)(theta, batches)
+            updates, opt_state = self.scale.update(grad, opt_state, theta)
+            return theta - lr * updates, opt_state, value, grad
+
+        self._step = jax.jit(step)
+        self.groups = groups
+
+    def init(self, theta):
+        return self.scale.init(theta)
+
+    def _batches(self, k: int):
+        out = []
+        for gi, (g, n) in enumerate(zip(self.groups, self.sizes)):
+            if n >= g.size:
+                out.append(g.arrays())
+            else:
+                idx = np.random.default_rng([self.fit.seed, k, gi]).choice(g.size, n, replace=False)
+                out.append(g.take(np.sort(idx)).arrays())
+        return out
+
+    def step(self, theta, state, k):
+        new, state2, loss, grad = self._step(theta, state, self.fit.learning_rate, self._batches(k))
+        loss = float(loss)
+        if not (math.isfinite(loss) and bool(jnp.all(jnp.isfinite(grad)))):
+            raise FloatingPointError(f"non-finite loss ({loss}) or gradient at Adam step {k + 1}")
+        return new, state2, loss, True, False
+
+    def save(self, theta, state) -> dict:
+        return {"theta": np.asarray(theta), **{f"opt/{i}": np.asarray(x) for i, x in enumerate(jax.tree.leaves(state))}}
+
+    def restore(self, saved):
+        theta = jnp.asarray(saved["theta"])
+        leaves, treedef = jax.tree.flatten(self.init(theta))
+        state = jax.tree.unflatten(treedef, [jnp.asarray(saved[f"opt/{i}"], leaf.dtype) for i, leaf in enumerate(leaves)])
+        return theta, state
+
+
+def _intervals(r: np.ndarray, jac: np.ndarray, ps: ParameterSet, values: np.ndarray, level: float):
+    """Gauss–Newton confidence intervals and unidentifiable directions from the residual ``r`` and its
+    Jacobian ``jac`` in physical values."""
+    from scipy import stats
+
+    r, jac = np.asarray(r), np.asarray(jac)
+    n, p = jac.shape
+    jtj = jac.T @ jac
+    w, v = np.linalg.eigh(jtj)
+    top = max(float(w[-1]), 1e-300)
+    null = w < 1e-9 * top
+    dof = max(n - p, 1)
+    s2 = float(r @ r) / dof
+    inv = (v[:, ~null] / w[~null]) @ v[:, ~null].T
+    std = np.sqrt(np.maximum(np.diag(inv) * s2, 0.0))
+    touched = np.any(np.abs(v[:, null]) > 1e-3, axis=1) if null.any() else np.zeros(p, bool)
+    std = np.where(touched, np.inf, std)
+    t = float(stats.t.ppf(0.5 + level / 2, dof))
+    intervals = {lab: Interval(float(values[i]), float(values[i] - t * std[i]), float(values[i] + t * std[i]), float(std[i]))
+                 for i, lab in enumerate(ps.labels)}  # fmt: skip
+    unident = []
+    for j in np.flatnonzero(null):
+        vec = v[:, j]
+        order = np.argsort(-np.abs(vec))
+        unident.append((float(w[j] / top), {ps.labels[i]: float(vec[i]) for i in order if abs(vec[i]) > 1e-3}))
+    return intervals, unident

@@ -1,0 +1,750 @@
+r"""Identified quantities of any MuJoCo model: :class:`Parameter` and their resolution, :class:`ParameterSet`.
+
+A :class:`Parameter` names one quantity by the ``MjModel`` field it writes and the element's name in
+the MJCF, e.g. ``Parameter("geom_friction", "foot", index=0)`` (the foot's sliding friction) or
+``Parameter("dof_damping", "elbow")`` (``dof_*`` fields by their joint's name). A
+:class:`ParameterSet` resolves a list of them against a model once (names to ids, columns, legal
+ranges, the start values read from the model) and then maps, traced, between
+
+- unconstrained coordinates ``theta`` (a flat vector, what the optimisers move),
+- physical values (``{key: array}``, :attr:`Parameter.key` readable keys), and
+- an ``mjx.Model`` with the values written in and every dependent field recomputed
+  (:meth:`ParameterSet.model`): the ties below, then :func:`diffmjx.set_const`.
+
+Ties (what a user expects to move together):
+
+- ``body_mass`` scales the body's inertia with it (fixed shape), unless ``scale_inertia=False``.
+- ``geom_size`` and ``geom_pos`` of a primitive geom recompute its body's centre of mass and
+  inertia from the body's geoms (``mass_from_geoms``, on by default), each geom keeping its mass (the
+  body's mass is a ``body_mass`` parameter of its own). The body's mass properties must come
+  from its geoms (no ``<inertial>``), checked against the model.
+- ``name`` may be several elements: one value written into each (a contact property of two geoms,
+  the damping of a left and a right joint).
+- ``uniform=True`` writes one value into every selected column (a cube's three half sizes).
+- ``body_inertial``: a body's full mass properties (mass, centre of mass, inertia tensor: 10
+  numbers) in log-Cholesky coordinates of the pseudo-inertia, so every value the optimiser reaches
+  is physically consistent (positive mass, triangle inequalities of the inertia).
+
+Sensors: ``sensor_gain`` and ``sensor_bias`` (per sensor, one column per sensor dimension) model the
+measurement ``gain * simulated + bias`` that the residual compares with recorded ``sensordata``.
+
+Bounds are enforced by the coordinates (:class:`Transform`): both ends finite, a logistic map;
+one end, ``lower + (start - lower) exp(z)`` (relative steps); none, ``start + scale z``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import enum
+import functools
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+
+from diffmjx import constants
+from diffmjx.impedance import MAXIMP, MINIMP
+
+__all__ = ["FIELDS", "Parameter", "ParameterError", "ParameterSet", "Transform"]
+
+
+class ParameterError(ValueError):
+    """A parameter that cannot be resolved against a model; the message names it and lists what exists."""
+
+
+class Transform(enum.Enum):
+    """How a component's physical value is reached from its unconstrained coordinate ``z``.
+
+    ``AUTO``: ``LOGIT`` with two finite bounds, ``LOG`` with one, ``AFFINE`` with none.
+    ``LOGIT``: ``lower + (upper - lower) sigmoid(z)``. ``LOG``: ``lower + (start - lower) exp(z)``
+    (or mirrored below an upper bound): steps relative to the start. ``SOFTPLUS``:
+    ``lower + softplus(z)`` (the ContactNets study's coordinates). ``AFFINE``: ``start + scale z``,
+    ``scale = |start|`` (1 where the start is 0).
+    """
+
+    AUTO = "auto"
+    LOGIT = "logit"
+    LOG = "log"
+    SOFTPLUS = "softplus"
+    AFFINE = "affine"
+
+
+_INF = math.inf
+
+
+@dataclasses.dataclass(frozen=True)
+class _Field:
+    """What a field is: the element kind its names refer to, its columns and their legal ranges."""
+
+    obj: Any  # mujoco.mjtObj of the names, or None (opt.*: no element)
+    width: int  # columns per element (0: per element, see _columns)
+    lo: tuple[float, ...]  # legal range per column (repeated when shorter than the row)
+    hi: tuple[float, ...]
+    lo_open: bool = False  # the lower end excluded
+    hi_open: bool = False
+    leaf: str | None = None  # the mjx.Model leaf written (default: the field's name)
+    doc: str = ""
+
+
+_BODY, _GEOM, _JOINT = mujoco.mjtObj.mjOBJ_BODY, mujoco.mjtObj.mjOBJ_GEOM, mujoco.mjtObj.mjOBJ_JOINT
+_ACT, _TENDON, _SENSOR = mujoco.mjtObj.mjOBJ_ACTUATOR, mujoco.mjtObj.mjOBJ_TENDON, mujoco.mjtObj.mjOBJ_SENSOR
+_POS, _ANY, _NONNEG = ((0.0,), (_INF,)), ((-_INF,), (_INF,)), ((0.0,), (_INF,))
+
+FIELDS: dict[str, _Field] = {
+    "body_mass": _Field(_BODY, 1, *_POS, lo_open=True, doc="kg"),
+    "body_inertia": _Field(_BODY, 3, *_POS, lo_open=True, doc="principal moments, kg m^2"),
+    "body_ipos": _Field(_BODY, 3, *_ANY, doc="centre of mass in the body frame, m"),
+    "body_inertial": _Field(_BODY, 10, *_ANY, leaf="", doc="mass, centre of mass (3), inertia about it (xx yy zz xy xz yz)"),
+    "geom_friction": _Field(_GEOM, 3, *_NONNEG, doc="sliding, torsional, rolling"),
+    "geom_solref": _Field(_GEOM, 2, *_ANY, doc="timeconst, dampratio (or -stiffness, -damping)"),
+    "geom_solimp": _Field(_GEOM, 5, (MINIMP, MINIMP, 0.0, MINIMP, 1.0), (MAXIMP, MAXIMP, _INF, MAXIMP, _INF),
+                          doc="d0, dwidth, width, midpoint, power"),
+    "geom_size": _Field(_GEOM, 3, *_POS, lo_open=True, doc="primitive sizes (half sizes, radius, half length), m"),
+    "geom_pos": _Field(_GEOM, 3, *_ANY, doc="m, in the body frame"),
+    "geom_margin": _Field(_GEOM, 1, *_NONNEG, doc="m"),
+    "dof_damping": _Field(_JOINT, 0, *_NONNEG, doc="per dof of the joint"),
+    "dof_armature": _Field(_JOINT, 0, *_NONNEG, doc="per dof of the joint"),
+    "dof_frictionloss": _Field(_JOINT, 0, *_NONNEG, doc="per dof of the joint"),
+    "jnt_stiffness": _Field(_JOINT, 1, *_NONNEG, doc="N m/rad or N/m"),
+    "jnt_range": _Field(_JOINT, 2, *_ANY, doc="lower, upper"),
+    "jnt_solref": _Field(_JOINT, 2, *_ANY, doc="of the joint's limit"),
+    "jnt_solimp": _Field(_JOINT, 5, (MINIMP, MINIMP, 0.0, MINIMP, 1.0), (MAXIMP, MAXIMP, _INF, MAXIMP, _INF)),
+    "actuator_gainprm": _Field(_ACT, 10, *_ANY),
+    "actuator_biasprm": _Field(_ACT, 10, *_ANY),
+    "actuator_dynprm": _Field(_ACT, 10, *_ANY),
+    "actuator_gear": _Field(_ACT, 6, *_ANY),
+    "tendon_stiffness": _Field(_TENDON, 1, *_NONNEG),
+    "tendon_damping": _Field(_TENDON, 1, *_NONNEG),
+    "tendon_frictionloss": _Field(_TENDON, 1, *_NONNEG),
+    "tendon_armature": _Field(_TENDON, 1, *_NONNEG),
+    "tendon_lengthspring": _Field(_TENDON, 2, *_ANY),
+    "opt.gravity": _Field(None, 3, *_ANY, doc="m/s^2"),
+    "opt.wind": _Field(None, 3, *_ANY, doc="m/s"),
+    "opt.magnetic": _Field(None, 3, *_ANY),
+    "opt.density": _Field(None, 1, *_NONNEG, doc="kg/m^3"),
+    "opt.viscosity": _Field(None, 1, *_NONNEG, doc="Pa s"),
+    "opt.impratio": _Field(None, 1, *_POS, lo_open=True),
+    "sensor_gain": _Field(_SENSOR, 0, *_ANY, leaf="", doc="measured = gain * simulated + bias"),
+    "sensor_bias": _Field(_SENSOR, 0, *_ANY, leaf="", doc="measured = gain * simulated + bias"),
+}
+"""The fields a :class:`Parameter` may name, with their element kinds and legal ranges."""
+
+# fields whose change moves what mj_setConst or the compiler derives (masses, geometry, transmissions)
+_CONST_FIELDS = {"body_mass", "body_inertia", "body_ipos", "body_inertial", "geom_size", "geom_pos", "dof_armature",
+                 "actuator_gear", "tendon_armature", "jnt_range"}  # fmt: skip
+_PRIMITIVE_COLUMNS = {
+    mujoco.mjtGeom.mjGEOM_SPHERE: (0,),
+    mujoco.mjtGeom.mjGEOM_CAPSULE: (0, 1),
+    mujoco.mjtGeom.mjGEOM_CYLINDER: (0, 1),
+    mujoco.mjtGeom.mjGEOM_ELLIPSOID: (0, 1, 2),
+    mujoco.mjtGeom.mjGEOM_BOX: (0, 1, 2),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Parameter:
+    """One identified quantity of a MuJoCo model (see the module docstring).
+
+    Attributes:
+        field: the ``MjModel`` field written (:data:`FIELDS` lists them): ``body_mass``,
+            ``geom_friction``, ``dof_damping``, ``opt.gravity``, ... , or ``body_inertial``,
+            ``sensor_gain``, ``sensor_bias``.
+        name: the element's name in the MJCF (``dof_*`` fields: the joint's), several names for
+            one value shared by those elements, or None for ``opt.*`` fields.
+        index: the column(s) of the field's row (``geom_friction`` 0 = sliding), or None for the
+            whole row (``geom_size``: the columns the geom's type uses).
+        bounds: ``(lower, upper)``, each a number, one per selected column, or None (the field's
+            legal range); enforced by the coordinates and checked against the legal range.
+        transform: the coordinates (:class:`Transform`).
+        uniform: one value for every selected column (a cube's three half sizes).
+        scale_inertia: ``body_mass`` only: scale the body's inertia with its mass.
+        mass_from_geoms: ``geom_size`` / ``geom_pos`` only: recompute the body's centre of mass and
+            inertia from its geoms.
+    """
+
+    field: str
+    name: str | Sequence[str] | None = None
+    index: int | Sequence[int] | None = None
+    bounds: tuple[Any, Any] | None = None
+    transform: Transform = Transform.AUTO
+    uniform: bool = False
+    scale_inertia: bool = True
+    mass_from_geoms: bool = True
+
+    def __post_init__(self) -> None:
+        if self.field not in FIELDS:
+            near = [f for f in FIELDS if f.split("_")[0] == str(self.field).split("_")[0]] or list(FIELDS)
+            raise ParameterError(f"Parameter field {self.field!r} is not supported; choose one of: {', '.join(near)}"
+                                 + ("" if len(near) == len(FIELDS) else f" (all fields: {', '.join(FIELDS)})"))
+        names = (self.name,) if isinstance(self.name, str) or self.name is None else tuple(self.name)
+        if FIELDS[self.field].obj is None:
+            if self.name is not None:
+                raise ParameterError(f"Parameter({self.field!r}): an option has no element; pass name=None")
+        elif not names or not all(isinstance(n, str) and n for n in names):
+            raise ParameterError(f"Parameter({self.field!r}): name={self.name!r} is invalid; expected an element's "
+                                 "name or a list of names")
+        elif len(set(names)) != len(names):
+            raise ParameterError(f"Parameter({self.field!r}): name={list(names)!r} names an element twice")
+        object.__setattr__(self, "name", names[0] if len(names) == 1 else names)
+        if self.index is not None:
+            idx = (self.index,) if isinstance(self.index, (int, np.integer)) else tuple(self.index)
+            if not idx or not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in idx):
+                raise ParameterError(f"Parameter({self.field!r}): index={self.index!r} is invalid; expected an int, "
+                                     "a list of ints or None")
+            if len(set(idx)) != len(idx):
+                raise ParameterError(f"Parameter({self.field!r}): index={self.index!r} names a column twice")
+            object.__setattr__(self, "index", int(idx[0]) if len(idx) == 1 and not isinstance(self.index, Sequence)
+                               else tuple(int(i) for i in idx))
+        if not isinstance(self.transform, Transform):
+            raise ParameterError(f"Parameter({self.field!r}): transform={self.transform!r} is invalid; expected a "
+                                 f"diffmjx.sysid.Transform ({', '.join(t.name for t in Transform)})")
+        if self.field == "body_inertial" and (self.index is not None or self.bounds is not None or self.uniform):
+            raise ParameterError("Parameter('body_inertial'): the 10 mass properties are one unit; index, bounds and "
+                                 "uniform do not apply")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The element names (empty for options)."""
+        return () if self.name is None else (self.name,) if isinstance(self.name, str) else tuple(self.name)
+
+    @property
+    def key(self) -> str:
+        """A readable key: ``field:name[+name...]`` and ``[index]`` where one is given."""
+        key = self.field + (":" + "+".join(self.names) if self.names else "")
+        if self.index is not None:
+            key += f"[{self.index}]" if isinstance(self.index, int) else "[" + ",".join(map(str, self.index)) + "]"
+        return key
+
+
+# ----------------------------------------------------------------------------------------------- resolution
+def _names(m: mujoco.MjModel, obj) -> list[str]:
+    count = {_BODY: m.nbody, _GEOM: m.ngeom, _JOINT: m.njnt, _ACT: m.nu, _TENDON: m.ntendon, _SENSOR: m.nsensor}[obj]
+    return [mujoco.mj_id2name(m, obj, i) or "" for i in range(count)]
+
+
+_KIND = {_BODY: "body", _GEOM: "geom", _JOINT: "joint", _ACT: "actuator", _TENDON: "tendon", _SENSOR: "sensor"}
+
+
+def _element(m: mujoco.MjModel, p: Parameter, name: str) -> int:
+    obj = FIELDS[p.field].obj
+    i = mujoco.mj_name2id(m, obj, name)
+    if i < 0:
+        have = [n for n in _names(m, obj) if n]
+        listed = ", ".join(repr(n) for n in have[:40]) + (" ..." if len(have) > 40 else "")
+        raise ParameterError(f"{p.key}: the model has no {_KIND[obj]} named {name!r}; its named {_KIND[obj]}s: "
+                             f"{listed or 'none'}")
+    return i
+
+
+def _row(m: mujoco.MjModel, field: str, i: int) -> tuple[np.ndarray, tuple[int, ...]]:
+    """(flat indices of element ``i``'s row in the field's leaf, the row's usable columns)."""
+    f = FIELDS[field]
+    if field.startswith("dof_"):
+        n = {0: 6, 1: 3, 2: 1, 3: 1}[int(m.jnt_type[i])]
+        adr = int(m.jnt_dofadr[i])
+        return np.arange(adr, adr + n), tuple(range(n))
+    if field.startswith("sensor_"):
+        adr, n = int(m.sensor_adr[i]), int(m.sensor_dim[i])
+        return np.arange(adr, adr + n), tuple(range(n))
+    if field == "geom_size":
+        cols = _PRIMITIVE_COLUMNS.get(int(m.geom_type[i]))
+        if cols is None:
+            kind = mujoco.mjtGeom(int(m.geom_type[i])).name.removeprefix("mjGEOM_").lower()
+            raise ParameterError(f"geom_size: geom {mujoco.mj_id2name(m, _GEOM, i)!r} is a {kind}; only primitive "
+                                 "geoms (sphere, capsule, cylinder, ellipsoid, box) have sizes to identify")
+        return i * 3 + np.arange(3), cols
+    if f.obj is None:
+        return np.arange(f.width), tuple(range(f.width))
+    return i * f.width + np.arange(f.width), tuple(range(f.width))
+
+
+def _leaf_values(m: mujoco.MjModel, field: str) -> np.ndarray:
+    if field.startswith("opt."):
+        return np.atleast_1d(np.asarray(getattr(m.opt, field[4:]), np.float64)).ravel()
+    return np.asarray(getattr(m, field), np.float64).ravel()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Resolved:
+    """A parameter resolved against a model: where its components go and how they are reached."""
+
+    param: Parameter
+    elements: tuple[int, ...]  # element ids (empty for options)
+    columns: tuple[int, ...]  # selected columns of the row
+    flat: np.ndarray  # (elements, columns) flat indices into the leaf
+    start: np.ndarray  # (k,) physical start values of the components (k = columns, or 1 if uniform)
+    lo: np.ndarray  # (k,) effective bounds
+    hi: np.ndarray
+    kinds: tuple[Transform, ...]  # per component, AUTO resolved
+    labels: tuple[str, ...]  # per component
+
+    @property
+    def size(self) -> int:
+        return len(self.start)
+
+
+def _legal(f: _Field, col: int, start: float, field: str) -> tuple[float, float, bool, bool]:
+    lo, hi = f.lo[min(col, len(f.lo) - 1)], f.hi[min(col, len(f.hi) - 1)]
+    lo_open, hi_open = f.lo_open, f.hi_open
+    if field.endswith("_solref"):  # standard (timeconst > 0, dampratio > 0) or direct (both < 0) form
+        lo, hi, lo_open, hi_open = (0.0, _INF, True, False) if start > 0 else (-_INF, 0.0, False, True)
+    return lo, hi, lo_open, hi_open
+
+
+def _resolve(m: mujoco.MjModel, p: Parameter) -> _Resolved:
+    f = FIELDS[p.field]
+    if p.field == "body_inertial":
+        (i,) = (_element(m, p, n) for n in p.names) if len(p.names) == 1 else (None,)
+        if i is None:
+            raise ParameterError(f"{p.key}: body_inertial takes one body")
+        if i == 0:
+            raise ParameterError(f"{p.key}: the world body has no mass properties")
+        start = _log_cholesky_of_body(m, i)
+        labels = tuple(f"{p.key}[{c}]" for c in range(10))
+        return _Resolved(p, (i,), tuple(range(10)), np.zeros((1, 0), int), start, np.full(10, -_INF),
+                         np.full(10, _INF), (Transform.AFFINE,) * 10, labels)  # fmt: skip
+    elements = tuple(_element(m, p, n) for n in p.names) if p.names else ()
+    if p.field.startswith("body_") and 0 in elements:
+        raise ParameterError(f"{p.key}: the world body has no mass properties to identify")
+    rows = [_row(m, p.field, i) for i in (elements or (0,))]
+    usable = rows[0][1]
+    for (_, cols), i in zip(rows[1:], elements[1:]):
+        if cols != usable:
+            raise ParameterError(f"{p.key}: the elements have rows of different columns ({usable} vs {cols} for "
+                                 f"{_names(m, f.obj)[i]!r}); one shared value needs the same columns")
+    if p.index is None:
+        columns = usable
+    else:
+        columns = (p.index,) if isinstance(p.index, int) else p.index
+        for c in columns:
+            if c not in usable:
+                raise ParameterError(f"{p.key}: index {c} is out of range; the row has columns {list(usable)}"
+                                     + (f" ({f.doc})" if f.doc else ""))
+    flat = np.array([[r[0][c] for c in columns] for r in rows], int)
+    values = _leaf_values(m, p.field) if f.leaf != "" else None
+    if p.field == "sensor_gain":
+        start_all = np.ones(flat.shape)
+    elif p.field == "sensor_bias":
+        start_all = np.zeros(flat.shape)
+    else:
+        start_all = values[flat]
+    if not np.allclose(start_all, start_all[:1], rtol=0, atol=0) and len(elements) > 1:
+        first = start_all[0]
+        k = int(np.argmax(np.any(start_all != first, axis=1)))
+        raise ParameterError(f"{p.key}: the elements start at different values ({first.tolist()} for "
+                             f"{p.names[0]!r}, {start_all[k].tolist()} for {p.names[k]!r}); one shared value needs "
+                             "one start: write it into the model first")
+    start = start_all[0]
+    if p.uniform:
+        if not np.all(start == start[0]):
+            raise ParameterError(f"{p.key}: uniform=True needs the selected columns to start equal; they are "
+                                 f"{start.tolist()}")
+        start = start[:1]
+        labels = (p.key,)
+    else:
+        labels = tuple(p.key if len(columns) == 1 else f"{p.key}[{c}]" for c in columns)
+    k = len(start)
+    cols_k = columns[:1] if p.uniform else columns
+    lo, hi = np.empty(k), np.empty(k)
+    kinds = []
+    given = None if p.bounds is None else p.bounds
+    if given is not None:
+        if not (isinstance(given, (tuple, list)) and len(given) == 2):
+            raise ParameterError(f"{p.key}: bounds={given!r} is invalid; expected (lower, upper)")
+        try:
+            glo = np.broadcast_to(np.asarray(given[0] if given[0] is not None else -_INF, np.float64), (k,))
+            ghi = np.broadcast_to(np.asarray(given[1] if given[1] is not None else _INF, np.float64), (k,))
+        except ValueError:
+            raise ParameterError(f"{p.key}: bounds={given!r} do not match its {k} component(s)") from None
+    for j, c in enumerate(cols_k):
+        llo, lhi, lo_open, hi_open = _legal(f, c, start[j], p.field)
+        a, b = llo, lhi
+        if given is not None:
+            a, b = float(glo[j]), float(ghi[j])
+            if a < llo or (a == llo and lo_open and math.isfinite(a)) or b > lhi or (b == lhi and hi_open and math.isfinite(b)):
+                legal = f"{'(' if lo_open else '['}{llo:g}, {lhi:g}{')' if hi_open else ']'}"
+                raise ParameterError(f"{labels[j]}: bounds ({a:g}, {b:g}) leave the legal range {legal}"
+                                     + (f" ({f.doc})" if f.doc else ""))
+            if not a < b:
+                raise ParameterError(f"{labels[j]}: bounds ({a:g}, {b:g}) are empty; expected lower < upper")
+        if not a < start[j] < b:
+            raise ParameterError(f"{labels[j]}: the model's value {start[j]:g} (the start) is not strictly inside "
+                                 f"({a:g}, {b:g}); write a start inside the bounds into the model, or widen them")
+        lo[j], hi[j] = a, b
+        kinds.append(_kind(p, labels[j], a, b))
+    return _Resolved(p, elements, tuple(columns), flat, np.asarray(start, np.float64), lo, hi, tuple(kinds), labels)
+
+
+def _kind(p: Parameter, label: str, lo: float, hi: float) -> Transform:
+    finite = math.isfinite(lo) + math.isfinite(hi)
+    t = p.transform
+    if t is Transform.AUTO:
+        return (Transform.AFFINE, Transform.LOG, Transform.LOGIT)[finite]
+    need = {Transform.LOGIT: (2,), Transform.LOG: (1,), Transform.SOFTPLUS: (1,), Transform.AFFINE: (0, 1, 2)}[t]
+    if finite not in need:
+        raise ParameterError(f"{label}: transform {t.name} needs {'two finite bounds' if need == (2,) else 'one finite bound'}; "
+                             f"the bounds are ({lo:g}, {hi:g})")
+    return t
+
+
+# ------------------------------------------------------------------------------------------ coordinates
+def _softplus(z):
+    return jnp.logaddexp(z, 0.0)
+
+
+def _inv_softplus(x):
+    return x + np.log(-np.expm1(-x))
+
+
+class ParameterSet:
+    """Parameters resolved against a model (and its variants): coordinates, values and models.
+
+    Arguments:
+        model: the ``mujoco.MjModel`` whose values are the start (a variant list: the first).
+        params: the :class:`Parameter` list; keys must be unique.
+        variants: further models that share the parameters (each must have every named element).
+        spec: the ``mujoco.MjSpec`` ``model`` was compiled from, if known: per-geom masses for the
+            ``mass_from_geoms`` tie of bodies with several geoms.
+
+    Raises:
+        ParameterError: an unknown field, element name or column, bounds outside the legal range,
+            a start outside the bounds, a tie that cannot hold (named).
+    """
+
+    def __init__(self, model: mujoco.MjModel, params: Sequence[Parameter], variants: Sequence[mujoco.MjModel] = (),
+                 spec: mujoco.MjSpec | None = None):  # fmt: skip
+        params = list(params)
+        if not params:
+            raise ParameterError("no parameters given: pass a list of diffmjx.sysid.Parameter")
+        for p in params:
+            if not isinstance(p, Parameter):
+                raise ParameterError(f"{p!r} is not a diffmjx.sysid.Parameter")
+        keys = [p.key for p in params]
+        dup = [k for k in keys if keys.count(k) > 1]
+        if dup:
+            raise ParameterError(f"parameter {dup[0]!r} is given twice")
+        self.params = params
+        self.models = [model, *variants]
+        self.resolved = [[_resolve(mv, p) for p in params] for mv in self.models]
+        for v, res in enumerate(self.resolved[1:], start=1):
+            for r0, r in zip(self.resolved[0], res):
+                if r.size != r0.size:
+                    raise ParameterError(f"{r.param.key}: variant {v} gives it {r.size} components, model 0 {r0.size}")
+        base = self.resolved[0]
+        self.start = np.concatenate([r.start for r in base])
+        self.labels = tuple(lab for r in base for lab in r.labels)
+        self.keys = tuple(keys)
+        self._slices = np.cumsum([0] + [r.size for r in base])
+        self._lo = np.concatenate([r.lo for r in base])
+        self._hi = np.concatenate([r.hi for r in base])
+        kinds = [k for r in base for k in r.kinds]
+        self._groups = {t: np.array([i for i, k in enumerate(kinds) if k is t], int) for t in Transform}
+        self._scale = np.where(self.start != 0, np.abs(self.start), 1.0)
+        self.ties = [_MassTies(mv, res, self._slices, spec if v == 0 else None)
+                     for v, (mv, res) in enumerate(zip(self.models, self.resolved))]
+        self.recompute_constants = any(p.field in _CONST_FIELDS for p in params)
+        self.theta0 = self.to_theta(self.start)
+
+    @property
+    def size(self) -> int:
+        """Number of scalar components (the length of ``theta``)."""
+        return len(self.start)
+
+    def to_values(self, theta) -> jax.Array:
+        """Physical values (flat, in :attr:`labels` order) of unconstrained coordinates ``theta``."""
+        theta = jnp.asarray(theta)
+        x = jnp.zeros_like(theta)
+        lo, hi, x0, s = self._lo, self._hi, self.start, self._scale
+        for t, idx in self._groups.items():
+            if not len(idx):
+                continue
+            z = theta[idx]
+            a, b, c = lo[idx], hi[idx], x0[idx]
+            if t is Transform.LOGIT:
+                v = a + (b - a) * jax.nn.sigmoid(z)
+            elif t is Transform.LOG:
+                up = ~np.isfinite(a)  # only an upper bound: mirrored
+                v = jnp.where(up, np.where(up, b, 0.0) - np.where(up, b - c, 0.0) * jnp.exp(z),
+                              np.where(up, 0.0, a) + np.where(up, 0.0, c - a) * jnp.exp(z))
+            elif t is Transform.SOFTPLUS:
+                up = ~np.isfinite(a)
+                v = jnp.where(up, np.where(up, b, 0.0) - _softplus(z), np.where(up, 0.0, a) + _softplus(z))
+            else:
+                v = c + s[idx] * z
+            x = x.at[idx].set(v)
+        return x
+
+    def to_theta(self, values) -> np.ndarray:
+        """Unconstrained coordinates of physical values (flat, concrete; each strictly inside its bounds)."""
+        x = np.asarray(values, np.float64)
+        z = np.zeros_like(x)
+        lo, hi, x0, s = self._lo, self._hi, self.start, self._scale
+        for t, idx in self._groups.items():
+            if not len(idx):
+                continue
+            v, a, b, c = x[idx], lo[idx], hi[idx], x0[idx]
+            inside = (v > a) & (v < b)
+            if not inside.all():
+                j = idx[int(np.argmin(inside))]
+                raise ParameterError(f"{self.labels[j]}={x[j]:g} is not strictly inside its bounds ({lo[j]:g}, {hi[j]:g})")
+            if t is Transform.LOGIT:
+                u = (v - a) / (b - a)
+                z[idx] = np.log(u) - np.log1p(-u)
+            elif t is Transform.LOG:
+                up = ~np.isfinite(a)
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    z[idx] = np.where(up, np.log((b - v) / (b - c)), np.log((v - a) / (c - a)))
+            elif t is Transform.SOFTPLUS:
+                up = ~np.isfinite(a)
+                with np.errstate(invalid="ignore"):
+                    z[idx] = np.where(up, _inv_softplus(b - v), _inv_softplus(v - a))
+            else:
+                z[idx] = (v - c) / s[idx]
+        return z
+
+    def as_dict(self, values) -> dict[str, np.ndarray | float]:
+        """``{key: value}`` of flat physical values: a float for one component, else an array."""
+        x = np.asarray(values, np.float64)
+        out: dict[str, Any] = {}
+        for k, (a, b) in zip(self.keys, zip(self._slices[:-1], self._slices[1:])):
+            out[k] = float(x[a]) if b - a == 1 else x[a:b].copy()
+        return out
+
+    def from_dict(self, values: Mapping[str, Any]) -> np.ndarray:
+        """Flat physical values from ``{key: value}`` (keys missing: the start)."""
+        x = self.start.copy()
+        unknown = [k for k in values if k not in self.keys]
+        if unknown:
+            raise ParameterError(f"unknown parameter key {unknown[0]!r}; the keys are: {', '.join(self.keys)}")
+        for k, (a, b) in zip(self.keys, zip(self._slices[:-1], self._slices[1:])):
+            if k in values:
+                v = np.asarray(values[k], np.float64).ravel()
+                if v.size != b - a:
+                    raise ParameterError(f"{k}: {v.size} value(s) given; it has {b - a} component(s)")
+                x[a:b] = v
+        return x
+
+    # ------------------------------------------------------------------------------------------ models
+    def model(self, values, base, variant: int = 0):
+        """``base`` (``mjx.put_model`` of the variant's model, any timestep) with the physical ``values``
+        written in, the ties applied and the derived constants recomputed; traced through.
+
+        Arguments:
+            values: flat physical values (:meth:`to_values`), traced or not.
+            base: the variant's ``mjx.Model``.
+            variant: which model of the set.
+        """
+        values = jnp.asarray(values)
+        edits: dict[str, jax.Array] = {}
+        for r, (a, b) in zip(self.resolved[variant], zip(self._slices[:-1], self._slices[1:])):
+            f = FIELDS[r.param.field]
+            if f.leaf == "":
+                continue  # body_inertial (ties) and sensor terms (the residual)
+            v = values[a:b]
+            if r.param.uniform:
+                v = jnp.broadcast_to(v, (len(r.columns),))
+            leaf = r.param.field if f.leaf is None else f.leaf
+            cur = edits.get(leaf)
+            if cur is None:
+                cur = jnp.ravel(_get(base, leaf)).astype(values.dtype)
+            cur = cur.at[r.flat.ravel()].set(jnp.tile(v, r.flat.shape[0]))
+            edits[leaf] = cur
+        m = base.tree_replace({k: jnp.reshape(v, jnp.shape(_get(base, k))) for k, v in edits.items()})
+        m = self.ties[variant].apply(m, values)
+        if self.recompute_constants:
+            m = constants.set_const(m)
+        return m
+
+    def sensor_terms(self, values, nsensordata: int, variant: int = 0) -> tuple[jax.Array, jax.Array]:
+        """``(gain, bias)`` per sensordata column (ones and zeros where no parameter acts)."""
+        values = jnp.asarray(values)
+        gain, bias = jnp.ones(nsensordata, values.dtype), jnp.zeros(nsensordata, values.dtype)
+        for r, (a, b) in zip(self.resolved[variant], zip(self._slices[:-1], self._slices[1:])):
+            if r.param.field in ("sensor_gain", "sensor_bias"):
+                v = values[a:b]
+                if r.param.uniform:
+                    v = jnp.broadcast_to(v, (len(r.columns),))
+                tile = jnp.tile(v, r.flat.shape[0])
+                if r.param.field == "sensor_gain":
+                    gain = gain.at[r.flat.ravel()].set(tile)
+                else:
+                    bias = bias.at[r.flat.ravel()].set(tile)
+        return gain, bias
+
+    @functools.cached_property
+    def _model_jit(self):
+        return jax.jit(self.model, static_argnums=2)
+
+    @property
+    def has_sensor_terms(self) -> bool:
+        return any(p.field.startswith("sensor_") for p in self.params)
+
+    def write(self, values, variant: int = 0) -> mujoco.MjModel:
+        """A copy of the variant's ``MjModel`` with ``values`` written, ties applied and constants recomputed.
+
+        The fields the traced :meth:`model` changes are copied over from it, then ``mj_setConst``
+        runs, so the result is ready for ``mujoco.mj_step`` or for saving.
+        """
+        from diffmjx._mjx import mjx
+
+        src = self.models[variant]
+        out = copy.deepcopy(src)
+        with jax.default_device(jax.local_devices(backend="cpu")[0]):
+            new = self._model_jit(np.asarray(values, np.float64), mjx.put_model(src), variant)
+        written = {FIELDS[r.param.field].leaf or r.param.field for r in self.resolved[variant]} - {""}
+        for leaf in sorted(constants.WRITTEN_LEAVES | written):
+            value = np.asarray(_get(new, leaf), np.float64)
+            owner, _, attr = leaf.rpartition(".")
+            holder = _get(out, owner) if owner else out
+            target = getattr(holder, attr)
+            if isinstance(target, np.ndarray):
+                np.copyto(target, value.reshape(target.shape))
+            else:
+                setattr(holder, attr, float(value))
+        if self.recompute_constants:
+            d = mujoco.MjData(out)
+            mujoco.mj_setConst(out, d)
+        return out
+
+
+def _get(m, leaf: str):
+    obj = m
+    for part in leaf.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj
+
+
+def _log_cholesky_of_body(m: mujoco.MjModel, i: int) -> np.ndarray:
+    r = np.zeros(9)
+    mujoco.mju_quat2Mat(r, np.asarray(m.body_iquat[i], np.float64))
+    r = r.reshape(3, 3)
+    full = r @ np.diag(m.body_inertia[i]) @ r.T
+    try:
+        return constants.log_cholesky_from_mass_properties(float(m.body_mass[i]), m.body_ipos[i], full)
+    except ValueError as e:
+        name = mujoco.mj_id2name(m, _BODY, i)
+        raise ParameterError(f"body_inertial:{name}: {e}") from None
+
+
+def _geom_masses(m: mujoco.MjModel, b: int, geoms: np.ndarray, spec) -> np.ndarray | None:
+    """Each geom's mass in body ``b``: from the spec where known, else one density over the body's geoms."""
+    types = [int(m.geom_type[g]) for g in geoms]
+    vols = np.array([float(constants.geom_volume(t, m.geom_size[g])) for t, g in zip(types, geoms)])
+    if spec is not None:
+        out = []
+        for g, v in zip(geoms, vols):
+            sg = spec.geom(mujoco.mj_id2name(m, _GEOM, int(g))) if mujoco.mj_id2name(m, _GEOM, int(g)) else None
+            if sg is None:
+                return None
+            out.append(sg.mass if not np.isnan(sg.mass) else sg.density * v)
+        return np.array(out, np.float64)
+    return float(m.body_mass[b]) * vols / vols.sum()
+
+
+class _MassTies:
+    """How each body's mass properties follow the parameters of one model variant (see the module docstring)."""
+
+    def __init__(self, m: mujoco.MjModel, resolved: Sequence[_Resolved], slices: np.ndarray, spec):
+        self.geo: dict[int, tuple] = {}  # body -> (geoms, types, masses)
+        self.mass: dict[int, tuple[int, float]] = {}  # body -> (value index, start mass): inertia scaled
+        self.inertial: dict[int, int] = {}  # body -> first value index of its log-Cholesky coordinates
+        owner: dict[int, str] = {}
+
+        def claim(b: int, key: str) -> None:
+            if b in owner and owner[b] != key:
+                name = mujoco.mj_id2name(m, _BODY, b)
+                raise ParameterError(f"{key} and {owner[b]} both set body {name!r}'s mass properties; choose one "
+                                     "(or pass scale_inertia=False / mass_from_geoms=False)")
+            owner[b] = key
+
+        fields_of: dict[int, set[str]] = {}
+        for r in resolved:
+            if r.param.field.startswith("body_"):
+                for e in r.elements:
+                    fields_of.setdefault(e, set()).add(r.param.field)
+        for r, a in zip(resolved, slices[:-1]):
+            p = r.param
+            if p.field == "body_inertial":
+                b = r.elements[0]
+                if fields_of.get(b, set()) - {"body_inertial"}:
+                    raise ParameterError(f"{p.key}: the body's other mass parameters ({', '.join(sorted(fields_of[b] - {'body_inertial'}))}) "
+                                         "contradict its full mass properties; keep one")
+                claim(b, p.key)
+                self.inertial[b] = int(a)
+            elif p.field == "body_mass" and p.scale_inertia:
+                for b in r.elements:
+                    if "body_inertia" in fields_of.get(b, set()):
+                        raise ParameterError(f"{p.key}: body_inertia of the same body is a parameter too; pass "
+                                             "scale_inertia=False to fit both")
+                    self.mass[b] = (int(a), float(m.body_mass[b]))
+            elif p.field in ("geom_size", "geom_pos") and p.mass_from_geoms:
+                for g in r.elements:
+                    b = int(m.geom_bodyid[g])
+                    if b == 0 or b in self.geo:
+                        continue
+                    if fields_of.get(b, set()) & {"body_inertia", "body_ipos", "body_inertial"}:
+                        raise ParameterError(f"{p.key}: the body's inertia or centre of mass is a parameter too; pass "
+                                             "mass_from_geoms=False to fit both")
+                    claim(b, "geometry")
+                    geoms = np.flatnonzero(np.asarray(m.geom_bodyid) == b)
+                    types = [int(m.geom_type[x]) for x in geoms]
+                    name = mujoco.mj_id2name(m, _BODY, b)
+                    if any(t not in _PRIMITIVE_COLUMNS for t in types):
+                        raise ParameterError(f"{p.key}: body {name!r} has a geom that is not a primitive (a mesh or a "
+                                             "plane), so its mass properties cannot be recomputed from sizes; pass "
+                                             "mass_from_geoms=False")
+                    masses = _geom_masses(m, b, geoms, spec)
+                    self._check_geo(m, b, geoms, types, masses, p.key, name)
+                    self.geo[b] = (geoms, types, masses)
+
+    @staticmethod
+    def _check_geo(m, b, geoms, types, masses, key, name) -> None:
+        mass, com, full = constants.combine_inertia(
+            jnp.asarray(masses), jnp.asarray(m.geom_pos[geoms]), jnp.asarray(m.geom_quat[geoms]),
+            jnp.stack([constants.geom_inertia(t, m.geom_size[g], mm) for t, g, mm in zip(types, geoms, masses)]))
+        r = np.asarray(constants.quat_to_mat(jnp.asarray(m.body_iquat[b])))
+        want = r @ np.diag(m.body_inertia[b]) @ r.T
+        scale = max(float(np.max(np.abs(want))), 1e-12)
+        ok = (abs(float(mass) - m.body_mass[b]) <= 1e-6 * m.body_mass[b]
+              and np.allclose(np.asarray(com), m.body_ipos[b], rtol=0, atol=1e-6 * max(1.0, float(m.stat.meansize)))
+              and np.allclose(np.asarray(full), want, rtol=0, atol=1e-6 * scale))  # fmt: skip
+        if not ok:
+            raise ParameterError(f"{key}: body {name!r}'s mass properties do not come from its geoms (an <inertial> "
+                                 "element, geoms of several densities or outside the inertia group): pass the MjSpec "
+                                 "or MJCF path so each geom's mass is known, or pass mass_from_geoms=False")
+
+    def apply(self, mx, values):
+        """``mx`` (parameters written) with the tied bodies' mass, centre of mass and inertia recomputed."""
+        if not (self.geo or self.mass or self.inertial):
+            return mx
+        mass_l, ipos_l, iquat_l, inert_l = mx.body_mass, mx.body_ipos, mx.body_iquat, mx.body_inertia
+        dtype = values.dtype
+        for b, (geoms, types, masses) in self.geo.items():
+            size, pos, quat = mx.geom_size[geoms], mx.geom_pos[geoms], mx.geom_quat[geoms]
+            moments = jnp.stack([constants.geom_inertia(t, size[k], masses[k]) for k, t in enumerate(types)])
+            if len(geoms) == 1:  # the compiler copies a single geom's frame and moments
+                com, q, inertia = pos[0], quat[0], moments[0]
+            else:
+                _, com, full = constants.combine_inertia(jnp.asarray(masses, dtype), pos, quat, moments)
+                inertia, q = constants.principal_axes(full)
+            if b in self.mass:
+                i, m0 = self.mass[b]
+                inertia = inertia * (values[i] / float(np.sum(masses)))
+                mass_l = mass_l.at[b].set(values[i])
+            ipos_l, iquat_l, inert_l = ipos_l.at[b].set(com), iquat_l.at[b].set(q), inert_l.at[b].set(inertia)
+        for b, (i, m0) in self.mass.items():
+            if b not in self.geo:
+                inert_l = inert_l.at[b].set(inert_l[b] * (values[i] / m0))
+        for b, a in self.inertial.items():
+            mass, com, full = constants.mass_properties_from_log_cholesky(values[a : a + 10])
+            inertia, q = constants.principal_axes(full)
+            mass_l, ipos_l = mass_l.at[b].set(mass), ipos_l.at[b].set(com)
+            iquat_l, inert_l = iquat_l.at[b].set(q), inert_l.at[b].set(inertia)
+        return mx.tree_replace({"body_mass": mass_l, "body_ipos": ipos_l, "body_iquat": iquat_l, "body_inertia": inert_l})

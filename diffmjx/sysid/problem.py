@@ -1,0 +1,272 @@
+r"""A system-identification problem: recordings cut into segments, predicted by a parametrised model.
+
+:class:`Problem` holds what every fit of :func:`diffmjx.sysid.identify` evaluates: the
+:class:`~diffmjx.sysid.ParameterSet`, the recordings cut into *segments* of ``horizon + 1``
+samples (one every ``stride`` samples), grouped by model variant and sample period (one compiled
+program each), and the simulation :class:`diffmjx.Config`. From each segment's first recorded state
+the model predicts the next ``horizon`` states with :func:`diffmjx.rollout` (the recorded controls
+held over each period), and :func:`state_residuals` compares them with the recorded ones:
+
+- positions: hinge and slide coordinates and free joints' translations, ``sqrt(w_position)`` times
+  the difference;
+- orientations of free and ball joints: ``sqrt(w_orientation)`` times the rotation vector
+  ``log(q_rec^-1 q)`` (its norm is the geodesic angle), or, with ``orientation="matrix"``, the
+  difference of the rotation matrices (the ContactNets study's metric);
+- velocities: ``sqrt(w_velocity)`` times the difference (MuJoCo's tangent-space velocities);
+- sensors (where the recording has ``sensordata``): ``sqrt(w_sensor) * sensor_weights`` times
+  ``gain * simulated + bias - recorded``, at the segment's first ``horizon`` samples (the first is
+  the recorded state's; each uses that sample's control, see :mod:`.recording`).
+
+The residual vector is divided by ``sqrt(number of predicted states)``, so its sum of squares is the
+mean over segments and states of the squared residual: the segment loss of the paper's App. E.2.
+"""
+
+
+import dataclasses
+import functools
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+
+from diffmjx import manifold
+from diffmjx._mjx import mjx
+from diffmjx.config import Config
+from diffmjx.dynamics import forward_unchecked
+from diffmjx.integrate import rollout
+from diffmjx.sysid.loss import map_segments, resolve_batching
+from diffmjx.sysid.parameter import ParameterSet
+from diffmjx.sysid.recording import Recording
+
+__all__ = ["ORIENTATIONS", "Group", "Problem", "Weights", "quat_log", "state_residuals"]
+
+ORIENTATIONS = ("geodesic", "matrix")
+"""Orientation metrics of the residual."""
+
+
+class Weights(NamedTuple):
+    """Weights of the residual's parts (squared-error weights) and the orientation metric."""
+
+    position: float = 1.0
+    orientation: float = 1.0
+    velocity: float = 0.0
+    sensor: float = 1.0
+    orientation_metric: str = "geodesic"
+
+
+def quat_log(q):
+    """Rotation vector (..., 3) of unit quaternions (..., 4) (w, x, y, z): axis times angle in
+    [0, pi], with finite derivatives at the identity."""
+    q = q * jnp.where(q[..., :1] < 0, -1.0, 1.0)  # the shorter way round
+    w, v = q[..., 0], q[..., 1:]
+    n2 = jnp.sum(v * v, axis=-1)
+    small = n2 < 1e-16
+    n = jnp.sqrt(jnp.where(small, 1.0, n2))
+    w_safe = jnp.where(small, 1.0, w)
+    scale = jnp.where(small, 2.0 / jnp.where(small, w, 1.0) * (1.0 - n2 / 3.0), 2.0 * jnp.arctan2(n, w_safe) / n)
+    return v * scale[..., None]
+
+
+def _quat_conj(q):
+    return q * jnp.array([1.0, -1.0, -1.0, -1.0], q.dtype)
+
+
+def _quat_mat(q):
+    q = q / jnp.linalg.norm(q, axis=-1, keepdims=True)
+    w, x, y, z = (q[..., i] for i in range(4))
+    rows = (
+        (1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)),
+        (2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)),
+        (2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)),
+    )
+    return jnp.stack([jnp.stack(r, axis=-1) for r in rows], axis=-2)
+
+
+def state_residuals(layout: manifold.JointLayout, qpos, qvel, qpos_rec, qvel_rec, w: Weights):
+    """Residual (..., k) of predicted states against recorded ones (see the module docstring)."""
+    parts = [jnp.sqrt(w.position) * (qpos[..., layout.lin_q] - qpos_rec[..., layout.lin_q])]
+    if layout.quat_q.size:
+        q, qr = qpos[..., layout.quat_q], qpos_rec[..., layout.quat_q]  # (..., k, 4)
+        if w.orientation_metric == "matrix":
+            d = _quat_mat(q) - _quat_mat(qr)
+            rot = d.reshape(*d.shape[:-3], -1)
+        else:
+            rot = quat_log(manifold.quat_mul(_quat_conj(qr), q)).reshape(*q.shape[:-2], -1)
+        parts.append(jnp.sqrt(w.orientation) * rot)
+    if w.velocity:
+        parts.append(jnp.sqrt(w.velocity) * (qvel - qvel_rec))
+    return jnp.concatenate(parts, axis=-1)
+
+
+class Group(NamedTuple):
+    """Segments of one model variant and sample period: arrays with a leading segment axis B."""
+
+    variant: int
+    dt: float
+    qpos0: np.ndarray  # (B, nq) recorded first states
+    qvel0: np.ndarray  # (B, nv)
+    act0: np.ndarray  # (B, na)
+    ctrl: np.ndarray  # (B, N, nu) controls of the N periods
+    qpos: np.ndarray  # (B, N, nq) recorded states 1..N
+    qvel: np.ndarray  # (B, N, nv)
+    sensordata: np.ndarray | None  # (B, N, ns) recorded sensors at samples 0..N-1
+    sensor_weights: np.ndarray | None  # (B, ns)
+    recording: np.ndarray  # (B,) index of the recording
+    start: np.ndarray  # (B,) first sample of the segment in its recording
+
+    @property
+    def size(self) -> int:
+        return self.qpos0.shape[0]
+
+    def take(self, idx) -> "Group":
+        """The segments ``idx`` (NumPy indexing)."""
+        pick = lambda a: None if a is None else a[idx]
+        return self._replace(**{k: pick(getattr(self, k)) for k in self._fields if k not in ("variant", "dt")})
+
+    def arrays(self) -> tuple:
+        """The per-segment arrays a compiled residual takes (None where absent)."""
+        return (self.qpos0, self.qvel0, self.act0, self.ctrl, self.qpos, self.qvel, self.sensordata, self.sensor_weights)
+
+
+def cut(recordings: Sequence[Recording], horizon: int, stride: int) -> list[Group]:
+    """Segments of ``horizon + 1`` samples every ``stride`` samples, grouped by (variant, dt).
+
+    Recordings must have been checked against their model (:meth:`Recording.check`): ``qvel`` and
+    ``ctrl`` present."""
+    keyed: dict[tuple[int, float], list[tuple[int, Recording]]] = {}
+    for i, r in enumerate(recordings):
+        keyed.setdefault((r.variant, r.dt), []).append((i, r))
+    groups = []
+    for (variant, dt), items in sorted(keyed.items()):
+        with_sensors = [r.sensordata is not None for _, r in items]
+        if any(with_sensors) and not all(with_sensors):
+            raise ValueError(f"recordings of variant {variant} at dt={dt:g}: some have sensordata and some do not; "
+                             "give all of them sensordata or none")
+        cols: dict[str, list] = {k: [] for k in Group._fields[2:]}
+        for i, r in items:
+            starts = np.arange(0, r.T - horizon + 1, stride)
+            if not len(starts):
+                continue
+            win = starts[:, None] + np.arange(horizon + 1)[None, :]
+            na = 0 if r.act is None else r.act.shape[1]
+            cols["qpos0"].append(r.qpos[starts])
+            cols["qvel0"].append(r.qvel[starts])
+            cols["act0"].append(r.act[starts] if r.act is not None else np.zeros((len(starts), na)))
+            cols["ctrl"].append(r.ctrl[win[:, :-1]])
+            cols["qpos"].append(r.qpos[win[:, 1:]])
+            cols["qvel"].append(r.qvel[win[:, 1:]])
+            if r.sensordata is not None:
+                cols["sensordata"].append(r.sensordata[win[:, :-1]])
+                sw = np.ones(r.sensordata.shape[1]) if r.sensor_weights is None else r.sensor_weights
+                cols["sensor_weights"].append(np.broadcast_to(sw, (len(starts), len(sw))))
+            cols["recording"].append(np.full(len(starts), i))
+            cols["start"].append(starts)
+        if not cols["qpos0"]:
+            continue
+        out = {k: (np.concatenate(v) if v else None) for k, v in cols.items()}
+        groups.append(Group(variant=variant, dt=dt, **out))
+    return groups
+
+
+def _base(model: mujoco.MjModel, dt: float):
+    """``mjx.put_model`` of ``model`` with the control period ``dt`` (the model's own is not changed)."""
+    import copy
+
+    m = copy.deepcopy(model)
+    m.opt.timestep = dt
+    return mjx.put_model(m, device=jax.local_devices()[0])
+
+
+@dataclasses.dataclass(eq=False)
+class Problem:
+    """Segments of recordings, a :class:`~diffmjx.sysid.ParameterSet` and a simulation config.
+
+    Arguments:
+        params: the resolved parameters (with the model variants).
+        recordings: checked recordings (:meth:`Recording.check`).
+        horizon: N, periods predicted per segment.
+        stride: samples between segment starts.
+        cfg: the simulation's :class:`diffmjx.Config`.
+        weights: the residual's :class:`Weights`.
+        batching: how a group's segments run (:func:`~diffmjx.sysid.map_segments`).
+    """
+
+    params: ParameterSet
+    recordings: Sequence[Recording]
+    horizon: int
+    stride: int
+    cfg: Config
+    weights: Weights = dataclasses.field(default_factory=Weights)
+    batching: str = "auto"
+
+    def __post_init__(self) -> None:
+        self.groups = cut(self.recordings, self.horizon, self.stride)
+        if not self.groups:
+            raise ValueError(f"no recording holds a segment of horizon + 1 = {self.horizon + 1} samples")
+        self.bases = {(g.variant, g.dt): _base(self.params.models[g.variant], g.dt) for g in self.groups}
+        self.layouts = [manifold.JointLayout.from_model(mv) for mv in self.params.models]
+        self.states = sum(g.size for g in self.groups) * self.horizon
+        self.batching_used = resolve_batching(self.batching, self.cfg)
+
+    # the compiled pieces; ``functools.cache`` on the bound method would keep the Problem alive, so
+    # the per-group functions are built once here and reused by every call
+    @functools.cached_property
+    def _group_fns(self):
+        return [self._residual_fn(g) for g in self.groups]
+
+    def _residual_fn(self, g: Group):
+        ps, cfg, w, batching = self.params, self.cfg, self.weights, self.batching_used
+        layout = self.layouts[g.variant]
+        sensors = g.sensordata is not None
+        variant = g.variant
+
+        def residuals(values, base, qpos0, qvel0, act0, ctrl, qpos, qvel, sens, sens_w):
+            m = ps.model(values, base, variant)
+            d0 = mjx.make_data(base)
+            gain, bias = ps.sensor_terms(values, base.nsensordata, variant) if sensors else (None, None)
+
+            def one(qp0, qv0, a0, u, qp, qv, s, sw):
+                d = d0.replace(qpos=qp0, qvel=qv0, act=a0)
+                _, traj = rollout(m, d, u, cfg)
+                r = state_residuals(layout, traj.qpos, traj.qvel, qp, qv, w)
+                if sensors:
+                    qps = jnp.concatenate([qp0[None], traj.qpos[:-1]])
+                    qvs = jnp.concatenate([qv0[None], traj.qvel[:-1]])
+                    acts = jnp.concatenate([a0[None], traj.act[:-1]])
+
+                    def sense(q, v, a, c):
+                        return forward_unchecked(m, d0.replace(qpos=q, qvel=v, act=a, ctrl=c), cfg).sensordata
+
+                    sim = jax.vmap(sense)(qps, qvs, acts, u)
+                    r = jnp.concatenate([r, jnp.sqrt(w.sensor) * sw * (gain * sim + bias - s)], axis=-1)
+                return r
+
+            xs = (qpos0, qvel0, act0, ctrl, qpos, qvel)
+            if sensors:
+                xs = (*xs, sens, sens_w)
+                fn = one
+            else:
+                fn = lambda a, b, c, d, e, f: one(a, b, c, d, e, f, None, None)
+            return map_segments(fn, xs, batching)  # (B, N, k)
+
+        return residuals
+
+    def group_residuals(self, values, k: int, arrays=None):
+        """(B, N, k) residuals of group ``k`` (its arrays, or ``arrays`` of the same layout), unnormalised."""
+        g = self.groups[k]
+        arrays = g.arrays() if arrays is None else arrays
+        return self._group_fns[k](values, self.bases[(g.variant, g.dt)], *arrays)
+
+    def residuals(self, theta):
+        """Flat residual vector at unconstrained ``theta``: its sum of squares is :meth:`loss`."""
+        values = self.params.to_values(theta)
+        parts = [jnp.ravel(self.group_residuals(values, k)) for k in range(len(self.groups))]
+        return jnp.concatenate(parts) / jnp.sqrt(float(self.states))
+
+    def loss(self, theta):
+        """The segment loss: mean over segments and predicted states of the squared residual."""
+        r = self.residuals(theta)
+        return jnp.sum(r * r)
