@@ -254,14 +254,18 @@ def identify(
     problem = Problem(ps, recs, fit.horizon, stride, sim, fit.weights, fit.batching)
     held_problem = Problem(ps, held, fit.horizon, stride, cfg, fit.weights, fit.batching) if held else None
     start = time.perf_counter()
-    held_fn = jax.jit(held_problem.loss) if held_problem else None
+    held_fn = None
+    if held_problem is not None:
+        held_args, held_loss_fn = held_problem.arguments(), jax.jit(held_problem.loss)
+        held_fn = lambda th: held_loss_fn(th, held_args)
     # Levenberg-Marquardt's one program (residual and Jacobian) also gives the start's loss, the returned
     # values' loss and the intervals; Adam compiles it for the intervals only
     lm = _LM(problem if fit.method == "lm" else _forward(problem), fit)
     runner = lm if fit.method == "lm" else _Adam(problem, fit)
     theta = jnp.asarray(ps.theta0)
     state = runner.init(theta)
-    loss_start = float(state["r"] @ state["r"]) if fit.method == "lm" else float(jax.jit(problem.loss)(theta))
+    loss_start = (float(state["r"] @ state["r"]) if fit.method == "lm"
+                  else float(jax.jit(problem.loss)(theta, problem.arguments())))  # fmt: skip
     if not math.isfinite(loss_start):
         raise FloatingPointError(f"the loss at the start is {loss_start}: the model's simulation of the recordings "
                                  "is not finite; check the recordings' states and controls")
@@ -351,11 +355,11 @@ class _LM:
 
     def __init__(self, problem: Problem, fit: FitConfig):
         self.fit = fit
-        self.rj = jax.jit(lambda th: (problem.residuals(th), jax.jacfwd(problem.residuals)(th)))
-        self.jac_at: tuple | None = None  # (theta, r, J) of the accepted point
+        self.args = problem.arguments()
+        self.rj = jax.jit(lambda th, args: (problem.residuals(th, args), jax.jacfwd(problem.residuals)(th, args)))
 
     def evaluate(self, theta):
-        r, j = self.rj(theta)
+        r, j = self.rj(theta, self.args)
         return np.asarray(r), np.asarray(j)
 
     def init(self, theta):
@@ -412,18 +416,21 @@ class _Adam:
         groups = problem.groups
         weights = [n * problem.horizon for n in self.sizes]
 
-        def loss(theta, batches):
-            values = problem.params.to_values(theta)
-            sq = [jnp.sum(problem.group_residuals(values, k, b) ** 2) for k, b in enumerate(batches)]
+        def loss(theta, coords, bases, batches):
+            values = problem.params.to_values(theta, coords)
+            sq = [jnp.sum(problem.group_residuals(values, k, base, b) ** 2)
+                  for k, (base, b) in enumerate(zip(bases, batches))]  # fmt: skip
             return sum(sq) / float(sum(weights))
 
-        def step(theta, opt_state, lr, batches):
-            value, grad = jax.value_and_grad(loss)(theta, batches)
+        def step(theta, opt_state, lr, coords, bases, batches):
+            value, grad = jax.value_and_grad(loss)(theta, coords, bases, batches)
             updates, opt_state = self.scale.update(grad, opt_state, theta)
             return theta - lr * updates, opt_state, value, grad
 
         self._step = jax.jit(step)
         self.groups = groups
+        coords, data = problem.arguments()
+        self.coords, self.bases = coords, [base for base, _ in data]
 
     def init(self, theta):
         return self.scale.init(theta)
@@ -439,7 +446,8 @@ class _Adam:
         return out
 
     def step(self, theta, state, k):
-        new, state2, loss, grad = self._step(theta, state, self.fit.learning_rate, self._batches(k))
+        new, state2, loss, grad = self._step(theta, state, self.fit.learning_rate, self.coords, self.bases,
+                                             self._batches(k))  # fmt: skip
         loss = float(loss)
         if not (math.isfinite(loss) and bool(jnp.all(jnp.isfinite(grad)))):
             raise FloatingPointError(f"non-finite loss ({loss}) or gradient at Adam step {k + 1}")

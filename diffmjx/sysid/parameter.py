@@ -455,27 +455,37 @@ class ParameterSet:
         """Number of scalar components (the length of ``theta``)."""
         return len(self.start)
 
-    def to_values(self, theta) -> jax.Array:
-        """Physical values (flat, in :attr:`labels` order) of unconstrained coordinates ``theta``."""
+    def coords(self) -> dict[str, np.ndarray]:
+        """The numbers :meth:`to_values` reads (start, bounds with infinities as 0, scale): pass them as
+        an argument of a compiled function, so another start does not compile another program."""
+        finite = lambda a: np.where(np.isfinite(a), a, 0.0)
+        return {"start": self.start.copy(), "lo": finite(self._lo), "hi": finite(self._hi), "scale": self._scale.copy()}
+
+    def to_values(self, theta, coords: dict | None = None) -> jax.Array:
+        """Physical values (flat, in :attr:`labels` order) of unconstrained coordinates ``theta``.
+
+        Arguments:
+            theta: unconstrained coordinates (traced or not).
+            coords: :meth:`coords` (traced or not); this set's own if None.
+        """
+        c = self.coords() if coords is None else coords
         theta = jnp.asarray(theta)
         x = jnp.zeros_like(theta)
-        lo, hi, x0, s = self._lo, self._hi, self.start, self._scale
+        up = ~np.isfinite(self._lo)  # one-sided coordinates below an upper bound are mirrored
         for t, idx in self._groups.items():
             if not len(idx):
                 continue
             z = theta[idx]
-            a, b, c = lo[idx], hi[idx], x0[idx]
+            a, b, x0 = c["lo"][idx], c["hi"][idx], c["start"][idx]
+            u = up[idx]
             if t is Transform.LOGIT:
                 v = a + (b - a) * jax.nn.sigmoid(z)
             elif t is Transform.LOG:
-                up = ~np.isfinite(a)  # only an upper bound: mirrored
-                v = jnp.where(up, np.where(up, b, 0.0) - np.where(up, b - c, 0.0) * jnp.exp(z),
-                              np.where(up, 0.0, a) + np.where(up, 0.0, c - a) * jnp.exp(z))
+                v = jnp.where(u, b - (b - x0) * jnp.exp(z), a + (x0 - a) * jnp.exp(z))
             elif t is Transform.SOFTPLUS:
-                up = ~np.isfinite(a)
-                v = jnp.where(up, np.where(up, b, 0.0) - _softplus(z), np.where(up, 0.0, a) + _softplus(z))
+                v = jnp.where(u, b - _softplus(z), a + _softplus(z))
             else:
-                v = c + s[idx] * z
+                v = x0 + c["scale"][idx] * z
             x = x.at[idx].set(v)
         return x
 
@@ -555,7 +565,7 @@ class ParameterSet:
             cur = cur.at[r.flat.ravel()].set(jnp.tile(v, r.flat.shape[0]))
             edits[leaf] = cur
         m = base.tree_replace({k: jnp.reshape(v, jnp.shape(_get(base, k))) for k, v in edits.items()})
-        m = self.ties[variant].apply(m, values)
+        m = self.ties[variant].apply(m, values, base)
         if self.recompute_constants:
             m = constants.set_const(m)
         return m
@@ -653,7 +663,7 @@ class _MassTies:
 
     def __init__(self, m: mujoco.MjModel, resolved: Sequence[_Resolved], slices: np.ndarray, spec):
         self.geo: dict[int, tuple] = {}  # body -> (geoms, types, masses)
-        self.mass: dict[int, tuple[int, float]] = {}  # body -> (value index, start mass): inertia scaled
+        self.mass: dict[int, int] = {}  # body -> value index of its mass: inertia scaled
         self.inertial: dict[int, int] = {}  # body -> first value index of its log-Cholesky coordinates
         owner: dict[int, str] = {}
 
@@ -683,7 +693,7 @@ class _MassTies:
                     if "body_inertia" in fields_of.get(b, set()):
                         raise ParameterError(f"{p.key}: body_inertia of the same body is a parameter too; pass "
                                              "scale_inertia=False to fit both")
-                    self.mass[b] = (int(a), float(m.body_mass[b]))
+                    self.mass[b] = int(a)
             elif p.field in ("geom_size", "geom_pos") and p.mass_from_geoms:
                 for g in r.elements:
                     b = int(m.geom_bodyid[g])
@@ -720,8 +730,9 @@ class _MassTies:
                                  "element, geoms of several densities or outside the inertia group): pass the MjSpec "
                                  "or MJCF path so each geom's mass is known, or pass mass_from_geoms=False")
 
-    def apply(self, mx, values):
-        """``mx`` (parameters written) with the tied bodies' mass, centre of mass and inertia recomputed."""
+    def apply(self, mx, values, base):
+        """``mx`` (parameters written into ``base``) with the tied bodies' mass, centre of mass and inertia
+        recomputed."""
         if not (self.geo or self.mass or self.inertial):
             return mx
         mass_l, ipos_l, iquat_l, inert_l = mx.body_mass, mx.body_ipos, mx.body_iquat, mx.body_inertia
@@ -735,13 +746,13 @@ class _MassTies:
                 _, com, full = constants.combine_inertia(jnp.asarray(masses, dtype), pos, quat, moments)
                 inertia, q = constants.principal_axes(full)
             if b in self.mass:
-                i, m0 = self.mass[b]
+                i = self.mass[b]
                 inertia = inertia * (values[i] / float(np.sum(masses)))
                 mass_l = mass_l.at[b].set(values[i])
             ipos_l, iquat_l, inert_l = ipos_l.at[b].set(com), iquat_l.at[b].set(q), inert_l.at[b].set(inertia)
-        for b, (i, m0) in self.mass.items():
-            if b not in self.geo:
-                inert_l = inert_l.at[b].set(inert_l[b] * (values[i] / m0))
+        for b, i in self.mass.items():
+            if b not in self.geo:  # scaled from the base's (start) mass and inertia
+                inert_l = inert_l.at[b].set(base.body_inertia[b] * (values[i] / base.body_mass[b]))
         for b, a in self.inertial.items():
             mass, com, full = constants.mass_properties_from_log_cholesky(values[a : a + 10])
             inertia, q = constants.principal_axes(full)

@@ -44,6 +44,7 @@ import time
 from collections.abc import Sequence
 from typing import NamedTuple
 
+import mujoco
 import numpy as np
 
 from diffmjx.impedance import MAXIMP, MINIMP
@@ -52,7 +53,7 @@ from diffmjx.sysid.data import DT
 from diffmjx.sysid.loss import state_residuals
 from diffmjx.sysid.model import _SHAPES, CubeParams, check_params, cube_mjmodel
 
-__all__ = ["PEER_BOUNDS", "PeerResult", "fit_mujoco_sysid"]
+__all__ = ["PEER_BOUNDS", "PeerFit", "PeerResult", "fit_mujoco_sysid", "identify_mujoco_sysid"]
 
 _MARGIN = 1e-6  # keeps solimp's clamped components strictly inside MuJoCo's [1e-4, 0.9999]
 
@@ -251,3 +252,164 @@ def fit_mujoco_sysid(
         evaluations=evaluations,
         iterations=n_iter,
     )
+
+
+class PeerFit(NamedTuple):
+    """Outcome of :func:`identify_mujoco_sysid`.
+
+    Attributes:
+        values: ``{Parameter.key: value}`` (as :attr:`diffmjx.sysid.IdentifyResult.values`).
+        model: the ``mujoco.MjModel`` with the fitted values written (constants recomputed).
+        loss_start: the segment loss at the start (the C engine's; sum of squared residuals).
+        loss: the segment loss at the fitted values.
+        wall_s: wall-clock seconds of the optimisation (the two loss evaluations excluded).
+        evaluations: residual evaluations, counted in parameter points (a finite-difference
+            Jacobian over ``k`` components counts ``k``).
+        iterations: optimiser iterations, or None where the backend does not report them.
+    """
+
+    values: dict
+    model: mujoco.MjModel
+    loss_start: float
+    loss: float
+    wall_s: float
+    evaluations: int
+    iterations: int | None
+
+
+def _peer_box(lo: float, hi: float, start: float) -> tuple[float, float]:
+    """A finite box for the optimiser: the bounds where finite, else a decade around the start."""
+    span = 10 * max(abs(start), 1e-3)
+    a = lo if np.isfinite(lo) else start - span
+    b = hi if np.isfinite(hi) else start + span
+    if np.isfinite(lo) and not np.isfinite(hi) and lo >= 0:
+        b = max(start * 10, start + 1e-3)
+    if not np.isfinite(lo) and np.isfinite(hi) and hi <= 0:
+        a = min(start * 10, start - 1e-3)
+    pad = 1e-9 * max(abs(a), abs(b), 1.0)
+    return a + pad, b - pad
+
+
+def identify_mujoco_sysid(
+    model,
+    params,
+    recordings,
+    *,
+    fit=None,
+    max_iters: int = 50,
+    n_threads: int = 1,
+    verbose: bool = False,
+) -> PeerFit:
+    """Fit ``params`` of ``model`` to ``recordings`` with MuJoCo's own ``mujoco.sysid`` (C engine,
+    finite-difference Jacobians, ``mujoco.minimize.least_squares``): the peer of
+    :func:`diffmjx.sysid.identify`, on the same segments and residual.
+
+    The C engine simulates each segment from its recorded state at the model's own ``opt.timestep``
+    (each recording's ``dt`` must be a whole multiple of it; the control is held over the period),
+    the residual of :class:`diffmjx.sysid.Problem` is taken at the recorded samples, and the values
+    are written into the model by the same :class:`~diffmjx.sysid.ParameterSet` (ties and
+    constants included). The optimiser works in units of the start values inside a finite box (the
+    parameters' bounds where finite, else a decade around the start); its finite-difference step is
+    ``mujoco.minimize``'s default (about 1.5e-8 of each value).
+
+    Arguments:
+        model: ``mujoco.MjModel``, ``MjSpec`` or MJCF path (the start values); one variant only.
+        params: :class:`~diffmjx.sysid.Parameter` list.
+        recordings: :class:`~diffmjx.sysid.Recording` list.
+        fit: :class:`~diffmjx.sysid.FitConfig` (``horizon``, ``stride`` and the residual's weights
+            are used).
+        max_iters: optimiser iterations at most.
+        n_threads: threads of the batched C rollouts.
+        verbose: let the backend print its iterations.
+
+    Raises:
+        ImportError: ``mujoco.sysid``'s extras are missing.
+        ValueError: a recording period that is not a multiple of the model's timestep.
+    """
+    from diffmjx import manifold
+    from diffmjx.sysid.identify import FitConfig, load_model
+    from diffmjx.sysid.parameter import ParameterSet
+    from diffmjx.sysid.problem import cut, state_residuals
+
+    sysid = _sysid()
+    fit = FitConfig() if fit is None else fit
+    m0, spec = load_model(model)
+    ps = ParameterSet(m0, params, (), spec)
+    recs = [r.check(m0) for r in recordings]
+    if any(r.variant for r in recs):
+        raise ValueError("identify_mujoco_sysid fits one model: every recording must have variant 0")
+    groups = cut(recs, fit.horizon, fit.stride or fit.horizon)
+    h = float(m0.opt.timestep)
+    layout = manifold.JointLayout.from_model(m0)
+    w = fit.weights
+    nq, nv = m0.nq, m0.nv
+    start = ps.start
+    scale = np.where(start != 0, np.abs(start), 1.0)
+    pdict = sysid.ParameterDict()
+    for i in range(ps.size):
+        a, b = _peer_box(ps._lo[i], ps._hi[i], start[i])
+        pdict.add(sysid.Parameter(f"p{i}", np.array([start[i] / scale[i]]), np.array([a / scale[i]]),
+                                  np.array([b / scale[i]])))  # fmt: skip
+
+    def values_of(p) -> np.ndarray:
+        return np.array([p[f"p{i}"].value[0] * scale[i] for i in range(ps.size)])
+
+    def build(p):
+        return ps.write(values_of(p))
+
+    trajs, meta = [], []
+    for g in groups:
+        k = round(g.dt / h)
+        if k < 1 or abs(k * h - g.dt) > 1e-9 * g.dt:
+            raise ValueError(f"recording period dt={g.dt:g} s is not a whole multiple of the model's timestep {h:g} s")
+        n = g.ctrl.shape[1]
+        times = np.arange(n * k + 1) * h
+        for b in range(g.size):
+            ctrl = np.repeat(g.ctrl[b], k, axis=0)
+            ctrl = np.vstack([ctrl, ctrl[-1:]]) if m0.nu else np.zeros((n * k + 1, 0))
+            control = sysid.TimeSeries(times, ctrl)
+            measured = sysid.TimeSeries(times, np.zeros((n * k + 1, 1)), {"row": (sysid.SignalType.CustomObs, np.array([0]))})
+            s0 = sysid.create_initial_state(m0, g.qpos0[b], g.qvel0[b], g.act0[b] if m0.na else None)
+            trajs.append(sysid.SystemTrajectory(m0, control, measured, s0, None))
+            meta.append((g, b, k))
+    total = sum(g.size for g in groups) * fit.horizon
+    norm = 1.0 / np.sqrt(total)
+    index = {id(t.sensordata): i for i, t in enumerate(trajs)}
+
+    def modify_residual(p, pred_ts, meas_ts, model, return_pred_all, state=None, **_):
+        g, b, k = meta[index[id(meas_ts)]]
+        qp, qv = state[k - 1 :: k, 1 : 1 + nq], state[k - 1 :: k, 1 + nq : 1 + nq + nv]
+        res = state_residuals(layout, qp, qv, g.qpos[b], g.qvel[b], w, xp=np)
+        if g.sensordata is not None:
+            vals = values_of(p)
+            gain, bias = (np.asarray(x) for x in ps.sensor_terms(vals, model.nsensordata))
+            sim = np.asarray(pred_ts.data)[0 : k * fit.horizon : k]
+            res = np.hstack([res, np.sqrt(w.sensor) * g.sensor_weights[b] * (gain * sim + bias - g.sensordata[b])])
+        return norm * res, meas_ts, meas_ts  # the residual is ours; mujoco.sysid checks the mappings agree
+
+    counter = {"points": 0}
+
+    def residual_fn(x, p):
+        x = np.asarray(x, np.float64)
+        counter["points"] += 1 if x.ndim == 1 else x.shape[1]
+        r, pred, meas = sysid.model_residual(x, p, build, trajs, modify_residual=modify_residual,
+                                             resample_true=False, n_threads=int(n_threads))  # fmt: skip
+        if x.ndim == 2:
+            r = r.reshape(r.shape[0], x.shape[1], len(trajs)).transpose(2, 0, 1).reshape(-1, x.shape[1])
+        return [r], pred, meas
+
+    def loss(p) -> float:
+        r = residual_fn(p.as_vector(), p.copy())[0][0]
+        return float(r @ r)
+
+    loss_start = loss(pdict)
+    counter["points"] = 0
+    out = contextlib.nullcontext() if verbose else contextlib.redirect_stdout(io.StringIO())
+    t0 = time.perf_counter()
+    with out:
+        fitted, info = sysid.optimize(pdict, residual_fn, optimizer="mujoco", verbose=False, max_iters=int(max_iters))
+    wall = time.perf_counter() - t0
+    objective = getattr(info, "extras", {}).get("objective")
+    values = values_of(fitted)
+    return PeerFit(values=ps.as_dict(values), model=ps.write(values), loss_start=loss_start, loss=loss(fitted),
+                   wall_s=wall, evaluations=counter["points"], iterations=len(objective) - 1 if objective else None)  # fmt: skip

@@ -57,48 +57,54 @@ class Weights(NamedTuple):
     orientation_metric: str = "geodesic"
 
 
-def quat_log(q):
+def quat_log(q, *, xp=jnp):
     """Rotation vector (..., 3) of unit quaternions (..., 4) (w, x, y, z): axis times angle in
-    [0, pi], with finite derivatives at the identity."""
-    q = q * jnp.where(q[..., :1] < 0, -1.0, 1.0)  # the shorter way round
+    [0, pi], with finite derivatives at the identity (``xp``: ``jax.numpy`` or ``numpy``)."""
+    q = q * xp.where(q[..., :1] < 0, -1.0, 1.0)  # the shorter way round
     w, v = q[..., 0], q[..., 1:]
-    n2 = jnp.sum(v * v, axis=-1)
+    n2 = xp.sum(v * v, axis=-1)
     small = n2 < 1e-16
-    n = jnp.sqrt(jnp.where(small, 1.0, n2))
-    w_safe = jnp.where(small, 1.0, w)
-    scale = jnp.where(small, 2.0 / jnp.where(small, w, 1.0) * (1.0 - n2 / 3.0), 2.0 * jnp.arctan2(n, w_safe) / n)
+    n = xp.sqrt(xp.where(small, 1.0, n2))
+    w_safe = xp.where(small, 1.0, w)
+    scale = xp.where(small, 2.0 / xp.where(small, w, 1.0) * (1.0 - n2 / 3.0), 2.0 * xp.arctan2(n, w_safe) / n)
     return v * scale[..., None]
 
 
-def _quat_conj(q):
-    return q * jnp.array([1.0, -1.0, -1.0, -1.0], q.dtype)
+def _quat_rel(a, b, xp):
+    """``conj(a) * b`` of quaternions (..., 4) (w, x, y, z)."""
+    aw, av = a[..., :1], -a[..., 1:]
+    bw, bv = b[..., :1], b[..., 1:]
+    w = aw * bw - xp.sum(av * bv, axis=-1, keepdims=True)
+    v = aw * bv + bw * av + xp.cross(av, bv)
+    return xp.concatenate([w, v], axis=-1)
 
 
-def _quat_mat(q):
-    q = q / jnp.linalg.norm(q, axis=-1, keepdims=True)
+def _quat_mat(q, xp):
+    q = q / xp.linalg.norm(q, axis=-1, keepdims=True)
     w, x, y, z = (q[..., i] for i in range(4))
     rows = (
         (1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)),
         (2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)),
         (2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)),
     )
-    return jnp.stack([jnp.stack(r, axis=-1) for r in rows], axis=-2)
+    return xp.stack([xp.stack(r, axis=-1) for r in rows], axis=-2)
 
 
-def state_residuals(layout: manifold.JointLayout, qpos, qvel, qpos_rec, qvel_rec, w: Weights):
-    """Residual (..., k) of predicted states against recorded ones (see the module docstring)."""
-    parts = [jnp.sqrt(w.position) * (qpos[..., layout.lin_q] - qpos_rec[..., layout.lin_q])]
+def state_residuals(layout: manifold.JointLayout, qpos, qvel, qpos_rec, qvel_rec, w: Weights, *, xp=jnp):
+    """Residual (..., k) of predicted states against recorded ones (see the module docstring);
+    ``xp``: ``jax.numpy`` (default) or ``numpy``."""
+    parts = [xp.sqrt(w.position) * (qpos[..., layout.lin_q] - qpos_rec[..., layout.lin_q])]
     if layout.quat_q.size:
         q, qr = qpos[..., layout.quat_q], qpos_rec[..., layout.quat_q]  # (..., k, 4)
         if w.orientation_metric == "matrix":
-            d = _quat_mat(q) - _quat_mat(qr)
+            d = _quat_mat(q, xp) - _quat_mat(qr, xp)
             rot = d.reshape(*d.shape[:-3], -1)
         else:
-            rot = quat_log(manifold.quat_mul(_quat_conj(qr), q)).reshape(*q.shape[:-2], -1)
-        parts.append(jnp.sqrt(w.orientation) * rot)
+            rot = quat_log(_quat_rel(qr, q, xp), xp=xp).reshape(*q.shape[:-2], -1)
+        parts.append(xp.sqrt(w.orientation) * rot)
     if w.velocity:
-        parts.append(jnp.sqrt(w.velocity) * (qvel - qvel_rec))
-    return jnp.concatenate(parts, axis=-1)
+        parts.append(xp.sqrt(w.velocity) * (qvel - qvel_rec))
+    return xp.concatenate(parts, axis=-1)
 
 
 class Group(NamedTuple):
@@ -211,8 +217,13 @@ class Problem:
         self.states = sum(g.size for g in self.groups) * self.horizon
         self.batching_used = resolve_batching(self.batching, self.cfg)
 
-    # the compiled pieces; ``functools.cache`` on the bound method would keep the Problem alive, so
-    # the per-group functions are built once here and reused by every call
+    def arguments(self, groups: Sequence[Group] | None = None) -> tuple:
+        """What :meth:`residuals` reads besides ``theta``, as a pytree to pass into a compiled function
+        (so that other data or another start reuse its program): the coordinates and, per group, the
+        base model and the segment arrays."""
+        groups = self.groups if groups is None else groups
+        return self.params.coords(), [(self.bases[(g.variant, g.dt)], g.arrays()) for g in groups]
+
     @functools.cached_property
     def _group_fns(self):
         return [self._residual_fn(g) for g in self.groups]
@@ -223,7 +234,8 @@ class Problem:
         sensors = g.sensordata is not None
         variant = g.variant
 
-        def residuals(values, base, qpos0, qvel0, act0, ctrl, qpos, qvel, sens, sens_w):
+        def residuals(values, base, arrays):
+            qpos0, qvel0, act0, ctrl, qpos, qvel, sens, sens_w = arrays
             m = ps.model(values, base, variant)
             d0 = mjx.make_data(base)
             gain, bias = ps.sensor_terms(values, base.nsensordata, variant) if sensors else (None, None)
@@ -254,19 +266,23 @@ class Problem:
 
         return residuals
 
-    def group_residuals(self, values, k: int, arrays=None):
-        """(B, N, k) residuals of group ``k`` (its arrays, or ``arrays`` of the same layout), unnormalised."""
-        g = self.groups[k]
-        arrays = g.arrays() if arrays is None else arrays
-        return self._group_fns[k](values, self.bases[(g.variant, g.dt)], *arrays)
+    def group_residuals(self, values, k: int, base, arrays):
+        """(B, N, k) residuals of group ``k``'s segments ``arrays`` (:meth:`Group.arrays` layout), unnormalised."""
+        return self._group_fns[k](values, base, arrays)
 
-    def residuals(self, theta):
-        """Flat residual vector at unconstrained ``theta``: its sum of squares is :meth:`loss`."""
-        values = self.params.to_values(theta)
-        parts = [jnp.ravel(self.group_residuals(values, k)) for k in range(len(self.groups))]
+    def residuals(self, theta, args=None):
+        """Flat residual vector at unconstrained ``theta``: its sum of squares is :meth:`loss`.
+
+        Arguments:
+            theta: unconstrained coordinates.
+            args: :meth:`arguments` (this problem's own if None).
+        """
+        coords, data = self.arguments() if args is None else args
+        values = self.params.to_values(theta, coords)
+        parts = [jnp.ravel(self.group_residuals(values, k, base, arrays)) for k, (base, arrays) in enumerate(data)]
         return jnp.concatenate(parts) / jnp.sqrt(float(self.states))
 
-    def loss(self, theta):
+    def loss(self, theta, args=None):
         """The segment loss: mean over segments and predicted states of the squared residual."""
-        r = self.residuals(theta)
+        r = self.residuals(theta, args)
         return jnp.sum(r * r)
