@@ -47,6 +47,7 @@ from diffmjx import _mjx
 __all__ = [
     "WRITTEN_LEAVES",
     "combine_inertia",
+    "general_structure",
     "geom_bounds",
     "geom_inertia",
     "geom_volume",
@@ -464,3 +465,29 @@ def _hfield_bound(m):
     g = np.asarray(m.geom_dataid)
     hs = np.asarray(m.hfield_size)
     return jnp.asarray([0.1 * np.max(hs[i]) if i >= 0 else 0.0 for i in g])
+
+
+def general_structure(m):
+    """``m`` with MuJoCo's shortcuts for "simple" bodies undone: the mass matrix's full sparsity (every
+    dof coupled to its ancestors) and no body flagged simple.
+
+    MuJoCo's compiler marks a body whose inertial frame coincides with its joint frame as simple and
+    drops the mass-matrix entries that are zero for it (within a free joint, between translation and
+    rotation); MJX keeps that static pattern. A change that moves such a body's centre of mass or
+    principal axes (a fitted ``body_ipos``, a geom moved inside the body) makes those entries nonzero:
+    apply this first, so that the mass matrix, :func:`set_const` and the simulation see them.
+    """
+    parent = np.asarray(m.dof_parentid)
+    rows = []
+    for i in range(m.nv):
+        chain, j = [], parent[i]
+        while j >= 0:
+            chain.append(int(j))
+            j = parent[j]
+        rows.append([*sorted(chain), i])
+    nnz = np.array([len(r) for r in rows], dtype=np.asarray(m.M_rownnz).dtype)
+    adr = np.concatenate([[0], np.cumsum(nnz)[:-1]]).astype(np.asarray(m.M_rowadr).dtype)
+    colind = np.array([c for r in rows for c in r], dtype=np.asarray(m.M_colind).dtype)
+    return m.replace(M_rownnz=nnz, M_rowadr=adr, M_colind=colind,
+                     body_simple=np.zeros_like(np.asarray(m.body_simple)),
+                     dof_simplenum=np.zeros_like(np.asarray(m.dof_simplenum)))  # fmt: skip

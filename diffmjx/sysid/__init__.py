@@ -63,7 +63,7 @@ from diffmjx.sysid.params import (
     model_options,
     save_params_json,
 )
-from diffmjx.sysid.peer import PEER_BOUNDS, PeerResult, fit_mujoco_sysid
+from diffmjx.sysid.peer import PEER_BOUNDS, PeerFit, PeerResult, fit_mujoco_sysid, identify_mujoco_sysid
 from diffmjx.sysid.problem import ORIENTATIONS, Problem, Weights
 from diffmjx.sysid.recording import QUAT_TOL, Recording, RecordingError, velocities_from_positions
 from diffmjx.sysid.select import Scored, grouped_trajectory_error, select, selection_split, snapshots
@@ -95,6 +95,7 @@ __all__ = [
     "Parameter",
     "ParameterError",
     "ParameterSet",
+    "PeerFit",
     "PeerResult",
     "Problem",
     "Recording",
@@ -117,6 +118,7 @@ __all__ = [
     "from_unconstrained",
     "grouped_trajectory_error",
     "identify",
+    "identify_mujoco_sysid",
     "load_model",
     "load_params_json",
     "load_split",

@@ -42,7 +42,7 @@ from diffmjx.sysid.parameter import Parameter, ParameterSet
 from diffmjx.sysid.problem import ORIENTATIONS, Problem, Weights
 from diffmjx.sysid.recording import Recording
 
-__all__ = ["METHODS", "FitConfig", "IdentifyResult", "Interval", "identify", "load_model"]
+__all__ = ["METHODS", "FitConfig", "IdentifyResult", "Interval", "forward_config", "identify", "load_model"]
 
 METHODS = ("lm", "adam")
 """Optimisers of :func:`identify`."""
@@ -65,7 +65,12 @@ class FitConfig(Section):
         position, orientation, velocity, sensor: weights of the residual's parts.
         orientation_metric: ``geodesic`` (rotation angle) or ``matrix`` (rotation-matrix difference).
         xtol, ftol: Levenberg–Marquardt stops after an accepted step shorter than ``xtol`` (relative,
-            in unconstrained coordinates) or one that lowers the loss by less than ``ftol`` of it.
+            in unconstrained coordinates) or one that lowers the loss by less than ``ftol`` of it, or
+            after five rejected steps in a row.
+        damping: Levenberg–Marquardt's first damping, relative to the Gauss–Newton Hessian's
+            diagonal (Marquardt's scaling): 1 takes about half a Gauss–Newton step.
+        max_step: the longest step in any unconstrained coordinate (a trust region: with ``LOG``
+            coordinates 0.5 changes a value by at most a factor 1.65 per step).
         batching: how segments are simulated: ``auto``, ``map`` or ``vmap``.
         eval_every: held-out evaluation every this many steps.
         patience: stop after this many held-out evaluations without improvement; None: never.
@@ -87,7 +92,9 @@ class FitConfig(Section):
     sensor: float = knob(1.0, ge=0)
     orientation_metric: str = knob("geodesic", choices=ORIENTATIONS)
     xtol: float = knob(1e-8, gt=0)
-    ftol: float = knob(1e-10, ge=0)
+    ftol: float = knob(1e-6, ge=0)
+    damping: float = knob(1.0, gt=0)
+    max_step: float = knob(0.5, gt=0)
     batching: str = knob("auto", choices=BATCHINGS)
     eval_every: int = knob(1, ge=1)
     patience: int | None = knob(None, ge=1)
@@ -149,6 +156,8 @@ class IdentifyResult(NamedTuple):
             determine (coefficients of the unit eigenvector, largest first).
         converged: LM's termination test was met (Adam: False).
         wall_s: wall time of the fit (steps and held-out evaluations; compilation included).
+        setup_s: of which before the first step: compiling and evaluating the start (LM: the residual
+            and its Jacobian; Adam: the loss).
         params: the :class:`~diffmjx.sysid.ParameterSet` (labels, start values, coordinates).
     """
 
@@ -164,6 +173,7 @@ class IdentifyResult(NamedTuple):
     unidentifiable: list[tuple[float, dict[str, float]]]
     converged: bool
     wall_s: float
+    setup_s: float
     params: ParameterSet
 
 
@@ -248,9 +258,7 @@ def identify(
         raise ValueError("no recordings given")
     held = _check_recordings(held_out, models, "held_out")
     stride = fit.stride or fit.horizon
-    sim = cfg
-    if fit.method == "lm":  # forward-mode Jacobians: the simulation is pushed forward, not pulled back
-        sim = dataclasses.replace(cfg, integrator=dataclasses.replace(cfg.integrator, adjoint="forward"))
+    sim = forward_config(cfg) if fit.method == "lm" else cfg
     problem = Problem(ps, recs, fit.horizon, stride, sim, fit.weights, fit.batching)
     held_problem = Problem(ps, held, fit.horizon, stride, cfg, fit.weights, fit.batching) if held else None
     start = time.perf_counter()
@@ -264,6 +272,7 @@ def identify(
     runner = lm if fit.method == "lm" else _Adam(problem, fit)
     theta = jnp.asarray(ps.theta0)
     state = runner.init(theta)
+    setup = time.perf_counter() - start
     loss_start = (float(state["r"] @ state["r"]) if fit.method == "lm"
                   else float(jax.jit(problem.loss)(theta, problem.arguments())))  # fmt: skip
     if not math.isfinite(loss_start):
@@ -335,20 +344,33 @@ def identify(
     return IdentifyResult(
         values=ps.as_dict(values), model=fitted[0], models=fitted, history=history, step=step, loss=loss_best,
         loss_start=loss_start, held_out_loss=held_best, intervals=intervals, unidentifiable=unident,
-        converged=converged, wall_s=wall, params=ps,
+        converged=converged, wall_s=wall, setup_s=setup, params=ps,
     )  # fmt: skip
+
+
+def forward_config(cfg: Config) -> Config:
+    """``cfg`` differentiated in forward mode (for Jacobians), simulating as ``cfg`` does.
+
+    The ``forward`` adjoint would tighten the forward solve (``integrator.dto_tighten``) and turn on
+    kink control (``integrator.kink_step=auto``) where ``cfg``'s adjoint (``backsolve`` by default)
+    has neither; the forward solve's tolerances and kink step are kept as ``cfg`` resolves them, so the
+    fit simulates what the user configured (kink control can cost ten times the steps in sliding
+    contact)."""
+    ic = cfg.integrator
+    rtol, atol = ic.tolerances()
+    fwd = dataclasses.replace(ic, adjoint="forward", rtol=rtol, atol=atol, dto_tighten=1.0, kink_step=ic.kink_step_used())
+    return dataclasses.replace(cfg, integrator=fwd)
 
 
 def _forward(problem: Problem) -> Problem:
     """The problem with its simulation differentiated in forward mode (for Jacobians)."""
-    cfg = problem.cfg
-    fwd = dataclasses.replace(cfg, integrator=dataclasses.replace(cfg.integrator, adjoint="forward"))
-    return Problem(problem.params, problem.recordings, problem.horizon, problem.stride, fwd, problem.weights,
-                   problem.batching)  # fmt: skip
+    return Problem(problem.params, problem.recordings, problem.horizon, problem.stride, forward_config(problem.cfg),
+                   problem.weights, problem.batching)  # fmt: skip
 
 
 class _LM:
-    """Levenberg–Marquardt (Marquardt's scaling, Nielsen's damping update) on the residual vector.
+    """Levenberg–Marquardt (Marquardt's scaling, Nielsen's damping update, steps capped at
+    ``fit.max_step``) on the residual vector.
 
     One compiled program, the residual and its forward-mode Jacobian at a point, serves every step:
     a trial point's Jacobian is the next step's if the trial is accepted (most are)."""
@@ -364,32 +386,36 @@ class _LM:
 
     def init(self, theta):
         r, j = self.evaluate(theta)
-        jtj = j.T @ j
-        return {"theta": np.asarray(theta), "r": r, "j": j, "mu": 1e-3 * max(float(np.max(np.diag(jtj))), 1e-300),
-                "nu": 2.0}  # fmt: skip
+        return {"theta": np.asarray(theta), "r": r, "j": j, "mu": self.fit.damping, "nu": 2.0}
 
     def step(self, theta, state, k):
         r, j, mu = state["r"], state["j"], state["mu"]
         jtj, g = j.T @ j, j.T @ r
-        dscale = np.maximum(np.diag(jtj), 1e-12 * max(float(np.max(np.diag(jtj))), 1e-300))
+        diag = np.diag(jtj)
+        dscale = np.maximum(diag, 1e-6 * max(float(np.max(diag)), 1e-300))
         loss = float(r @ r)
         try:
             delta = -np.linalg.solve(jtj + mu * np.diag(dscale), g)
         except np.linalg.LinAlgError:
             delta = -g / (mu * dscale)
+        longest = float(np.max(np.abs(delta))) if delta.size else 0.0
+        if longest > self.fit.max_step:  # a trust region in the coordinates: far jumps leave the linear model
+            delta = delta * (self.fit.max_step / longest)
         trial = state["theta"] + delta
         r2, j2 = self.evaluate(jnp.asarray(trial))
         loss2 = float(r2 @ r2) if np.all(np.isfinite(r2)) else math.inf
-        predicted = float(delta @ (mu * dscale * delta - g))  # L(0) - L(delta), for the loss r.r (times 1)
+        lin = r + j @ delta
+        predicted = loss - float(lin @ lin)  # the decrease the linear model promises
         rho = (loss - loss2) / predicted if predicted > 0 else -1.0
-        converged = False
         if rho > 0 and np.all(np.isfinite(j2)):
             state = {"theta": trial, "r": r2, "j": j2, "mu": mu * max(1 / 3, 1 - (2 * rho - 1) ** 3), "nu": 2.0}
             small_step = np.max(np.abs(delta)) <= self.fit.xtol * (np.max(np.abs(trial)) + self.fit.xtol)
             converged = bool(small_step or (loss - loss2) <= self.fit.ftol * loss or loss2 == 0.0)
             return jnp.asarray(trial), state, loss2, True, converged
         state = {**state, "mu": mu * state["nu"], "nu": 2 * state["nu"]}
-        return jnp.asarray(state["theta"]), state, loss, False, bool(state["mu"] > 1e30)
+        # five rejections in a row (the damping 2^15 times larger): no step along the linear model lowers the
+        # loss any more, which is where the simulation's own error floor stops a converged fit
+        return jnp.asarray(state["theta"]), state, loss, False, bool(state["nu"] >= 2.0**6)
 
     def save(self, theta, state) -> dict:
         return {"theta": np.asarray(state["theta"]), "lm/mu": np.asarray(state["mu"]), "lm/nu": np.asarray(state["nu"])}

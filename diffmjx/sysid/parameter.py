@@ -429,6 +429,7 @@ class ParameterSet:
         if dup:
             raise ParameterError(f"parameter {dup[0]!r} is given twice")
         self.params = params
+        model, spec = _unsimplify(model, params, spec)
         self.models = [model, *variants]
         self.resolved = [[_resolve(mv, p) for p in params] for mv in self.models]
         for v, res in enumerate(self.resolved[1:], start=1):
@@ -629,6 +630,41 @@ def _get(m, leaf: str):
         if obj is None:
             return None
     return obj
+
+
+def _moving_bodies(m: mujoco.MjModel, params: Sequence[Parameter]) -> set[int]:
+    """Bodies whose centre of mass or principal axes the parameters may move."""
+    out: set[int] = set()
+    for p in params:
+        obj = FIELDS[p.field].obj if p.field in FIELDS else None
+        ids = [mujoco.mj_name2id(m, obj, n) for n in p.names] if obj is not None else []
+        if p.field in ("body_ipos", "body_inertial"):
+            out.update(i for i in ids if i > 0)
+        elif p.field in ("geom_pos", "geom_size") and p.mass_from_geoms:
+            out.update(int(m.geom_bodyid[i]) for i in ids if i >= 0 and m.geom_bodyid[i] > 0)
+    return out
+
+
+def _unsimplify(m: mujoco.MjModel, params: Sequence[Parameter], spec):
+    """``(model, spec)`` with every body whose inertial frame the parameters move compiled as not simple.
+
+    MuJoCo compiles a body whose inertial frame is its joint frame as "simple" and leaves out the
+    mass-matrix entries that are zero for it; moving its centre of mass would need them (and
+    ``mj_setConst`` refuses such a model). With the ``MjSpec`` the bodies are recompiled with
+    ``simple="false"``; without it, an error says what to do.
+    """
+    simple = sorted(b for b in _moving_bodies(m, params) if m.body_simple[b])
+    if not simple:
+        return m, spec
+    names = [mujoco.mj_id2name(m, _BODY, b) or f"body {b}" for b in simple]
+    if spec is None:
+        raise ParameterError(f"the parameters move the centre of mass of {', '.join(map(repr, names))}, which MuJoCo "
+                             "compiled as a simple body (its inertial frame its joint frame, mass-matrix entries left "
+                             "out); add simple=\"false\" to the body in the MJCF, or pass the MjSpec or MJCF path")
+    spec = spec.copy()
+    for b in simple:
+        spec.bodies[b].simple = False
+    return spec.compile(), spec
 
 
 def _log_cholesky_of_body(m: mujoco.MjModel, i: int) -> np.ndarray:
