@@ -34,7 +34,7 @@ from diffmjx.sysid.data import (
     split,
 )
 from diffmjx.sysid.evaluate import pad_tosses, rollout_tosses, trajectory_error
-from diffmjx.sysid.identify import METHODS, FitConfig, IdentifyResult, Interval, identify, load_model
+from diffmjx.sysid.identify import METHODS, FitConfig, IdentifyResult, Interval, forward_config, identify, load_model
 from diffmjx.sysid.lm import LMHistory, LMResult, fit_lm
 from diffmjx.sysid.loss import (
     BATCHINGS,
@@ -114,6 +114,7 @@ __all__ = [
     "cube_mjx_model",
     "fit_lm",
     "fit_mujoco_sysid",
+    "forward_config",
     "from_mujoco_sysid",
     "from_unconstrained",
     "grouped_trajectory_error",

@@ -75,6 +75,8 @@ class FitConfig(Section):
         eval_every: held-out evaluation every this many steps.
         patience: stop after this many held-out evaluations without improvement; None: never.
         confidence: level of the reported intervals.
+        intervals: compute the intervals and unidentifiable directions (Levenberg–Marquardt always
+            has them; Adam compiles the residual's Jacobian for them, which ``false`` skips).
     """
 
     _section: ClassVar[str] = "fit"
@@ -95,6 +97,7 @@ class FitConfig(Section):
     ftol: float = knob(1e-6, ge=0)
     damping: float = knob(1.0, gt=0)
     max_step: float = knob(0.5, gt=0)
+    intervals: bool = knob(True)
     batching: str = knob("auto", choices=BATCHINGS)
     eval_every: int = knob(1, ge=1)
     patience: int | None = knob(None, ge=1)
@@ -151,7 +154,8 @@ class IdentifyResult(NamedTuple):
         loss: the training loss at the returned values.
         loss_start: the training loss at the start.
         held_out_loss: the held-out loss at the returned values (None without held-out recordings).
-        intervals: ``{label: Interval}`` per component (:attr:`ParameterSet.labels`).
+        intervals: ``{label: Interval}`` per component (:attr:`ParameterSet.labels`); empty with
+            Adam and ``fit.intervals`` false.
         unidentifiable: ``[(eigenvalue ratio, {label: coefficient})]``, the directions the data do not
             determine (coefficients of the unit eigenvector, largest first).
         converged: LM's termination test was met (Adam: False).
@@ -273,8 +277,7 @@ def identify(
     theta = jnp.asarray(ps.theta0)
     state = runner.init(theta)
     setup = time.perf_counter() - start
-    loss_start = (float(state["r"] @ state["r"]) if fit.method == "lm"
-                  else float(jax.jit(problem.loss)(theta, problem.arguments())))  # fmt: skip
+    loss_start = float(state["r"] @ state["r"]) if fit.method == "lm" else runner.loss(theta)
     if not math.isfinite(loss_start):
         raise FloatingPointError(f"the loss at the start is {loss_start}: the model's simulation of the recordings "
                                  "is not finite; check the recordings' states and controls")
@@ -328,12 +331,17 @@ def identify(
     values = np.asarray(best[2], np.float64)
     step = best[1]
     theta_best = jnp.asarray(ps.to_theta(values))
-    r, jac = lm.evaluate(theta_best)
-    loss_best = float(r @ r)
+    intervals: dict[str, Interval] = {}
+    unident: list = []
+    if fit.method == "lm" or fit.intervals:
+        r, jac = lm.evaluate(theta_best)
+        loss_best = float(r @ r)
+        # the Jacobian in physical values: the coordinates map each component on its own
+        _, dx = jax.jvp(ps.to_values, (theta_best,), (jnp.ones_like(theta_best),))
+        intervals, unident = _intervals(r, jac / np.asarray(dx)[None, :], ps, values, fit.confidence)
+    else:
+        loss_best = runner.loss(theta_best)
     held_best = float(held_fn(theta_best)) if held_fn else None
-    # the Jacobian in physical values: the coordinates map each component on its own
-    _, dx = jax.jvp(ps.to_values, (theta_best,), (jnp.ones_like(theta_best),))
-    intervals, unident = _intervals(r, jac / np.asarray(dx)[None, :], ps, values, fit.confidence)
     fitted = [ps.write(values, v) for v in range(len(models))]
     wall = time.perf_counter() - start
     history = History(
@@ -428,7 +436,9 @@ class _LM:
 
 
 class _Adam:
-    """Adam steps on minibatches of segments (every group in proportion to its size)."""
+    """Adam steps on minibatches of segments (every group in proportion to its size); the gradient in
+    reverse mode through the config's adjoint, or in forward mode (one tangent per component, cheaper
+    for a few parameters) when the config's ``integrator.adjoint`` is ``forward``."""
 
 
     def __init__(self, problem: Problem, fit: FitConfig):
@@ -448,8 +458,16 @@ class _Adam:
                   for k, (base, b) in enumerate(zip(bases, batches))]  # fmt: skip
             return sum(sq) / float(sum(weights))
 
+        forward = problem.cfg.integrator.adjoint == "forward"  # the config asks for forward mode: P tangents
+
+        def value_and_grad(theta, coords, bases, batches):
+            if forward:
+                grad, value = jax.jacfwd(lambda th: (loss(th, coords, bases, batches),) * 2, has_aux=True)(theta)
+                return value, grad
+            return jax.value_and_grad(loss)(theta, coords, bases, batches)
+
         def step(theta, opt_state, lr, coords, bases, batches):
-            value, grad = jax.value_and_grad(loss)(theta, coords, bases, batches)
+            value, grad = value_and_grad(theta, coords, bases, batches)
             updates, opt_state = self.scale.update(grad, opt_state, theta)
             return theta - lr * updates, opt_state, value, grad
 
@@ -457,9 +475,18 @@ class _Adam:
         self.groups = groups
         coords, data = problem.arguments()
         self.coords, self.bases = coords, [base for base, _ in data]
+        self._full = None
 
     def init(self, theta):
         return self.scale.init(theta)
+
+    def loss(self, theta) -> float:
+        """The loss on every segment: the step's own program when a step takes them all."""
+        if all(n >= g.size for g, n in zip(self.groups, self.sizes)):
+            return float(self._step(theta, self.init(theta), 0.0, self.coords, self.bases, self._batches(0))[2])
+        if self._full is None:
+            self._full = jax.jit(self.problem.loss)
+        return float(self._full(theta, self.problem.arguments()))
 
     def _batches(self, k: int):
         out = []

@@ -641,7 +641,11 @@ def _moving_bodies(m: mujoco.MjModel, params: Sequence[Parameter]) -> set[int]:
         if p.field in ("body_ipos", "body_inertial"):
             out.update(i for i in ids if i > 0)
         elif p.field in ("geom_pos", "geom_size") and p.mass_from_geoms:
-            out.update(int(m.geom_bodyid[i]) for i in ids if i >= 0 and m.geom_bodyid[i] > 0)
+            for i in ids:
+                b = int(m.geom_bodyid[i]) if i >= 0 else 0
+                # a lone geom's size leaves its body's frame (the geom's) where it is
+                if b > 0 and (p.field == "geom_pos" or int(m.body_geomnum[b]) > 1):
+                    out.add(b)
     return out
 
 

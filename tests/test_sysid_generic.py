@@ -1,0 +1,340 @@
+"""Identifying any MuJoCo model (diffmjx.sysid.identify and its parts) on small models.
+
+Recordings are made by MuJoCo's C engine at known values with a fine RK4 step (1e-4 s), so that the
+"real system" is the model's continuous dynamics, which DiffMJX's adaptive integrator solves.
+"""
+
+import copy
+
+import jax
+import mujoco
+import numpy as np
+import pytest
+
+import diffmjx
+from diffmjx import constants, sysid
+from diffmjx._mjx import mjx
+from diffmjx.sysid import Parameter, ParameterError, ParameterSet, Recording, RecordingError
+
+PENDULUM = """<mujoco><option timestep="0.002"/><worldbody><geom name="floor" type="plane" size="0 0 .05"/>
+<body name="arm" pos="0 0 1"><joint name="hinge" axis="0 1 0" damping="0.3"/>
+<geom name="rod" type="capsule" fromto="0 0 0 .4 0 0" size=".03" mass="1" contype="0" conaffinity="0"/></body>
+</worldbody><actuator><motor name="m" joint="hinge" gear="2" ctrllimited="true" ctrlrange="-1 1"/></actuator>
+<sensor><jointpos name="angle" joint="hinge"/></sensor></mujoco>"""
+
+SPHERICAL = """<mujoco><option timestep="0.002"/><worldbody>
+<body name="bob" pos="0 0 1"><joint name="ball" type="ball" damping="0.05"/>
+<geom type="capsule" fromto="0 0 0 0 0 -.3" size=".03" mass=".5" contype="0" conaffinity="0"/></body>
+</worldbody></mujoco>"""
+
+CONTACT = """<mujoco><option timestep="0.002"/><worldbody>
+<geom name="floor" type="plane" size="0 0 .05" solimp="0 0.95 0.001 0.5 2"/>
+<body name="arm" pos="0 0 1"><joint name="hinge" axis="0 1 0" damping="0.3" armature="0.01" stiffness="1"/>
+<geom name="rod" type="capsule" fromto="0 0 0 .4 0 0" size=".03" mass="1" contype="0" conaffinity="0"/></body>
+<body name="ball" pos="0.5 0 0.05"><freejoint/>
+<geom name="ball" type="sphere" size=".05" mass=".2" solimp="0 0.95 0.001 0.5 2"/></body>
+</worldbody><actuator><motor name="m" joint="hinge" gear="2"/></actuator></mujoco>"""
+
+
+def record(m: mujoco.MjModel, qpos0, qvel0, ctrl: np.ndarray, dt: float, step: float = 1e-4) -> Recording:
+    """The C engine (RK4 at ``step``; the model's own integrator at its own timestep) from ``qpos0, qvel0``,
+    sampled every ``dt``, controls held."""
+    m = copy.deepcopy(m)
+    if step != m.opt.timestep:
+        m.opt.timestep, m.opt.integrator = step, mujoco.mjtIntegrator.mjINT_RK4
+    d = mujoco.MjData(m)
+    d.qpos[:], d.qvel[:] = qpos0, qvel0
+    mujoco.mj_forward(m, d)
+    sub = round(dt / step)
+    qpos, qvel, sens = [d.qpos.copy()], [d.qvel.copy()], []
+    for u in ctrl:
+        d.ctrl[:] = u
+        mujoco.mj_forward(m, d)
+        sens.append(d.sensordata.copy())
+        for _ in range(sub):
+            mujoco.mj_step(m, d)
+        qpos.append(d.qpos.copy())
+        qvel.append(d.qvel.copy())
+    mujoco.mj_forward(m, d)
+    sens.append(d.sensordata.copy())
+    return Recording(qpos=np.array(qpos), qvel=np.array(qvel), ctrl=ctrl, dt=dt,
+                     sensordata=np.array(sens) if m.nsensordata else None)  # fmt: skip
+
+
+def pendulum_recording(seed: int, periods: int = 40) -> Recording:
+    m = mujoco.MjModel.from_xml_string(PENDULUM)
+    rng = np.random.default_rng(seed)
+    ctrl = np.repeat(rng.uniform(-1, 1, (periods // 5 + 1, 1)), 5, axis=0)[:periods]
+    return record(m, [rng.uniform(-1, 1)], [0.0], ctrl, 0.01)
+
+
+# ------------------------------------------------------------------------------------------ errors
+def test_parameter_errors_name_what_is_wrong_and_what_exists():
+    m = mujoco.MjModel.from_xml_string(CONTACT)
+    cases = [
+        (lambda: Parameter("body_masses", "arm"), "body_masses.*choose one of: body_mass"),
+        (lambda: ParameterSet(m, [Parameter("body_mass", "leg")]), "no body named 'leg'.*'arm', 'ball'"),
+        (lambda: ParameterSet(m, [Parameter("dof_damping", "elbow")]), "no joint named 'elbow'.*'hinge'"),
+        (lambda: ParameterSet(m, [Parameter("geom_friction", "ball", index=3)]), "index 3 is out of range.*\\[0, 1, 2\\]"),
+        (lambda: ParameterSet(m, [Parameter("geom_friction", "ball", index=0, bounds=(-1, 2))]), "legal range \\[0, inf\\]"),
+        (lambda: ParameterSet(m, [Parameter("geom_solimp", "ball", index=0, bounds=(0.5, 2))]), "legal range"),
+        (lambda: ParameterSet(m, [Parameter("body_mass", "ball", bounds=(1, 2))]), "value 0.2.*not strictly inside \\(1, 2\\)"),
+        (lambda: ParameterSet(m, [Parameter("geom_size", "floor")]), "plane; only primitive"),
+        (lambda: ParameterSet(m, [Parameter("geom_solimp", ("floor", "ball")), Parameter("geom_solimp", ("floor", "ball"))]),
+         "given twice"),
+        (lambda: ParameterSet(m, [Parameter("dof_damping", "hinge", bounds=(0.5, 0.1))]), "not strictly inside|empty"),
+        (lambda: Parameter("opt.gravity", "world"), "pass name=None"),
+        (lambda: ParameterSet(m, [Parameter("body_ipos", "ball", index=0)]), "simple body"),
+    ]  # fmt: skip
+    for make, message in cases:
+        with pytest.raises(ParameterError, match=message):
+            make()
+
+
+def test_recording_errors_name_the_array_and_the_sample():
+    q = np.zeros((5, 7))
+    q[:, 3] = 1.0
+    m = mujoco.MjModel.from_xml_string(SPHERICAL.replace('type="ball"', 'type="free"').replace("damping", "ref"))
+    with pytest.raises(RecordingError, match="dt=0"):
+        Recording(qpos=q, dt=0.0)
+    with pytest.raises(RecordingError, match="ctrl has 5 rows; expected T = len\\(qpos\\) - 1 = 4"):
+        Recording(qpos=q, dt=0.01, ctrl=np.zeros((5, 1)))
+    bad = q.copy()
+    bad[3, 1] = np.nan
+    with pytest.raises(RecordingError, match="qpos has a non-finite value \\(nan\\) at sample 3, column 1"):
+        Recording(qpos=bad, dt=0.01)
+    bad = q.copy()
+    bad[2, 3] = 1.1
+    with pytest.raises(RecordingError, match="qpos\\[2, 3:7\\].*norm 1.1"):
+        Recording(qpos=bad, dt=0.01).check(m)
+    with pytest.raises(RecordingError, match="qvel has 2 columns; the model has nv = 6"):
+        Recording(qpos=q, qvel=np.zeros((5, 2)), dt=0.01).check(m)
+    pm = mujoco.MjModel.from_xml_string(PENDULUM)
+    with pytest.raises(RecordingError, match="ctrl\\[1, 0\\] = 3 is outside 'm''s ctrlrange"):
+        Recording(qpos=np.zeros((3, 1)), ctrl=np.array([[0.0], [3.0]]), dt=0.01).check(pm)
+
+
+def test_recordings_round_trip_through_npz_and_csv(tmp_path):
+    rec = pendulum_recording(0, periods=6)
+    for suffix in (".npz", ".csv"):
+        back = Recording.load(rec.save(tmp_path / f"r{suffix}"))
+        for k in ("qpos", "qvel", "ctrl", "sensordata"):
+            np.testing.assert_array_equal(getattr(back, k), getattr(rec, k), err_msg=f"{suffix} {k}")
+        assert back.dt == pytest.approx(rec.dt, rel=1e-12)
+
+
+def test_missing_velocities_are_central_differences_on_the_sphere():
+    """A body spinning at a constant body-frame rate: the differences recover the rate."""
+    m = mujoco.MjModel.from_xml_string(SPHERICAL.replace('type="ball"', 'type="free"').replace("damping", "ref"))
+    w = np.array([0.3, -1.2, 2.0])
+    qpos = np.zeros((6, 7))
+    q = np.array([1.0, 0, 0, 0])
+    for k in range(6):
+        qpos[k, 3:] = q
+        mujoco.mju_quatIntegrate(q, w, 0.01)
+    rec = Recording(qpos=qpos, dt=0.01).check(m)
+    np.testing.assert_allclose(rec.qvel[:, 3:], np.tile(w, (6, 1)), rtol=1e-9)
+
+
+def test_mujoco_sysid_adapter_round_trips():
+    pytest.importorskip("tabulate", reason='mujoco.sysid needs its extras: pip install "mujoco[sysid]"')
+    m = mujoco.MjModel.from_xml_string(PENDULUM)
+    rec = pendulum_recording(1, periods=8)
+    (back,) = sysid.from_mujoco_sysid(sysid.to_mujoco_sysid(rec, m))
+    for k in ("qpos", "qvel", "ctrl"):
+        np.testing.assert_array_equal(getattr(back, k), getattr(rec, k), err_msg=k)
+    np.testing.assert_array_equal(back.sensordata[:-1], rec.sensordata[:-1])  # the last sample has no sysid row
+    assert back.dt == pytest.approx(rec.dt)
+
+
+def test_mujoco_sysid_peer_recovers_its_own_engines_values():
+    """The peer on recordings of the C engine at the model's own timestep finds the values exactly."""
+    pytest.importorskip("tabulate", reason='mujoco.sysid needs its extras: pip install "mujoco[sysid]"')
+    truth = mujoco.MjModel.from_xml_string(PENDULUM)
+    rng = np.random.default_rng(2)
+    recs = [record(truth, [0.5], [0.0], rng.uniform(-1, 1, (40, 1)), 0.01, step=0.002)]
+    start = mujoco.MjModel.from_xml_string(PENDULUM.replace('damping="0.3"', 'damping="0.42"').replace('gear="2"', 'gear="1.4"'))
+    fit = sysid.identify_mujoco_sysid(start, [Parameter("dof_damping", "hinge"), Parameter("actuator_gear", "m", index=0)],
+                                      recs)  # fmt: skip
+    assert fit.values["dof_damping:hinge"] == pytest.approx(0.3, rel=1e-5)
+    assert fit.values["actuator_gear:m[0]"] == pytest.approx(2.0, rel=1e-5)
+    assert fit.loss < 1e-6 * fit.loss_start
+
+
+# ------------------------------------------------------------------------------------------ model
+TIES = """<mujoco><option timestep="0.002" gravity="0 0 -9.81"/><worldbody><geom name="floor" type="plane" size="0 0 .05"/>
+<body name="box" pos="0 0 .5"><freejoint/><geom name="box" type="box" size=".1 .06 .04" mass="2"/></body>
+<body name="pair" pos="1 0 .5" simple="false"><freejoint/><geom name="pa" type="sphere" size=".05" pos=".1 0 0"/>
+<geom name="pb" type="capsule" size=".03 .1" pos="-.05 .02 0" euler="0 90 20"/></body>
+<body name="link" pos="0 1 1"><joint name="j" axis="0 1 0" armature=".02"/>
+<geom name="lg" type="cylinder" fromto="0 0 0 .3 0 0" size=".03" contype="0" conaffinity="0"/></body>
+<body name="full" pos="0 -1 1"><joint name="k" axis="1 0 0"/><inertial pos=".01 .02 .1" mass="1.5" fullinertia=".02 .03 .04 .001 -.002 .003"/>
+<geom name="fg" type="sphere" size=".05" contype="0" conaffinity="0"/></body></worldbody>
+<actuator><motor name="mj" joint="j" gear="3"/></actuator></mujoco>"""
+
+
+def test_parameters_and_ties_match_the_c_model_rebuilt_at_other_values():
+    """Mass with inertia, sizes and positions with the body's mass properties, a shared friction,
+    a full log-Cholesky inertial, an option, an armature and a gear: the traced model equals the
+    C model recompiled from the edited MjSpec, leaf by leaf (derived constants included)."""
+    spec = mujoco.MjSpec.from_string(TIES)
+    params = [
+        Parameter("body_mass", "box"),
+        Parameter("geom_size", "box"),
+        Parameter("geom_size", "pa", index=0),
+        Parameter("geom_pos", "pb", index=(0, 1), bounds=(-0.5, 0.5)),
+        Parameter("geom_friction", ("floor", "box", "pa"), index=0),
+        Parameter("body_inertial", "full"),
+        Parameter("opt.gravity", index=2),
+        Parameter("dof_armature", "j"),
+        Parameter("actuator_gear", "mj", index=0),
+    ]
+    ps = ParameterSet(spec.compile(), params, spec=spec)
+    new = {
+        "body_mass:box": 3.0, "geom_size:box": [0.12, 0.05, 0.045], "geom_size:pa[0]": 0.07,
+        "geom_pos:pb[0,1]": [-0.08, 0.05], "geom_friction:floor+box+pa[0]": 0.4, "opt.gravity[2]": -9.0,
+        "dof_armature:j": 0.05, "actuator_gear:mj[0]": 1.5,
+    }  # fmt: skip
+    values = ps.from_dict(new)
+    # the full inertial: other mass, centre of mass and inertia, through its log-Cholesky coordinates
+    inertia = np.array([[0.025, 0.002, -0.001], [0.002, 0.035, 0.004], [-0.001, 0.004, 0.045]])
+    i = ps.keys.index("body_inertial:full")
+    values[ps._slices[i] : ps._slices[i + 1]] = constants.log_cholesky_from_mass_properties(1.8, [0.02, -0.01, 0.12], inertia)
+    got = jax.jit(ps.model)(values, mjx.put_model(ps.models[0]))
+
+    edit = spec.copy()
+    edit.body("box").geoms[0].mass = 3.0  # one geom: the body's mass (its inertia follows at the new size)
+    edit.geom("box").size = [0.12, 0.05, 0.045]
+    edit.geom("pa").size = [0.07, 0, 0]
+    edit.geom("pa").mass = float(ps.models[0].body_mass[2]) * _share(ps.models[0], "pa")
+    edit.geom("pb").mass = float(ps.models[0].body_mass[2]) * (1 - _share(ps.models[0], "pa"))
+    edit.geom("pb").pos = [-0.08, 0.05, 0.0]
+    for g in ("floor", "box", "pa"):
+        edit.geom(g).friction[0] = 0.4
+    edit.body("full").mass, edit.body("full").ipos = 1.8, [0.02, -0.01, 0.12]
+    edit.body("full").fullinertia = [0.025, 0.035, 0.045, 0.002, -0.001, 0.004]
+    edit.option.gravity = [0, 0, -9.0]
+    edit.joint("j").armature = 0.05
+    edit.actuator("mj").gear[0] = 1.5
+    want = mjx.put_model(edit.compile())
+    for leaf in sorted(constants.WRITTEN_LEAVES - {"body_iquat", "body_inertia"} | {"geom_size", "geom_pos", "geom_friction",
+                                                                                    "opt.gravity", "dof_armature"}):  # fmt: skip
+        np.testing.assert_allclose(np.asarray(_get(got, leaf)), np.asarray(_get(want, leaf)), rtol=1e-8, atol=1e-10,
+                                   err_msg=leaf)  # fmt: skip
+    # inertias compared as tensors: the principal axes of equal moments are not unique
+    for b in range(1, ps.models[0].nbody):
+        np.testing.assert_allclose(_tensor(got, b), _tensor(want, b), rtol=1e-8, atol=1e-12, err_msg=f"body {b}")
+
+
+def _share(m, geom: str) -> float:
+    """A geom's share of its body's mass at one density (the tie keeps each geom's mass)."""
+    g = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, geom)
+    b = m.geom_bodyid[g]
+    vol = {i: float(constants.geom_volume(int(m.geom_type[i]), m.geom_size[i])) for i in np.flatnonzero(m.geom_bodyid == b)}
+    return vol[g] / sum(vol.values())
+
+
+def _tensor(m, b):
+    r = np.asarray(constants.quat_to_mat(m.body_iquat[b]))
+    return r @ np.diag(np.asarray(m.body_inertia[b])) @ r.T
+
+
+def _get(m, leaf):
+    for part in leaf.split("."):
+        m = getattr(m, part)
+    return m
+
+
+# ------------------------------------------------------------------------------------------ gradients
+CONTACT_PARAMS = [
+    Parameter("body_mass", "arm"),
+    Parameter("dof_damping", "hinge"),
+    Parameter("dof_armature", "hinge"),
+    Parameter("jnt_stiffness", "hinge"),
+    Parameter("actuator_gear", "m", index=0),
+    Parameter("geom_friction", ("floor", "ball"), index=0),
+    Parameter("geom_solref", ("floor", "ball")),
+    Parameter("geom_size", "ball", index=0),
+    Parameter("opt.gravity", index=2),
+]
+
+
+def test_segment_jacobian_matches_central_differences_of_a_tightened_solve():
+    """Every parameter kind's column of the residual's forward-mode Jacobian (what Levenberg–Marquardt
+    uses; a ball sliding on the floor, an arm swinging) against central differences of the same
+    residual at rtol 1e-10."""
+    m = mujoco.MjModel.from_xml_string(CONTACT)
+    rng = np.random.default_rng(3)
+    qpos0 = np.r_[0.4, 0.5, 0.0, 0.0499, 1.0, 0.0, 0.0, 0.0]
+    qvel0 = np.r_[0.0, 0.8, 0.3, 0.0, 0.0, 0.0, 0.0]
+    rec = record(m, qpos0, qvel0, rng.uniform(-1, 1, (8, 1)), 0.01)
+    cfg = diffmjx.Config().override("integrator.rtol=1e-10", "integrator.atol=1e-10", "integrator.adjoint=forward")
+    ps = ParameterSet(m, CONTACT_PARAMS)
+    problem = sysid.Problem(ps, [rec.check(m)], horizon=4, stride=4, cfg=cfg)
+    ((base, arrays),) = problem.arguments()[1]
+
+    def residual(values):
+        return problem.group_residuals(values, 0, base, arrays).ravel()
+
+    # one program: the residual and one directional derivative (a column with a unit tangent)
+    fn = jax.jit(lambda v, t: jax.jvp(residual, (v,), (t,)))
+    x = ps.start * 1.1
+    zero = np.zeros_like(x)
+    for i, label in enumerate(ps.labels):
+        h = 1e-5 * abs(x[i])
+        plus, minus, unit = x.copy(), x.copy(), zero.copy()
+        plus[i] += h
+        minus[i] -= h
+        unit[i] = 1.0
+        cd = (np.asarray(fn(plus, zero)[0]) - np.asarray(fn(minus, zero)[0])) / (2 * h)
+        col = np.asarray(fn(x, unit)[1])
+        assert np.linalg.norm(col) > 1e-6, f"{label}: no effect on the residual"
+        err = np.linalg.norm(col - cd) / np.linalg.norm(cd)
+        assert err < 1e-4, f"{label}: relative error {err:.2e}"
+
+
+# ------------------------------------------------------------------------------------------ identify
+@pytest.fixture(scope="module")
+def pendulum_fit():
+    """Damping and gear from 40 % off, a friction the recordings cannot see, a held-out recording."""
+    start = mujoco.MjModel.from_xml_string(PENDULUM.replace('damping="0.3"', 'damping="0.42"').replace('gear="2"', 'gear="1.3"'))
+    params = [Parameter("dof_damping", "hinge"), Parameter("actuator_gear", "m", index=0),
+              Parameter("geom_friction", "rod", index=0)]  # fmt: skip
+    return sysid.identify(start, params, [pendulum_recording(0), pendulum_recording(1)], held_out=[pendulum_recording(2)],
+                          fit=sysid.FitConfig(horizon=5, steps=15), progress=False)  # fmt: skip
+
+
+def test_identify_recovers_two_parameters_of_a_hinge_model_within_one_percent(pendulum_fit):
+    r = pendulum_fit
+    assert r.values["dof_damping:hinge"] == pytest.approx(0.3, rel=0.01)
+    assert r.values["actuator_gear:m[0]"] == pytest.approx(2.0, rel=0.01)
+    assert r.loss < 1e-3 * r.loss_start
+    assert r.model.dof_damping[0] == pytest.approx(r.values["dof_damping:hinge"])
+    # the returned step is the held-out best
+    held = r.history.held_out
+    assert r.step == int(r.history.step[np.nanargmin(held)])
+
+
+def test_identify_reports_a_parameter_the_data_cannot_determine(pendulum_fit):
+    r = pendulum_fit
+    assert r.values["geom_friction:rod[0]"] == pytest.approx(1.0)  # never moved: the rod touches nothing
+    assert np.isinf(r.intervals["geom_friction:rod[0]"].std)
+    assert len(r.unidentifiable) == 1 and set(r.unidentifiable[0][1]) == {"geom_friction:rod[0]"}
+    for key, true in (("dof_damping:hinge", 0.3), ("actuator_gear:m[0]", 2.0)):
+        iv = r.intervals[key]
+        assert np.isfinite(iv.std) and iv.upper - iv.lower < 0.01 * true
+
+
+def test_identify_with_adam_on_a_quaternion_joint():
+    """A spherical pendulum (ball joint) swinging and spinning: its damping from 50 % off, by Adam
+    (forward-mode gradients; the reverse-mode adjoints' compile is the study's, not this test's)."""
+    truth = mujoco.MjModel.from_xml_string(SPHERICAL)
+    q = np.array([np.cos(0.3), np.sin(0.3), 0.0, 0.0])
+    rec = record(truth, q, [0.0, 1.0, 2.0], np.zeros((30, 0)), 0.01)
+    start = mujoco.MjModel.from_xml_string(SPHERICAL.replace('damping="0.05"', 'damping="0.075"'))
+    fwd = sysid.forward_config(diffmjx.Config())  # Adam's gradient in forward mode: one parameter, one tangent
+    r = sysid.identify(start, [Parameter("dof_damping", "ball", uniform=True)], [rec], cfg=fwd,
+                       fit=sysid.FitConfig(method="adam", horizon=5, steps=25, learning_rate=0.05, intervals=False),
+                       progress=False)  # fmt: skip
+    assert r.values["dof_damping:ball"] == pytest.approx(0.05, rel=0.02)
+    assert r.loss < 1e-2 * r.loss_start
