@@ -19,8 +19,8 @@ import yaml
 
 from diffmjx.config import Config, Section, coerce_text, knob, parse_value, preset_path, section_from_dict
 from diffmjx.sysid.data import DataConfig
-from diffmjx.sysid.loss import BATCHINGS
 from diffmjx.sysid.model import _SHAPES, CubeParams, check_params
+from diffmjx.sysid.problem import BATCHINGS
 
 __all__ = ["FREE_PARAMS", "SysidConfig", "TrainConfig", "sim_overrides"]
 

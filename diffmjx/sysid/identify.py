@@ -37,9 +37,8 @@ import numpy as np
 
 from diffmjx import checkpoint
 from diffmjx.config import Config, Section, knob, preset_path, section_from_dict
-from diffmjx.sysid.loss import BATCHINGS
 from diffmjx.sysid.parameter import Parameter, ParameterSet
-from diffmjx.sysid.problem import ORIENTATIONS, Problem, Weights
+from diffmjx.sysid.problem import BATCHINGS, ORIENTATIONS, Problem, Weights
 from diffmjx.sysid.recording import Recording
 
 __all__ = ["METHODS", "FitConfig", "IdentifyResult", "Interval", "forward_config", "identify", "load_model"]

@@ -20,13 +20,14 @@ scaled by ``1 / sqrt(B N)`` so that its sum of squares is :func:`segment_loss`, 
 (``train.velocity_weight`` 0).
 """
 
-import jax
 import jax.numpy as jnp
+import numpy as np
 
-from diffmjx._mjx import mjx
+from diffmjx import manifold
 from diffmjx.config import Config
-from diffmjx.integrate import rollout
+from diffmjx.sysid import problem
 from diffmjx.sysid.model import CubeParams, cube_mjx_model
+from diffmjx.sysid.problem import BATCHINGS, map_segments, resolve_batching
 
 __all__ = [
     "BATCHINGS",
@@ -40,60 +41,8 @@ __all__ = [
 ]
 
 _PARTS = (slice(0, 3), slice(3, 12), slice(12, 18))  # position, rotation matrix, velocity of a state's residual
-
-BATCHINGS = ("auto", "vmap", "map")
-"""How :func:`map_segments` runs a batch: ``vmap``, ``map`` (one after another) or ``auto``."""
-
-
-def resolve_batching(batching: str, cfg: Config) -> str:
-    """``auto`` made concrete: ``map`` for an adaptive integrator on a CPU, else ``vmap``.
-
-    Only adaptive solves differ in length between segments; fixed steps (MJX's integrators,
-    ``step_control=constant``) run the same count everywhere, where ``vmap`` is the faster (a
-    fixed-step Fig. 9 step of 16 segments: 8-10 ms vmapped, 19-35 ms mapped, on 2 CPU cores).
-    """
-    if batching not in BATCHINGS:
-        raise ValueError(f"batching={batching!r} is not allowed; choose one of: {', '.join(BATCHINGS)}")
-    if batching != "auto":
-        return batching
-    ic = cfg.integrator
-    adaptive = ic.step_control == "pid" and not ic.solver.startswith("mjx_")
-    return "map" if adaptive and jax.default_backend() == "cpu" else "vmap"
-
-
-def map_segments(fn, xs, batching: str = "auto", chunks: int = 1):
-    """``fn`` applied to every row of the arrays ``xs``, stacked: ``vmap``, or one row after another.
-
-    Segments of one minibatch differ in stiffness: an adaptive solve of a resting cube takes ten
-    times the steps of one in flight. Under ``vmap`` every segment runs in lock-step until the
-    slowest finishes (and each solver iteration until the slowest converges), which an
-    accelerator's parallel lanes pay for gladly and a CPU does not: there ``map`` (``lax.map``, each
-    segment its own step count) ran a sysid gradient of 64 segments 2.4x faster than ``vmap``
-    (converged solve, ``deepest`` rule; docs/sysid.md). Results agree to the solve's tolerance, not
-    bitwise (the batched kernels round differently, and the step controller follows).
-    :func:`resolve_batching` chooses between the two from a simulation config.
-
-    Arguments:
-        fn: function of one row of each array in ``xs``.
-        xs: tuple of arrays with a common leading (batch) axis.
-        batching: ``vmap`` or ``map`` (``auto`` is resolved by :func:`resolve_batching`).
-        chunks: with ``map``, the batch is cut into this many equal chunks that are vmapped (each
-            run one row after another): one per device when the batch axis is sharded, so each
-            device maps over its own rows. Ignored unless it divides the batch.
-
-    Returns:
-        ``fn``'s outputs with the batch axis in front.
-    """
-    if batching not in ("vmap", "map"):
-        raise ValueError(f"batching={batching!r} is not allowed here; choose vmap or map (resolve_batching resolves auto)")
-    if batching == "vmap":
-        return jax.vmap(fn)(*xs)
-    b = jnp.shape(xs[0])[0]
-    if chunks <= 1 or b % chunks:
-        return jax.lax.map(lambda row: fn(*row), tuple(xs))
-    split = tuple(jnp.reshape(x, (chunks, b // chunks, *jnp.shape(x)[1:])) for x in xs)
-    out = jax.vmap(lambda *c: jax.lax.map(lambda row: fn(*row), c))(*split)
-    return jax.tree.map(lambda y: jnp.reshape(y, (b, *y.shape[2:])), out)
+_FREE = manifold.JointLayout(nq=7, nv=6, lin_q=np.arange(3), lin_v=np.arange(3), quat_q=np.arange(3, 7)[None],
+                             quat_v=np.arange(3, 6)[None])  # fmt: skip  # one free joint: the cube's
 
 
 def quat_to_mat(q, *, xp=jnp):
@@ -103,18 +52,12 @@ def quat_to_mat(q, *, xp=jnp):
         q: quaternions, a JAX array (traced or not) or, with ``xp=numpy``, a NumPy array.
         xp: the array module that computes: ``jax.numpy`` (default) or ``numpy``.
     """
-    q = q / xp.linalg.norm(q, axis=-1, keepdims=True)
-    w, x, y, z = (q[..., i] for i in range(4))
-    rows = (
-        (1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)),
-        (2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)),
-        (2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)),
-    )
-    return xp.stack([xp.stack(r, axis=-1) for r in rows], axis=-2)
+    return problem._quat_mat(q, xp)
 
 
 def state_residuals(qpos, qvel, qpos_rec, qvel_rec, velocity_weight=0.0, *, xp=jnp):
-    """Residual of predicted free-joint states against recorded ones, per state and component.
+    """Residual of predicted free-joint states against recorded ones, per state and component:
+    :func:`diffmjx.sysid.problem.state_residuals` of one free joint with the rotation-matrix metric.
 
     Arguments:
         qpos, qvel: (..., 7) and (..., 6) predicted states.
@@ -127,15 +70,15 @@ def state_residuals(qpos, qvel, qpos_rec, qvel_rec, velocity_weight=0.0, *, xp=j
         major) and ``sqrt(velocity_weight)`` times the velocity error (6); its squared norm is
         ``|dp|^2 + ||dR||_F^2 + velocity_weight |dqvel|^2``.
     """
-    pos = qpos[..., :3] - qpos_rec[..., :3]
-    rot = quat_to_mat(qpos[..., 3:7], xp=xp) - quat_to_mat(qpos_rec[..., 3:7], xp=xp)
-    vel = xp.sqrt(velocity_weight) * (qvel - qvel_rec)
-    return xp.concatenate([pos, rot.reshape(*rot.shape[:-2], 9), vel], axis=-1)
+    w = problem.Weights(position=1.0, orientation=1.0, velocity=1.0, orientation_metric="matrix")
+    r = problem.state_residuals(_FREE, qpos, qvel, qpos_rec, qvel_rec, w, xp=xp)
+    return xp.concatenate([r[..., :12], xp.sqrt(velocity_weight) * r[..., 12:]], axis=-1)
 
 
 def predict_segments(params: CubeParams, base, qpos0, qvel0, horizon: int, cfg: Config, *, batching: str = "auto",
                      chunks: int = 1):  # fmt: skip
-    """The ``horizon`` states after each initial state, simulated with ``params``.
+    """The ``horizon`` states after each initial state, simulated with ``params``
+    (:func:`diffmjx.sysid.problem.predict` of :func:`~diffmjx.sysid.cube_mjx_model`, no controls).
 
     Arguments:
         params: physical :class:`~diffmjx.sysid.CubeParams` (traced or not).
@@ -149,15 +92,13 @@ def predict_segments(params: CubeParams, base, qpos0, qvel0, horizon: int, cfg: 
     Returns:
         ``(qpos, qvel)`` of shapes (B, N, 7) and (B, N, 6).
     """
-    m = cube_mjx_model(params, base)
-    d0 = mjx.make_data(base)
-    ctrls = jnp.zeros((horizon, 0), d0.qpos.dtype)
-
-    def one(qpos, qvel):
-        _, traj = rollout(m, d0.replace(qpos=qpos, qvel=qvel), ctrls, cfg)
-        return traj.qpos, traj.qvel
-
-    return map_segments(one, (jnp.asarray(qpos0), jnp.asarray(qvel0)), resolve_batching(batching, cfg), chunks)
+    qpos0 = jnp.asarray(qpos0)
+    b = qpos0.shape[0]
+    empty = jnp.zeros((b, 0), qpos0.dtype)
+    ctrl = jnp.zeros((b, horizon, 0), qpos0.dtype)
+    qpos, qvel, _ = problem.predict(cube_mjx_model(params, base), base, qpos0, qvel0, empty, ctrl, cfg,
+                                    batching=batching, chunks=chunks)  # fmt: skip
+    return qpos, qvel
 
 
 def _segment_state_residuals(params: CubeParams, base, qpos, qvel, cfg: Config, velocity_weight, batching, chunks):

@@ -1,68 +1,28 @@
-r"""The ContactNets cube as a differentiable MuJoCo model: physical parameters in, ``mjx.Model`` out.
+r"""The ContactNets cube as one instance of the generic path: its parameters, model and coordinates.
 
-:func:`cube_mjmodel` builds the C model in code (``mujoco.MjSpec``): a free-joint box on an
-infinite plane, one control period of :data:`~diffmjx.sysid.DT`, MuJoCo's Newton solver (2
-iterations by default, ``ls_iterations`` 10, tolerance 1e-8, ``impratio`` 1, pyramidal cone) and
-condim-3 contacts. :func:`cube_mjx_model` writes a :class:`CubeParams` into an ``mjx.Model`` of
-that scene with every identified field traced, so ``jax.grad`` / ``jit`` / ``vmap`` over the
-parameters see everything MuJoCo's compiler and ``mj_setConst`` derive from them.
-:func:`to_unconstrained` / :func:`from_unconstrained` map the parameters to and from
-unconstrained coordinates for an optimiser.
+The cube is the shipped MJCF ``diffmjx.scenes.path("contactnets_cube")`` (a free-joint box on a plane,
+one control period of :data:`~diffmjx.sysid.DT`, MuJoCo's Newton solver with 2 iterations,
+condim-3 pyramidal contacts) and its identified quantities are generic
+:class:`~diffmjx.sysid.Parameter` s (:func:`cube_parameters`): the side through the box's
+``geom_size`` (one value for the three half sizes, the body's inertia tied to it), the mass, and
+solref, solimp and the sliding friction, each one value shared by the floor and the cube (MuJoCo
+mixes the two geoms' values at run time). :class:`CubeParams` holds their physical values in the
+ContactNets study's units (the side length, not the half size); :func:`cube_values` converts.
 
-Derived fields. Building the C model at two parameter sets and diffing every leaf of
-``mjx.put_model`` (``tests/test_sysid_model.py`` does this leaf by leaf) finds exactly these,
-all written by :func:`cube_mjx_model` (side ``s``, half width ``h = s / 2``, mass ``m``, inertia
-``I = m s^2 / 6`` of a uniform-density cube about each axis):
-
-- ``geom_size`` (cube row): ``(h, h, h)``.
-- ``geom_rbound`` (cube): ``sqrt(3) h``, the bounding sphere; ``geom_aabb`` (cube):
-  centre 0, half sizes ``(h, h, h)``.
-- ``body_mass`` (cube) ``m``; ``body_subtreemass`` (world and cube) ``m``.
-- ``body_inertia`` (cube) ``(I, I, I)``; ``body_ipos`` and ``body_iquat`` stay 0 and identity.
-- ``dof_M0`` (the mass-matrix diagonal at ``qpos0``): ``(m, m, m, I, I, I)``.
-- ``body_invweight0`` (cube) ``(1/m, 1/I)`` and ``dof_invweight0``
-  ``(1/m, 1/m, 1/m, 1/I, 1/I, 1/I)``: ``mj_setConst`` averages the diagonal of
-  ``J M^-1 J^T`` at ``qpos0`` over the translational and the rotational block; for one free body
-  with its centre of mass at the joint those are ``1/m`` and the mean of the inverse principal
-  inertias. They scale the contact regulariser, so the mass reaches the contact forces through
-  them as well.
-- ``stat.meanmass`` ``m``; ``stat.meaninertia`` ``mean(dof_M0) = (m + I) / 2`` (the solver's
-  tolerance scale); ``stat.meansize`` ``max(sqrt(3) h, 1e-5)`` (the largest geom bound around
-  the body's centre of mass); ``stat.extent`` ``2 max(sqrt(3) h, 0.01)`` (the bounding box of the
-  scene at ``qpos0``, where MuJoCo gives the infinite plane a bound of 0.01 m; never below
-  ``2 meansize``).
-- ``geom_solref``, ``geom_solimp`` and the sliding column of ``geom_friction``, on *both* geoms.
-  MuJoCo has no pair-level values here: it mixes the two geoms' values for the floor–cube contact
-  at run time (MJX does so in its collision stage), solref and solimp as a ``solmix``-weighted
-  mean and friction as an elementwise maximum. With the same values on both geoms the mix is that
-  value, and its derivative, split over the two copies, sums to the full one.
-
-Fixed, on purpose:
-
-- ``_impl.geom_rbound_hfield``: MJX's private copy of ``geom_rbound``, held as a static NumPy
-  array (part of the pytree's structure, not a leaf), read only to size the grid of height-field
-  collisions. The scene has no height field; writing it would make every side length a new pytree
-  structure, so a new compilation. :func:`cube_mjx_model` keeps ``base``'s.
-- ``stat.center`` (0: the scene's bounding box at ``qpos0`` is symmetric), ``body_ipos``,
-  ``body_iquat`` and everything not listed above: they do not depend on the parameters.
-- The torsional and rolling friction coefficients (MuJoCo's defaults, 0.005 and 0.0001): a
-  condim-3 contact never reads them, so :class:`CubeParams` has the sliding coefficient only.
-- ``dof_length`` and ``bvh_aabb`` of the C model change with the side but are not part of
-  ``mjx.Model``.
+- :func:`cube_mjmodel` compiles the MJCF with given values (MuJoCo's compiler: the independent
+  reference of the tests);
+- :func:`cube_mjx_model` writes them into an ``mjx.Model`` through
+  :meth:`~diffmjx.sysid.ParameterSet.model`, every derived field traced
+  (:func:`diffmjx.set_const`), so ``jax.grad`` / ``jit`` / ``vmap`` see it;
+- :func:`to_unconstrained` / :func:`from_unconstrained` are the study's optimiser coordinates:
+  softplus for the positive quantities (side length, mass, friction, solref's time constant and
+  damping ratio, solimp's width), ``1 + softplus`` for solimp's power, and a sigmoid scaled into
+  ``(MINIMP, MAXIMP) = (1e-4, 0.9999)`` for solimp's ``d0``, ``dwidth`` and midpoint (the committed
+  fits were made in them; the generic :class:`~diffmjx.sysid.Transform` s would step the half size).
 
 The mass cannot be identified from the cube's motion: for a lone free body MuJoCo's contact is
 mass-invariant (the regulariser scales with ``body_invweight0`` just as ``J M^-1 J^T`` does), so
-its gradient is zero to rounding. A known core bug makes some gradients NaN while a contact
-candidate lies beyond solimp's ``width`` (the cube in flight); ``docs/sysid.md`` has the details.
-
-The formulas hold for this scene only (one free body at the origin at ``qpos0``, its box geom
-centred on the body, no armature); :func:`cube_mjx_model` refuses a ``base`` of another shape.
-
-Reparametrisation (:func:`from_unconstrained`): softplus for the positive quantities (side
-length, mass, friction, solref's time constant and damping ratio, solimp's width), ``1 +
-softplus`` for solimp's power, and a sigmoid scaled into ``(MINIMP, MAXIMP) = (1e-4, 0.9999)``
-(where MuJoCo clamps them) for solimp's ``d0``, ``dwidth`` and midpoint. The unconstrained
-coordinates are a :class:`CubeParams` too (same fields and shapes, values not physical).
+its gradient is zero to rounding.
 """
 
 import functools
@@ -74,21 +34,27 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 
-from diffmjx import _mjx
+from diffmjx import _mjx, scenes
 from diffmjx.impedance import MAXIMP, MINIMP
-from diffmjx.sysid.data import DT
+from diffmjx.sysid.parameter import Parameter, ParameterSet
 
 __all__ = [
     "CUBE_BODY",
     "CUBE_GEOM",
+    "CUBE_SCENE",
     "FLOOR_GEOM",
     "CubeParams",
     "check_params",
     "cube_mjmodel",
     "cube_mjx_model",
+    "cube_parameters",
+    "cube_values",
     "from_unconstrained",
     "to_unconstrained",
 ]
+
+CUBE_SCENE = "contactnets_cube"
+"""The cube's MJCF among the shipped scenes (:func:`diffmjx.scenes.path`)."""
 
 CUBE_BODY = 1
 """Body id of the cube (0 is the world)."""
@@ -97,8 +63,6 @@ CUBE_GEOM = 1
 FLOOR_GEOM = 0
 """Geom id of the plane."""
 
-_TORSIONAL_ROLLING = (0.005, 0.0001)  # MuJoCo's defaults; unused by condim-3 contacts
-_PLANE_BOUND = 0.01  # MuJoCo's stand-in bounding radius of an infinite plane (stat.extent)
 
 
 def _const(values) -> np.ndarray:
@@ -185,14 +149,30 @@ def check_params(params: CubeParams, *, strict: bool = False) -> None:
         raise ValueError(f"CubeParams.{field} ({meaning})={value!r} is invalid; expected a value in {interval}{why}")
 
 
-def cube_mjmodel(params: CubeParams | None = None, *, iterations: int = 2) -> mujoco.MjModel:
-    """The cube scene as a MuJoCo C model, built in code.
+def cube_parameters() -> list[Parameter]:
+    """The cube's identified quantities as generic parameters, in :class:`CubeParams` order."""
+    both = ("floor", "cube")
+    return [
+        Parameter("geom_size", "cube", uniform=True),  # the half size; the body's inertia follows
+        Parameter("body_mass", "cube"),
+        Parameter("geom_solref", both),
+        Parameter("geom_solimp", both),
+        Parameter("geom_friction", both, index=0),
+    ]
 
-    A plane (geom :data:`FLOOR_GEOM`) and a free-joint body (:data:`CUBE_BODY`) whose box geom
-    (:data:`CUBE_GEOM`) carries the mass, so MuJoCo's compiler gives it a uniform-density inertia.
-    Both geoms carry ``solref``, ``solimp`` and the friction, condim 3. Options: timestep
-    :data:`~diffmjx.sysid.DT`, Newton solver, ``iterations``, ``ls_iterations`` 10, tolerance 1e-8,
-    ``impratio`` 1, pyramidal cone, MuJoCo's other defaults (gravity 9.81 m/s², ``refsafe`` on).
+
+def cube_values(params: CubeParams):
+    """Flat physical values of :func:`cube_parameters` (the half size, not the side), traced or not."""
+    return jnp.concatenate([jnp.atleast_1d(jnp.asarray(x, jnp.result_type(float))) for x in (
+        jnp.asarray(params.side_length) / 2, params.mass, params.solref, params.solimp, params.friction)])  # fmt: skip
+
+
+def cube_mjmodel(params: CubeParams | None = None, *, iterations: int = 2) -> mujoco.MjModel:
+    """The cube scene compiled by MuJoCo with ``params`` written into its MJCF.
+
+    Both geoms carry ``solref``, ``solimp`` and the friction (the torsional and rolling
+    coefficients stay MuJoCo's defaults; condim 3 never reads them); the box carries the mass, so
+    MuJoCo's compiler gives the body a uniform-density inertia.
 
     Arguments:
         params: :class:`CubeParams` (concrete); ``CubeParams()`` if None.
@@ -211,31 +191,22 @@ def cube_mjmodel(params: CubeParams | None = None, *, iterations: int = 2) -> mu
     check_params(p)
     if isinstance(iterations, bool) or not isinstance(iterations, (int, np.integer)) or iterations < 1:
         raise ValueError(f"iterations={iterations!r} is invalid; expected an int >= 1")
-    side = float(np.asarray(p.side_length))
-    contact = {
-        "condim": 3,
-        "solref": np.asarray(p.solref, np.float64).tolist(),
-        "solimp": np.asarray(p.solimp, np.float64).tolist(),
-        "friction": [float(np.asarray(p.friction)), *_TORSIONAL_ROLLING],
-    }
-
-    spec = mujoco.MjSpec()
-    spec.modelname = "sysid_cube"
-    opt = spec.option
-    opt.timestep = DT
-    opt.solver = mujoco.mjtSolver.mjSOL_NEWTON
-    opt.iterations = int(iterations)
-    opt.ls_iterations = 10
-    opt.tolerance = 1e-8
-    opt.impratio = 1.0
-    opt.cone = mujoco.mjtCone.mjCONE_PYRAMIDAL
-    spec.worldbody.add_geom(name="floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0.0, 0.0, 0.05], **contact)
-    body = spec.worldbody.add_body(name="cube")
-    body.add_freejoint(name="root")
-    body.add_geom(
-        name="cube", type=mujoco.mjtGeom.mjGEOM_BOX, size=[side / 2] * 3, mass=float(np.asarray(p.mass)), **contact
-    )
+    spec = mujoco.MjSpec.from_file(str(scenes.path(CUBE_SCENE)))
+    spec.option.iterations = int(iterations)
+    for g in spec.geoms:
+        g.solref = np.asarray(p.solref, np.float64).tolist()
+        g.solimp = np.asarray(p.solimp, np.float64).tolist()
+        g.friction[0] = float(np.asarray(p.friction))
+    cube = spec.geom("cube")
+    cube.size = [float(np.asarray(p.side_length)) / 2] * 3
+    cube.mass = float(np.asarray(p.mass))
     return spec.compile()
+
+
+@functools.cache
+def _parameter_set() -> ParameterSet:
+    """The cube's parameters resolved once (any iterations: only the structure is read)."""
+    return ParameterSet(cube_mjmodel(), cube_parameters())
 
 
 @functools.cache
@@ -260,10 +231,9 @@ def _check_base(base) -> None:
         and np.array_equal(base.geom_bodyid, [0, CUBE_BODY])
         and np.array_equal(base.jnt_type, [_mjx.JointType.FREE])
     )
-    if ok and not _is_traced(base):  # the formulas also assume a centred, unrotated box and no armature
+    if ok and not _is_traced(base):  # the mass-property tie also needs a centred, unrotated box
         ok = (
-            not np.any(np.asarray(base.dof_armature))
-            and not np.any(np.asarray(base.geom_pos))
+            not np.any(np.asarray(base.geom_pos))
             and not np.any(np.asarray(base.body_pos))
             and np.array_equal(np.asarray(base.geom_quat)[CUBE_GEOM], [1.0, 0.0, 0.0, 0.0])
         )
@@ -274,11 +244,12 @@ def _check_base(base) -> None:
 
 
 def cube_mjx_model(params: CubeParams, base: _mjx.Model) -> _mjx.Model:
-    """``base`` with the cube's parameters written in, every derived field traced.
+    """``base`` with the cube's parameters written in, every derived field traced: the generic
+    :meth:`~diffmjx.sysid.ParameterSet.model` of :func:`cube_parameters`.
 
-    Equal, leaf by leaf, to ``mjx.put_model(cube_mjmodel(params))`` built with ``base``'s
-    solver options (except MJX's static ``_impl.geom_rbound_hfield``, kept; see the module
-    docstring). Works under ``jax.grad``, ``jit`` and ``vmap`` over ``params``.
+    Equal, leaf by leaf and to rounding, to ``mjx.put_model(cube_mjmodel(params))`` built with
+    ``base``'s solver options (except MJX's static ``_impl.geom_rbound_hfield``, kept). Works under
+    ``jax.grad``, ``jit`` and ``vmap`` over ``params``.
 
     Arguments:
         params: :class:`CubeParams` (physical values; traced or not).
@@ -295,43 +266,7 @@ def cube_mjx_model(params: CubeParams, base: _mjx.Model) -> _mjx.Model:
     _check_base(base)
     if not _is_traced(params):
         check_params(params)
-    dtype = base.geom_size.dtype
-    side = jnp.asarray(params.side_length, dtype)
-    mass = jnp.asarray(params.mass, dtype)
-    solref = jnp.asarray(params.solref, dtype)
-    solimp = jnp.asarray(params.solimp, dtype)
-    friction = jnp.asarray(params.friction, dtype)
-
-    h = side / 2
-    inertia = mass * side**2 / 6  # uniform-density cube, about every axis through its centre
-    rbound = jnp.sqrt(3.0) * h
-    ones3 = jnp.ones(3, dtype)
-    dof_m0 = jnp.concatenate([mass * ones3, inertia * ones3])
-    meansize = jnp.maximum(rbound, 1e-5)
-    extent = jnp.maximum(jnp.maximum(2 * jnp.maximum(rbound, _PLANE_BOUND), 1e-5), 2 * meansize)
-    body_mass = base.body_mass.at[CUBE_BODY].set(mass)
-    both = np.array([FLOOR_GEOM, CUBE_GEOM])
-
-    return base.tree_replace(
-        {
-            "geom_size": base.geom_size.at[CUBE_GEOM].set(h * ones3),
-            "geom_rbound": base.geom_rbound.at[CUBE_GEOM].set(rbound),
-            "geom_aabb": base.geom_aabb.at[CUBE_GEOM].set(jnp.concatenate([jnp.zeros(3, dtype), h * ones3])),
-            "body_mass": body_mass,
-            "body_subtreemass": jnp.stack([body_mass[0] + mass, mass]),
-            "body_inertia": base.body_inertia.at[CUBE_BODY].set(inertia * ones3),
-            "body_invweight0": base.body_invweight0.at[CUBE_BODY].set(jnp.stack([1 / mass, 1 / inertia])),
-            "dof_invweight0": 1 / dof_m0,
-            "dof_M0": dof_m0,
-            "stat.meanmass": mass,
-            "stat.meaninertia": jnp.mean(dof_m0),
-            "stat.meansize": meansize,
-            "stat.extent": extent,
-            "geom_solref": base.geom_solref.at[both].set(solref),
-            "geom_solimp": base.geom_solimp.at[both].set(solimp),
-            "geom_friction": base.geom_friction.at[both, 0].set(friction),
-        }
-    )
+    return _parameter_set().model(cube_values(params).astype(base.geom_size.dtype), base)
 
 
 def _softplus(z):

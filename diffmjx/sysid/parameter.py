@@ -446,8 +446,9 @@ class ParameterSet:
         kinds = [k for r in base for k in r.kinds]
         self._groups = {t: np.array([i for i, k in enumerate(kinds) if k is t], int) for t in Transform}
         self._scale = np.where(self.start != 0, np.abs(self.start), 1.0)
-        self.ties = [_MassTies(mv, res, self._slices, spec if v == 0 else None)
-                     for v, (mv, res) in enumerate(zip(self.models, self.resolved))]
+        with jax.ensure_compile_time_eval():  # static: also when first built inside a traced function
+            self.ties = [_MassTies(mv, res, self._slices, spec if v == 0 else None)
+                         for v, (mv, res) in enumerate(zip(self.models, self.resolved))]  # fmt: skip
         self.recompute_constants = any(p.field in _CONST_FIELDS for p in params)
         self.theta0 = self.to_theta(self.start)
 

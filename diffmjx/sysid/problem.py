@@ -37,14 +37,81 @@ from diffmjx._mjx import mjx
 from diffmjx.config import Config
 from diffmjx.dynamics import forward_unchecked
 from diffmjx.integrate import rollout
-from diffmjx.sysid.loss import map_segments, resolve_batching
 from diffmjx.sysid.parameter import ParameterSet
 from diffmjx.sysid.recording import Recording
 
-__all__ = ["ORIENTATIONS", "Group", "Problem", "Weights", "quat_log", "state_residuals"]
+__all__ = [
+    "BATCHINGS",
+    "ORIENTATIONS",
+    "Group",
+    "Problem",
+    "Weights",
+    "cut",
+    "map_segments",
+    "predict",
+    "quat_log",
+    "resolve_batching",
+    "state_residuals",
+]
 
 ORIENTATIONS = ("geodesic", "matrix")
 """Orientation metrics of the residual."""
+
+BATCHINGS = ("auto", "vmap", "map")
+"""How :func:`map_segments` runs a batch: ``vmap``, ``map`` (one after another) or ``auto``."""
+
+
+def resolve_batching(batching: str, cfg: Config) -> str:
+    """``auto`` made concrete: ``map`` for an adaptive integrator on a CPU, else ``vmap``.
+
+    Only adaptive solves differ in length between segments; fixed steps (MJX's integrators,
+    ``step_control=constant``) run the same count everywhere, where ``vmap`` is the faster (a
+    fixed-step Fig. 9 step of 16 segments: 8-10 ms vmapped, 19-35 ms mapped, on 2 CPU cores).
+    """
+    if batching not in BATCHINGS:
+        raise ValueError(f"batching={batching!r} is not allowed; choose one of: {', '.join(BATCHINGS)}")
+    if batching != "auto":
+        return batching
+    ic = cfg.integrator
+    adaptive = ic.step_control == "pid" and not ic.solver.startswith("mjx_")
+    return "map" if adaptive and jax.default_backend() == "cpu" else "vmap"
+
+
+def map_segments(fn, xs, batching: str = "auto", chunks: int = 1):
+    """``fn`` applied to every row of the arrays ``xs``, stacked: ``vmap``, or one row after another.
+
+    Segments of one minibatch differ in stiffness: an adaptive solve of a resting cube takes ten
+    times the steps of one in flight. Under ``vmap`` every segment runs in lock-step until the
+    slowest finishes (and each solver iteration until the slowest converges), which an
+    accelerator's parallel lanes pay for gladly and a CPU does not: there ``map`` (``lax.map``, each
+    segment its own step count) ran a sysid gradient of 64 segments 2.4x faster than ``vmap``
+    (converged solve, ``deepest`` rule; docs/sysid.md). Results agree to the solve's tolerance, not
+    bitwise (the batched kernels round differently, and the step controller follows).
+    :func:`resolve_batching` chooses between the two from a simulation config.
+
+    Arguments:
+        fn: function of one row of each array in ``xs``.
+        xs: tuple of arrays with a common leading (batch) axis.
+        batching: ``vmap`` or ``map`` (``auto`` is resolved by :func:`resolve_batching`).
+        chunks: with ``map``, the batch is cut into this many equal chunks that are vmapped (each
+            run one row after another): one per device when the batch axis is sharded, so each
+            device maps over its own rows. Ignored unless it divides the batch.
+
+    Returns:
+        ``fn``'s outputs with the batch axis in front.
+    """
+    if batching not in ("vmap", "map"):
+        raise ValueError(f"batching={batching!r} is not allowed here; choose vmap or map (resolve_batching resolves auto)")
+    if batching == "vmap":
+        return jax.vmap(fn)(*xs)
+    b = jnp.shape(xs[0])[0]
+    if chunks <= 1 or b % chunks:
+        return jax.lax.map(lambda row: fn(*row), tuple(xs))
+    split = tuple(jnp.reshape(x, (chunks, b // chunks, *jnp.shape(x)[1:])) for x in xs)
+    out = jax.vmap(lambda *c: jax.lax.map(lambda row: fn(*row), c))(*split)
+    return jax.tree.map(lambda y: jnp.reshape(y, (b, *y.shape[2:])), out)
+
+
 
 
 class Weights(NamedTuple):
@@ -102,7 +169,7 @@ def state_residuals(layout: manifold.JointLayout, qpos, qvel, qpos_rec, qvel_rec
         else:
             rot = quat_log(_quat_rel(qr, q, xp), xp=xp).reshape(*q.shape[:-2], -1)
         parts.append(xp.sqrt(w.orientation) * rot)
-    if w.velocity:
+    if not (isinstance(w.velocity, (int, float)) and w.velocity == 0):  # a traced weight keeps its columns
         parts.append(xp.sqrt(w.velocity) * (qvel - qvel_rec))
     return xp.concatenate(parts, axis=-1)
 
@@ -177,6 +244,30 @@ def cut(recordings: Sequence[Recording], horizon: int, stride: int) -> list[Grou
     return groups
 
 
+def predict(m, base, qpos0, qvel0, act0, ctrl, cfg: Config, *, batching: str = "auto", chunks: int = 1):
+    """The states after each period of every segment, simulated by ``m`` from its first state.
+
+    Arguments:
+        m: the ``mjx.Model`` (parameters written in, traced or not).
+        base: an ``mjx.Model`` of the same structure: ``mjx.make_data`` of it starts each segment.
+        qpos0, qvel0, act0: (B, nq), (B, nv) and (B, na) first states.
+        ctrl: (B, N, nu) controls of the N periods.
+        cfg: the simulation's :class:`diffmjx.Config`.
+        batching, chunks: how the B rollouts run (:func:`map_segments`; ``auto`` as :func:`resolve_batching` says).
+
+    Returns:
+        ``(qpos, qvel, act)`` of shapes (B, N, nq), (B, N, nv) and (B, N, na).
+    """
+    d0 = mjx.make_data(base)
+
+    def one(qp, qv, a, u):
+        _, traj = rollout(m, d0.replace(qpos=qp, qvel=qv, act=a), u, cfg)
+        return traj.qpos, traj.qvel, traj.act
+
+    xs = tuple(jnp.asarray(x) for x in (qpos0, qvel0, act0, ctrl))
+    return map_segments(one, xs, resolve_batching(batching, cfg), chunks)
+
+
 def _base(model: mujoco.MjModel, dt: float):
     """``mjx.put_model`` of ``model`` with the control period ``dt`` (the model's own is not changed)."""
     import copy
@@ -237,32 +328,22 @@ class Problem:
         def residuals(values, base, arrays):
             qpos0, qvel0, act0, ctrl, qpos, qvel, sens, sens_w = arrays
             m = ps.model(values, base, variant)
-            d0 = mjx.make_data(base)
-            gain, bias = ps.sensor_terms(values, base.nsensordata, variant) if sensors else (None, None)
-
-            def one(qp0, qv0, a0, u, qp, qv, s, sw):
-                d = d0.replace(qpos=qp0, qvel=qv0, act=a0)
-                _, traj = rollout(m, d, u, cfg)
-                r = state_residuals(layout, traj.qpos, traj.qvel, qp, qv, w)
-                if sensors:
-                    qps = jnp.concatenate([qp0[None], traj.qpos[:-1]])
-                    qvs = jnp.concatenate([qv0[None], traj.qvel[:-1]])
-                    acts = jnp.concatenate([a0[None], traj.act[:-1]])
-
-                    def sense(q, v, a, c):
-                        return forward_unchecked(m, d0.replace(qpos=q, qvel=v, act=a, ctrl=c), cfg).sensordata
-
-                    sim = jax.vmap(sense)(qps, qvs, acts, u)
-                    r = jnp.concatenate([r, jnp.sqrt(w.sensor) * sw * (gain * sim + bias - s)], axis=-1)
+            pq, pv, pa = predict(m, base, qpos0, qvel0, act0, ctrl, cfg, batching=batching)
+            r = state_residuals(layout, pq, pv, qpos, qvel, w)  # (B, N, k)
+            if not sensors:
                 return r
+            # sensors at samples 0..N-1 of each segment: the recorded first state, then the predicted ones
+            d0 = mjx.make_data(base)
+            gain, bias = ps.sensor_terms(values, base.nsensordata, variant)
 
-            xs = (qpos0, qvel0, act0, ctrl, qpos, qvel)
-            if sensors:
-                xs = (*xs, sens, sens_w)
-                fn = one
-            else:
-                fn = lambda a, b, c, d, e, f: one(a, b, c, d, e, f, None, None)
-            return map_segments(fn, xs, batching)  # (B, N, k)
+            def sense(q, v, a, c):
+                return forward_unchecked(m, d0.replace(qpos=q, qvel=v, act=a, ctrl=c), cfg).sensordata
+
+            qs = jnp.concatenate([qpos0[:, None], pq[:, :-1]], axis=1)
+            vs = jnp.concatenate([qvel0[:, None], pv[:, :-1]], axis=1)
+            acts = jnp.concatenate([act0[:, None], pa[:, :-1]], axis=1)
+            sim = map_segments(jax.vmap(sense), (qs, vs, acts, ctrl), batching)
+            return jnp.concatenate([r, jnp.sqrt(w.sensor) * sens_w[:, None] * (gain * sim + bias - sens)], axis=-1)
 
         return residuals
 

@@ -58,30 +58,32 @@ class Recording:
 
     Attributes:
         qpos: (T + 1, nq) joint positions; quaternions in (w, x, y, z) order.
-        dt: the sample period in seconds, > 0; the model's control period is set to it.
         qvel: (T + 1, nv) joint velocities in MuJoCo's convention, or None: central differences of
             ``qpos`` (``mujoco.mj_differentiatePos``, quaternions on the sphere) by :meth:`check`.
         ctrl: (T, nu) controls, or None: zeros.
-        act: (T + 1, na) actuator activations, or None: zeros at every segment's start.
+        dt: the sample period in seconds, > 0 (required); the model's control period is set to it.
         sensordata: (T + 1, nsensordata) sensor readings, or None.
         sensor_weights: (nsensordata,) weights of the sensor residuals, >= 0, or None: ones.
+        act: (T + 1, na) actuator activations, or None: zeros at every segment's start.
         name: a label for messages and results.
         variant: which of the models passed to :func:`~diffmjx.sysid.identify` produced it (0 for
             a single model): variants (say, with and without a payload) share the parameters.
     """
 
     qpos: np.ndarray
-    dt: float
     qvel: np.ndarray | None = None
     ctrl: np.ndarray | None = None
-    act: np.ndarray | None = None
+    dt: float | None = None
     sensordata: np.ndarray | None = None
     sensor_weights: np.ndarray | None = None
+    act: np.ndarray | None = None
     name: str = "recording"
     variant: int = 0
 
     def __post_init__(self) -> None:
         where = f"recording {self.name!r}"
+        if self.dt is None:
+            raise RecordingError(f"{where}: dt is missing; give the sample period in seconds (dt=0.01)")
         if isinstance(self.dt, bool) or not isinstance(self.dt, (int, float, np.floating, np.integer)):
             raise RecordingError(f"{where}: dt={self.dt!r} is invalid; expected a number of seconds > 0")
         if not (math.isfinite(float(self.dt)) and float(self.dt) > 0):
