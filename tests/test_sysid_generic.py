@@ -5,6 +5,7 @@ Recordings are made by MuJoCo's C engine at known values with a fine RK4 step (1
 """
 
 import copy
+import dataclasses
 
 import jax
 import mujoco
@@ -294,14 +295,31 @@ def test_segment_jacobian_matches_central_differences_of_a_tightened_solve():
 
 
 # ------------------------------------------------------------------------------------------ identify
+PAYLOAD = '<body name="payload" pos=".4 0 0"><geom type="sphere" size=".04" mass=".3" contype="0" conaffinity="0"/></body>'
+START = PENDULUM.replace('damping="0.3"', 'damping="0.42"').replace('gear="2"', 'gear="1.3"')
+PENDULUM_PARAMS = [Parameter("dof_damping", "hinge"), Parameter("actuator_gear", "m", index=0),
+                   Parameter("geom_friction", "rod", index=0)]  # fmt: skip
+
+
+def payload_recording(seed: int) -> Recording:
+    """The pendulum with a payload at its tip (a model variant sharing the parameters)."""
+    m = mujoco.MjModel.from_xml_string(PENDULUM.replace("</body>", PAYLOAD + "</body>", 1))
+    ctrl = np.repeat(np.random.default_rng(seed).uniform(-1, 1, (9, 1)), 5, axis=0)[:40]
+    return dataclasses.replace(record(m, [0.3], [0.0], ctrl, 0.01), variant=1)
+
+
 @pytest.fixture(scope="module")
 def pendulum_fit():
-    """Damping and gear from 40 % off, a friction the recordings cannot see, a held-out recording."""
-    start = mujoco.MjModel.from_xml_string(PENDULUM.replace('damping="0.3"', 'damping="0.42"').replace('gear="2"', 'gear="1.3"'))
-    params = [Parameter("dof_damping", "hinge"), Parameter("actuator_gear", "m", index=0),
-              Parameter("geom_friction", "rod", index=0)]  # fmt: skip
-    return sysid.identify(start, params, [pendulum_recording(0), pendulum_recording(1)], held_out=[pendulum_recording(2)],
-                          fit=sysid.FitConfig(horizon=5, steps=15), progress=False)  # fmt: skip
+    """Damping and gear from 40 % off, with and without a payload (two model variants), a friction the
+    recordings cannot see, a held-out recording."""
+    variant = START.replace("</body>", PAYLOAD + "</body>", 1)
+    recs = [pendulum_recording(0), payload_recording(1)]
+    return sysid.identify(mujoco.MjModel.from_xml_string(START), PENDULUM_PARAMS, recs, variants=[variant_model(variant)],
+                          held_out=[pendulum_recording(2)], fit=sysid.FitConfig(horizon=5, steps=15), progress=False)  # fmt: skip
+
+
+def variant_model(xml: str) -> mujoco.MjModel:
+    return mujoco.MjModel.from_xml_string(xml)
 
 
 def test_identify_recovers_two_parameters_of_a_hinge_model_within_one_percent(pendulum_fit):
@@ -310,6 +328,7 @@ def test_identify_recovers_two_parameters_of_a_hinge_model_within_one_percent(pe
     assert r.values["actuator_gear:m[0]"] == pytest.approx(2.0, rel=0.01)
     assert r.loss < 1e-3 * r.loss_start
     assert r.model.dof_damping[0] == pytest.approx(r.values["dof_damping:hinge"])
+    assert r.models[1].body_mass[2] == pytest.approx(0.3) and r.models[1].dof_damping[0] == r.model.dof_damping[0]
     # the returned step is the held-out best
     held = r.history.held_out
     assert r.step == int(r.history.step[np.nanargmin(held)])
@@ -338,3 +357,20 @@ def test_identify_with_adam_on_a_quaternion_joint():
                        progress=False)  # fmt: skip
     assert r.values["dof_damping:ball"] == pytest.approx(0.05, rel=0.02)
     assert r.loss < 1e-2 * r.loss_start
+
+
+def test_identify_resumes_from_its_checkpoint(tmp_path):
+    """Two steps, then two more from the checkpoint: the first two kept, the fit carried on from them."""
+    start, recs = mujoco.MjModel.from_xml_string(START), [pendulum_recording(0)]
+    fit = sysid.FitConfig(horizon=5, ftol=0.0)
+    params = PENDULUM_PARAMS[:2]
+    ckpt = tmp_path / "fit.npz"
+    first = sysid.identify(start, params, recs, fit=dataclasses.replace(fit, steps=2), checkpoint_path=ckpt, progress=False)
+    resumed = sysid.identify(start, params, recs, fit=dataclasses.replace(fit, steps=4), checkpoint_path=ckpt,
+                             progress=False)  # fmt: skip
+    np.testing.assert_array_equal(resumed.history.step, [1, 2, 3, 4])
+    np.testing.assert_array_equal(resumed.history.values[:2], first.history.values)
+    assert resumed.history.loss[3] < first.history.loss[1] < first.loss_start
+    with pytest.raises(ValueError, match="another fit.*horizon: 5 \\(checkpoint\\) vs 4"):
+        sysid.identify(start, params, recs, fit=dataclasses.replace(fit, horizon=4, steps=6), checkpoint_path=ckpt,
+                       progress=False)  # fmt: skip

@@ -207,7 +207,9 @@ def _check_recordings(recordings, models, what: str) -> list[Recording]:
 
 def _fingerprint(fit: FitConfig, cfg: Config, ps: ParameterSet, recs: Sequence[Recording]) -> str:
     arrays = [a for r in recs for a in (r.qpos, r.qvel, r.ctrl, np.float64(r.dt)) if a is not None]
-    return checkpoint.fingerprint(fit={k: v for k, v in fit.to_dict().items() if k != "batching"}, sim=cfg.to_dict(),
+    # a fit may run longer or stop otherwise, and batching moves results by rounding only: none of them is compared
+    free = ("batching", "steps", "patience", "intervals", "confidence")
+    return checkpoint.fingerprint(fit={k: v for k, v in fit.to_dict().items() if k not in free}, sim=cfg.to_dict(),
                                   params=list(ps.labels), start=ps.start.tolist(), data=checkpoint.digest(*arrays))  # fmt: skip
 
 
@@ -245,7 +247,6 @@ def identify(
         ParameterError, RecordingError: bad parameters or recordings, named.
         FloatingPointError: a non-finite loss at the start.
     """
-    from tqdm.auto import tqdm
 
     cfg = Config() if cfg is None else cfg
     fit = FitConfig() if fit is None else fit
@@ -280,53 +281,14 @@ def identify(
     if not math.isfinite(loss_start):
         raise FloatingPointError(f"the loss at the start is {loss_start}: the model's simulation of the recordings "
                                  "is not finite; check the recordings' states and controls")
-    hist: dict[str, list] = {k: [] for k in History._fields}
-    best = (float(held_fn(theta)) if held_fn else math.inf, 0, np.asarray(ps.start))
-    stale = 0
     ckpt = Path(checkpoint_path) if checkpoint_path is not None else None
     fp = _fingerprint(fit, cfg, ps, recs + held)
-    done = 0
-    if ckpt is not None:
-        saved = checkpoint.load(ckpt, fp, "another fit", "delete it or pass another checkpoint_path")
-        if saved is not None:
-            theta, state = runner.restore(saved)
-            hist = {k: list(saved[f"history/{k}"]) for k in History._fields}
-            done = len(hist["step"])
-            b = saved["best"]
-            best = (float(b[0]), int(b[1]), saved["best_values"])
-            stale = int(saved["stale"])
-    converged = False
-    bar = tqdm(total=fit.steps, initial=done, desc=f"identify ({fit.method})", disable=not progress, leave=False)
-    try:
-        for k in range(done, fit.steps):
-            if converged or (fit.patience is not None and stale >= fit.patience):
-                break
-            t = time.perf_counter()
-            theta, state, loss, accepted, converged = runner.step(theta, state, k)
-            values = np.asarray(ps.to_values(theta))
-            held_loss = math.nan
-            if held_fn is not None and ((k + 1) % fit.eval_every == 0 or k + 1 == fit.steps or converged):
-                held_loss = float(held_fn(theta))
-                if held_loss < best[0]:
-                    best, stale = (held_loss, k + 1, values), 0
-                else:
-                    stale += 1
-            elif held_fn is None:
-                best = (math.inf, k + 1, values)
-            if not math.isfinite(loss):
-                raise FloatingPointError(f"non-finite loss at step {k + 1}; values before the step: "
-                                         f"{ps.as_dict(hist['values'][-1] if hist['values'] else ps.start)}")
-            for name, v in zip(History._fields, (k + 1, loss, held_loss, values, accepted, time.perf_counter() - t)):
-                hist[name].append(v)
-            if ckpt is not None:
-                arrays = {f"history/{n}": np.asarray(v) for n, v in hist.items()}
-                arrays.update(runner.save(theta, state), best=np.asarray([best[0], best[1]]),
-                              best_values=np.asarray(best[2]), stale=np.asarray(stale))
-                checkpoint.save(ckpt, fp, arrays)
-            bar.update()
-            bar.set_postfix(loss=f"{loss:.3g}", **({"held_out": f"{held_loss:.3g}"} if math.isfinite(held_loss) else {}))
-    finally:
-        bar.close()
+    track = _Track(ps, fit, held_fn, float(held_fn(theta)) if held_fn else math.inf)
+    if fit.method == "adam":
+        hist = runner.run(theta, track, fp, ckpt, progress)
+    else:
+        hist = _lm_loop(runner, theta, state, track, fp, ckpt, progress)
+    best = track.best
     values = np.asarray(best[2], np.float64)
     step = best[1]
     theta_best = jnp.asarray(ps.to_theta(values))
@@ -351,7 +313,7 @@ def identify(
     return IdentifyResult(
         values=ps.as_dict(values), model=fitted[0], models=fitted, history=history, step=step, loss=loss_best,
         loss_start=loss_start, held_out_loss=held_best, intervals=intervals, unidentifiable=unident,
-        converged=converged, wall_s=wall, setup_s=setup, params=ps,
+        converged=track.converged, wall_s=wall, setup_s=setup, params=ps,
     )  # fmt: skip
 
 
@@ -375,6 +337,79 @@ def _forward(problem: Problem) -> Problem:
                    problem.weights, problem.batching)  # fmt: skip
 
 
+class _Track:
+    """Held-out evaluation, early stopping and the returned step, after each optimiser step."""
+
+    def __init__(self, ps: ParameterSet, fit: FitConfig, held_fn, held_start: float):
+        self.ps, self.fit, self.held_fn = ps, fit, held_fn
+        self.best = (held_start, 0, np.asarray(ps.start))  # (held-out loss, step, values)
+        self.stale = 0
+        self.converged = False
+
+    def after(self, k: int, theta, loss: float, converged: bool = False) -> tuple[np.ndarray, float]:
+        """Record step ``k`` (from 1): ``(values, held-out loss or NaN)``."""
+        self.converged = converged
+        values = np.asarray(self.ps.to_values(theta))
+        if not math.isfinite(loss):
+            raise FloatingPointError(f"non-finite loss at step {k}; values: {self.ps.as_dict(values)}")
+        held = math.nan
+        if self.held_fn is None:
+            self.best = (math.inf, k, values)
+        elif k % self.fit.eval_every == 0 or k == self.fit.steps or converged:
+            held = float(self.held_fn(theta))
+            if held < self.best[0]:
+                self.best, self.stale = (held, k, values), 0
+            else:
+                self.stale += 1
+        return values, held
+
+    @property
+    def stop(self) -> bool:
+        return self.converged or (self.fit.patience is not None and self.stale >= self.fit.patience)
+
+    def state(self) -> dict:
+        return {"best": np.asarray([self.best[0], self.best[1]]), "best_values": np.asarray(self.best[2]),
+                "stale": np.asarray(self.stale)}  # fmt: skip
+
+    def restore(self, saved: dict) -> None:
+        b = saved["best"]
+        self.best = (float(b[0]), int(b[1]), np.asarray(saved["best_values"]))
+        self.stale = int(saved["stale"])
+
+
+def _lm_loop(runner: "_LM", theta, state, track: _Track, fp: str, ckpt: Path | None, progress: bool) -> dict:
+    """Levenberg–Marquardt's steps with held-out tracking and a checkpoint after each."""
+    from tqdm.auto import tqdm
+
+    fit = track.fit
+    hist: dict[str, list] = {k: [] for k in History._fields}
+    if ckpt is not None:
+        saved = checkpoint.load(ckpt, fp, "another fit", "delete it or pass another checkpoint_path")
+        if saved is not None:
+            theta, state = runner.restore(saved)
+            hist = {k: list(saved[f"history/{k}"]) for k in History._fields}
+            track.restore(saved)
+    bar = tqdm(total=fit.steps, initial=len(hist["step"]), desc="identify (lm)", disable=not progress, leave=False)
+    try:
+        for k in range(len(hist["step"]), fit.steps):
+            if track.stop:
+                break
+            t = time.perf_counter()
+            theta, state, loss, accepted, converged = runner.step(theta, state, k)
+            values, held = track.after(k + 1, theta, loss, converged)
+            for name, v in zip(History._fields, (k + 1, loss, held, values, accepted, time.perf_counter() - t)):
+                hist[name].append(v)
+            if ckpt is not None:
+                arrays = {f"history/{n}": np.asarray(v) for n, v in hist.items()}
+                arrays.update(runner.save(theta, state), **track.state())
+                checkpoint.save(ckpt, fp, arrays)
+            bar.update()
+            bar.set_postfix(loss=f"{loss:.3g}", **({"held_out": f"{held:.3g}"} if math.isfinite(held) else {}))
+    finally:
+        bar.close()
+    return hist
+
+
 class _LM:
     """Levenberg–Marquardt (Marquardt's scaling, Nielsen's damping update, steps capped at
     ``fit.max_step``) on the residual vector.
@@ -385,7 +420,12 @@ class _LM:
     def __init__(self, problem: Problem, fit: FitConfig):
         self.fit = fit
         self.args = problem.arguments()
-        self.rj = jax.jit(lambda th, args: (problem.residuals(th, args), jax.jacfwd(problem.residuals)(th, args)))
+        def rj(theta, args):  # traced once: the residual rides along as the Jacobian's auxiliary output
+            r = lambda th: (problem.residuals(th, args),) * 2
+            j, res = jax.jacfwd(r, has_aux=True)(theta)
+            return res, j
+
+        self.rj = jax.jit(rj)
 
     def evaluate(self, theta):
         r, j = self.rj(theta, self.args)
@@ -447,7 +487,8 @@ class _Adam:
         self.scale = optax.scale_by_adam(**ADAM)
         total = sum(g.size for g in problem.groups)
         want = total if fit.batch_size is None else min(fit.batch_size, total)
-        self.sizes = [max(1, round(want * g.size / total)) for g in problem.groups]
+        ndev = len(jax.devices())  # minibatches are sharded over every device: sizes are multiples of their count
+        self.sizes = [max(ndev, round(want * g.size / total) // ndev * ndev) for g in problem.groups]
         groups = problem.groups
         weights = [n * problem.horizon for n in self.sizes]
 
@@ -480,39 +521,70 @@ class _Adam:
         return self.scale.init(theta)
 
     def loss(self, theta) -> float:
-        """The loss on every segment: the step's own program when a step takes them all."""
-        if all(n >= g.size for g, n in zip(self.groups, self.sizes)):
-            return float(self._step(theta, self.init(theta), 0.0, self.coords, self.bases, self._batches(0))[2])
+        """The loss on every segment: the step's own program (placed as :meth:`run` places its
+        arguments, so it is not compiled again) when a step takes them all."""
+        from diffmjx.sysid.train import _replicate, _rows, batch_sharding
+
+        if all(n == g.size for g, n in zip(self.groups, self.sizes)):
+            placed = []
+            for g in self.groups:
+                batch, replicated = batch_sharding(g.size)
+                placed.append(tuple(None if a is None else _rows(a, np.arange(g.size), batch) for a in g.arrays()))
+            theta, state = _replicate((theta, self.init(theta)), replicated)
+            return float(self._step(theta, state, jnp.asarray(self.fit.learning_rate), self.coords, self.bases,
+                                    placed)[2])  # fmt: skip
         if self._full is None:
             self._full = jax.jit(self.problem.loss)
         return float(self._full(theta, self.problem.arguments()))
 
-    def _batches(self, k: int):
-        out = []
-        for gi, (g, n) in enumerate(zip(self.groups, self.sizes)):
-            if n >= g.size:
-                out.append(g.arrays())
-            else:
-                idx = np.random.default_rng([self.fit.seed, k, gi]).choice(g.size, n, replace=False)
-                out.append(g.take(np.sort(idx)).arrays())
-        return out
+    def run(self, theta, track: _Track, fp: str, ckpt: Path | None, progress: bool) -> dict:
+        """Adam's steps through :func:`diffmjx.sysid.train.adam_loop` (minibatches, sharding, checkpoints)."""
+        from diffmjx.sysid.train import adam_loop
 
-    def step(self, theta, state, k):
-        new, state2, loss, grad = self._step(theta, state, self.fit.learning_rate, self.coords, self.bases,
-                                             self._batches(k))  # fmt: skip
-        loss = float(loss)
-        if not (math.isfinite(loss) and bool(jnp.all(jnp.isfinite(grad)))):
-            raise FloatingPointError(f"non-finite loss ({loss}) or gradient at Adam step {k + 1}")
-        return new, state2, loss, True, False
+        fit = self.fit
+        data = [g.arrays() for g in self.groups]
+        # a group's arrays may hold None (no sensors): the loop shards arrays, the step takes the tuple back
+        present = [tuple(i for i, a in enumerate(arrays) if a is not None) for arrays in data]
+        packed = [tuple(arrays[i] for i in idx) for arrays, idx in zip(data, present)]
 
-    def save(self, theta, state) -> dict:
-        return {"theta": np.asarray(theta), **{f"opt/{i}": np.asarray(x) for i, x in enumerate(jax.tree.leaves(state))}}
+        def unpack(batches):
+            out = []
+            for b, idx in zip(batches, present):
+                full: list = [None] * 8
+                for i, a in zip(idx, b):
+                    full[i] = a
+                out.append(tuple(full))
+            return out
 
-    def restore(self, saved):
-        theta = jnp.asarray(saved["theta"])
-        leaves, treedef = jax.tree.flatten(self.init(theta))
-        state = jax.tree.unflatten(treedef, [jnp.asarray(saved[f"opt/{i}"], leaf.dtype) for i, leaf in enumerate(leaves)])
-        return theta, state
+        lr = jnp.asarray(fit.learning_rate)
+
+        def step(theta, opt_state, batches):
+            return self._step(theta, opt_state, lr, self.coords, self.bases, unpack(batches))
+
+        per_epoch = min(g.size // n for g, n in zip(self.groups, self.sizes))
+        held_log: list[float] = []
+
+        def on_step(number, theta, loss, extra):
+            _, held = track.after(number, theta, loss)
+            held_log.append(held)
+            extra.update(track.state(), held_out=np.asarray(held_log))
+            return track.stop or number >= fit.steps
+
+        def on_resume(extra):
+            if "best" in extra:
+                track.restore(extra)
+                held_log.extend(np.asarray(extra["held_out"]).tolist())
+
+        loop = adam_loop(
+            step, theta, packed, self.sizes, epochs=-(-fit.steps // per_epoch), steps_per_epoch=per_epoch,
+            seed=fit.seed, fingerprint=fp, checkpoint_path=ckpt, progress=progress, desc="identify (adam)",
+            record=lambda th: {"values": np.asarray(track.ps.to_values(th))}, on_step=on_step, on_resume=on_resume,
+            hint="delete it or pass another checkpoint_path",
+        )  # fmt: skip
+        h = loop.history
+        n = len(h["step"])
+        return {"step": h["step"], "loss": h["loss"], "held_out": list(loop.extra.get("held_out", [math.nan] * n)),
+                "values": h["values"], "accepted": [True] * n, "wall_s": h["wall_s"]}  # fmt: skip
 
 
 def _intervals(r: np.ndarray, jac: np.ndarray, ps: ParameterSet, values: np.ndarray, level: float):

@@ -41,10 +41,10 @@ import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
 
+from diffmjx import checkpoint
 from diffmjx.sysid.config import FREE_PARAMS, SysidConfig
 from diffmjx.sysid.loss import segment_residuals
 from diffmjx.sysid.model import CubeParams, _base, from_unconstrained, to_unconstrained
-from diffmjx.sysid.train import _check_fingerprint
 
 __all__ = ["LMHistory", "LMResult", "fit_lm"]
 
@@ -96,8 +96,8 @@ def _save(path: Path, fingerprint: str, theta, step_size, loss_init: float, done
 
 def _load(path: Path, fingerprint: str, theta):
     with np.load(path, allow_pickle=False) as f:
-        _check_fingerprint(path, str(f["fingerprint"]), fingerprint, "another configuration, data or tolerance",
-                           "choose another checkpoint")  # fmt: skip
+        checkpoint.check(path, str(f["fingerprint"]), fingerprint, "another configuration, data or tolerance",
+                         "choose another checkpoint")  # fmt: skip
         theta = {k: jnp.asarray(f[f"theta/{k}"]) for k in theta}
         hist: dict = {k: list(f[f"history/{k}"]) for k in ("step", "loss", "accepted", "wall_s")}
         hist["params"] = {n: list(f[f"history/params/{n}"]) for n in FREE_PARAMS}

@@ -25,7 +25,7 @@ import hashlib
 import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -37,13 +37,14 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from diffmjx import checkpoint
 from diffmjx.config import Config
 from diffmjx.sysid.config import FREE_PARAMS, SysidConfig
 from diffmjx.sysid.data import Segments, load_split, segments
 from diffmjx.sysid.loss import segment_loss
 from diffmjx.sysid.model import _SHAPES, CubeParams, _base, from_unconstrained, to_unconstrained
 
-__all__ = ["ADAM", "History", "TrainResult", "batch_sharding", "train"]
+__all__ = ["ADAM", "History", "Loop", "TrainResult", "adam_loop", "batch_sharding", "train"]
 
 ADAM = {"b1": 0.5, "b2": 0.9, "eps": 1e-6}
 """Adam's moment decay rates and epsilon (the paper's App. E.2)."""
@@ -166,60 +167,9 @@ def _fingerprint(cfg: SysidConfig, qpos: np.ndarray, qvel: np.ndarray) -> str:
     return json.dumps({"config": d, "data": digest.hexdigest()}, sort_keys=True)
 
 
-def _config_diff(a: Any, b: Any, prefix: str = "") -> list[str]:
-    if isinstance(a, dict) and isinstance(b, dict):
-        return [x for k in sorted(set(a) | set(b)) for x in _config_diff(a.get(k), b.get(k), f"{prefix}{k}.")]
-    return [] if a == b else [f"{prefix.rstrip('.')}: {a!r} (checkpoint) vs {b!r} (now)"]
-
-
-def _check_fingerprint(path: Path, saved: str, fingerprint: str, what: str, hint: str) -> None:
-    """Raise ``ValueError`` naming the first fields that differ if a checkpoint is not this run's."""
-    if saved != fingerprint:
-        diff = _config_diff(json.loads(saved), json.loads(fingerprint))
-        raise ValueError(f"checkpoint {path} was written for {what} ({'; '.join(diff[:4])}); delete it or {hint}")
-
-
-def _save_checkpoint(path: Path, fingerprint: str, steps_done: int, steps: int, theta, opt_state, hist: dict) -> None:
-    arrays: dict[str, np.ndarray] = {
-        "fingerprint": np.asarray(fingerprint),
-        "epochs_done": np.asarray(steps_done // steps),
-        "steps_done": np.asarray(steps_done),
-        **{f"theta/{k}": np.asarray(v) for k, v in theta.items()},
-        **{f"opt/{i}": np.asarray(leaf) for i, leaf in enumerate(jax.tree.leaves(opt_state))},
-        "history/step": np.asarray(hist["step"], np.int64),
-        "history/epoch": np.asarray(hist["epoch"], np.int64),
-        "history/loss": np.asarray(hist["loss"], np.float64),
-        "history/wall_s": np.asarray(hist["wall_s"], np.float64),
-    }
-    for name in FREE_PARAMS:
-        arrays[f"history/params/{name}"] = np.asarray(hist["params"][name], np.float64).reshape(
-            (len(hist["step"]), *_SHAPES[name])
-        )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez(tmp, **arrays)
-    tmp.replace(path)  # a run killed mid-write keeps the previous checkpoint
-
-
-def _load_checkpoint(path: Path, fingerprint: str, steps: int, theta, opt_state):
-    with np.load(path, allow_pickle=False) as f:
-        _check_fingerprint(path, str(f["fingerprint"]), fingerprint, "another configuration or data",
-                           "choose another train.checkpoint_dir")  # fmt: skip
-        theta = {k: jnp.asarray(f[f"theta/{k}"]) for k in theta}
-        leaves, treedef = jax.tree.flatten(opt_state)
-        opt_state = jax.tree.unflatten(
-            treedef, [jnp.asarray(f[f"opt/{i}"], dtype=leaf.dtype) for i, leaf in enumerate(leaves)]
-        )
-        hist = {k: list(f[f"history/{k}"]) for k in ("step", "epoch", "loss", "wall_s")}
-        hist["params"] = {n: list(f[f"history/params/{n}"]) for n in FREE_PARAMS}
-        # steps_done: checkpoints written after every step; older ones, after every epoch, hold epochs_done
-        done = int(f["steps_done"]) if "steps_done" in f.files else int(f["epochs_done"]) * steps
-        return theta, opt_state, done, hist
-
-
 def _history(hist: dict) -> History:
     params = CubeParams(
-        **{n: np.asarray(hist["params"][n], np.float64).reshape((-1, *_SHAPES[n])) for n in FREE_PARAMS}
+        **{n: np.asarray(hist.get(f"params/{n}", []), np.float64).reshape((-1, *_SHAPES[n])) for n in FREE_PARAMS}
     )
     return History(
         step=np.asarray(hist["step"], np.int64),
@@ -228,6 +178,174 @@ def _history(hist: dict) -> History:
         params=params,
         wall_s=np.asarray(hist["wall_s"], np.float64),
     )
+
+
+class Loop(NamedTuple):
+    """What :func:`adam_loop` returns."""
+
+    theta: Any  # the coordinates after the last step (replicated)
+    opt_state: Any
+    history: dict  # step, epoch, loss, wall_s and each ``record`` key: a list per key, one entry per step
+    resumed: int  # steps read from the checkpoint (0: started fresh)
+    extra: dict  # the arrays ``on_step`` stored with the checkpoint
+
+
+def adam_loop(
+    step: Callable,
+    theta: Any,
+    data: Sequence[tuple[np.ndarray, ...]],
+    sizes: Sequence[int],
+    *,
+    epochs: int,
+    steps_per_epoch: int | None,
+    seed: int,
+    fingerprint: str,
+    checkpoint_path: Path | None = None,
+    devices: Sequence | None = None,
+    progress: bool = True,
+    desc: str = "Adam",
+    stop_after: int | None = None,
+    record: Callable[[Any], dict[str, np.ndarray]] = lambda theta: {},
+    postfix: Callable[[float, dict], dict] = lambda loss, rec: {},
+    on_step: Callable[[int, Any, float, dict], bool] | None = None,
+    on_resume: Callable[[dict], None] | None = None,
+    extra: dict | None = None,
+    hint: str = "choose another checkpoint",
+) -> Loop:
+    """The Adam loop of every fit: minibatches, sharding, checkpoints, progress (see the module docstring).
+
+    Each epoch draws, for every group of segments ``data[g]`` (a tuple of arrays with a leading
+    segment axis), a permutation seeded by ``(seed, epoch)`` (group 0) or ``(seed, epoch, g)``, and
+    step ``k`` takes rows ``k * sizes[g]`` on of it, laid out over ``devices`` (a 1-D mesh on the
+    batch axis, :func:`batch_sharding`; each process places only its own devices' rows). The state
+    is saved after every step (process 0 writes) and a run resumes after its last saved step.
+
+    Arguments:
+        step: ``step(theta, opt_state, batches) -> (theta, opt_state, loss, grad)``, ``batches`` one
+            tuple of arrays per group (already sharded); constants it needs are its own.
+        theta: the start coordinates (a pytree).
+        data, sizes: per group, the segment arrays and the segments per step (a multiple of the
+            device count).
+        epochs: passes over the data; steps_per_epoch: steps per pass (None: every full minibatch).
+        seed: seed of the minibatch order.
+        fingerprint: what a checkpoint must match (:func:`diffmjx.checkpoint.fingerprint`).
+        checkpoint_path: the ``.npz`` written after every step, or None.
+        devices: the devices to shard over (default all visible).
+        progress, desc: a tqdm bar and its label.
+        stop_after: return after this many steps of this call (a run in pieces).
+        record: ``theta -> {key: array}`` stored in the history after each step (physical values).
+        postfix: ``(loss, record) -> {name: text}`` for the bar.
+        on_step: ``(step number, theta, loss, extra) -> stop``, after each step (held-out
+            evaluation, early stopping); ``extra`` is a dict of arrays saved with the checkpoint.
+        on_resume: ``extra -> None``, called with the checkpoint's ``extra`` when a run resumes.
+        extra: the start of that dict.
+        hint: the advice of a refused checkpoint's message.
+
+    Raises:
+        ValueError: too few segments, an indivisible batch, a checkpoint of another run or of more
+            epochs, processes that disagree.
+        FloatingPointError: a non-finite loss or gradient (the last checkpoint is kept).
+    """
+    from tqdm.auto import tqdm
+
+    counts = [len(arrays[0]) for arrays in data]
+    full = min(n // b for n, b in zip(counts, sizes))
+    if full == 0:
+        g = int(np.argmin([n // b for n, b in zip(counts, sizes)]))
+        raise ValueError(f"{counts[g]} segments hold no full minibatch of train.batch_size={sizes[g]}")
+    steps = steps_per_epoch or full
+    if steps > full:
+        raise ValueError(f"train.steps_per_epoch={steps} exceeds the {full} full minibatches of {sizes[0]} in "
+                         f"{counts[0]} segments")  # fmt: skip
+    if stop_after is not None and stop_after < 1:
+        raise ValueError(f"stop_after={stop_after} is invalid; allowed: an integer >= 1 or None")
+    shardings = [batch_sharding(b, devices) for b in sizes]
+    replicated = shardings[0][1]
+    scale = optax.scale_by_adam(**ADAM)
+    opt_state = scale.init(theta)
+    hist: dict[str, list] = {"step": [], "epoch": [], "loss": [], "wall_s": []}
+    extra = dict(extra or {})
+    done = 0
+    if checkpoint_path is not None:
+        saved = checkpoint.load(checkpoint_path, fingerprint, "another configuration or data", hint)
+        if saved is not None:
+            theta, opt_state, done, hist, extra = _restore(saved, theta, opt_state, steps, extra)
+            if on_resume is not None:
+                on_resume(extra)
+            if done > epochs * steps:
+                raise ValueError(f"checkpoint {checkpoint_path} holds {done / steps:g} epochs, more than "
+                                 f"train.epochs={epochs}")  # fmt: skip
+    if jax.process_count() > 1:
+        _check_processes_agree(fingerprint, done)
+    theta, opt_state = _replicate((theta, opt_state), replicated)
+    writer = jax.process_index() == 0  # the one process that writes checkpoints and shows progress
+    bar = tqdm(total=epochs * steps, initial=done, desc=desc, disable=not (progress and writer), leave=False)
+    resumed, ran = done, 0
+    stop = False
+    try:
+        for epoch in range(done // steps, epochs):
+            orders = [np.random.default_rng([seed, epoch] if g == 0 else [seed, epoch, g]).permutation(n)
+                      for g, n in enumerate(counts)]  # fmt: skip
+            for k in range(steps):
+                if epoch * steps + k < done or (stop_after is not None and ran >= stop_after) or stop:
+                    continue  # done before a resume, or beyond this piece
+                batches = [tuple(_rows(a, order[k * b : (k + 1) * b], sh) for a in arrays)
+                           for arrays, order, b, (sh, _) in zip(data, orders, sizes, shardings)]  # fmt: skip
+                t = time.perf_counter()
+                new_theta, new_state, loss, grad = step(theta, opt_state, batches)
+                loss = float(loss)
+                wall = time.perf_counter() - t
+                if not (math.isfinite(loss) and all(np.all(np.isfinite(g)) for g in jax.tree.leaves(grad))):
+                    raise FloatingPointError(
+                        f"non-finite loss ({loss}) or gradient at epoch {epoch}, step {k + 1} of {steps}; "
+                        f"values before the step: {record(theta)}"
+                    )
+                theta, opt_state = new_theta, new_state
+                rec = record(theta)
+                number = epoch * steps + k + 1
+                for key, v in (("step", number), ("epoch", epoch), ("loss", loss), ("wall_s", wall), *rec.items()):
+                    hist.setdefault(key, []).append(v)
+                ran += 1
+                if on_step is not None:
+                    stop = bool(on_step(number, theta, loss, extra))
+                if checkpoint_path is not None and writer:  # after every step: a run stopped anywhere resumes there
+                    _save(checkpoint_path, fingerprint, number, steps, theta, opt_state, hist, extra)
+                bar.update()
+                bar.set_postfix(loss=f"{loss:.3g}", **postfix(loss, rec))
+    finally:
+        bar.close()
+    return Loop(theta, opt_state, hist, resumed, extra)
+
+
+def _save(path: Path, fingerprint: str, done: int, steps: int, theta, opt_state, hist: dict, extra: dict) -> None:
+    arrays: dict[str, Any] = {
+        "epochs_done": np.asarray(done // steps),
+        "steps_done": np.asarray(done),
+        **{f"theta/{k}": np.asarray(v) for k, v in _flat(theta).items()},
+        **{f"opt/{i}": np.asarray(leaf) for i, leaf in enumerate(jax.tree.leaves(opt_state))},
+        **{f"history/{k}": np.asarray(v) for k, v in hist.items()},
+        **{f"extra/{k}": np.asarray(v) for k, v in extra.items()},
+    }
+    checkpoint.save(path, fingerprint, arrays)
+
+
+def _flat(theta) -> dict:
+    return theta if isinstance(theta, dict) else {"": theta}
+
+
+def _restore(saved: dict, theta, opt_state, steps: int, extra: dict):
+    if isinstance(theta, dict):
+        theta = {k: jnp.asarray(saved[f"theta/{k}"]) for k in theta}
+    else:
+        theta = jnp.asarray(saved["theta/"])
+    leaves, treedef = jax.tree.flatten(opt_state)
+    opt_state = jax.tree.unflatten(treedef, [jnp.asarray(saved[f"opt/{i}"], dtype=leaf.dtype)
+                                             for i, leaf in enumerate(leaves)])  # fmt: skip
+    hist = {k[len("history/"):]: list(v) for k, v in saved.items() if k.startswith("history/")}
+    extra = {**extra, **{k[len("extra/"):]: v for k, v in saved.items() if k.startswith("extra/")}}
+    # steps_done: checkpoints written after every step; older ones, after every epoch, hold epochs_done
+    done = int(saved["steps_done"]) if "steps_done" in saved else int(saved["epochs_done"]) * steps
+    return theta, opt_state, done, hist, extra
 
 
 def train(
@@ -262,8 +380,6 @@ def train(
             processes that disagree on the configuration, the data or the checkpoint.
         FloatingPointError: a non-finite loss or gradient (the last checkpoint is kept).
     """
-    from tqdm.auto import tqdm
-
     tc = cfg.train
     if data is None:
         tosses, train_names, _, _ = load_split(cfg.data)
@@ -275,73 +391,32 @@ def train(
             f"segments of shape {qpos_all.shape} / {qvel_all.shape}; expected (S, train.horizon + 1 = "
             f"{tc.horizon + 1}, 7) and (S, {tc.horizon + 1}, 6)"
         )
-    n = qpos_all.shape[0]
-    full = n // tc.batch_size
-    if full == 0:
-        raise ValueError(f"{n} segments hold no full minibatch of train.batch_size={tc.batch_size}")
-    steps = tc.steps_per_epoch or full
-    if steps > full:
-        raise ValueError(
-            f"train.steps_per_epoch={steps} exceeds the {full} full minibatches of {tc.batch_size} in {n} segments"
-        )
-    batch, replicated = batch_sharding(tc.batch_size, devices)
-
     init = tc.initial_params()
     z0 = to_unconstrained(init)
     theta = {k: jnp.asarray(getattr(z0, k)) for k in tc.free}
     fixed = {k: jnp.asarray(getattr(z0, k)) for k in FREE_PARAMS if k not in tc.free}
-    opt_state = optax.scale_by_adam(**ADAM).init(theta)
-    hist: dict[str, Any] = {"step": [], "epoch": [], "loss": [], "wall_s": [], "params": {n: [] for n in FREE_PARAMS}}
-    if stop_after is not None and stop_after < 1:
-        raise ValueError(f"stop_after={stop_after} is invalid; allowed: an integer >= 1 or None")
-    done = 0  # steps finished, over all epochs
-    ckpt = Path(tc.checkpoint_dir) / CHECKPOINT if tc.checkpoint_dir else None
-    fingerprint = _fingerprint(cfg, qpos_all, qvel_all)
-    if ckpt is not None and ckpt.exists():
-        theta, opt_state, done, hist = _load_checkpoint(ckpt, fingerprint, steps, theta, opt_state)
-        if done > tc.epochs * steps:
-            raise ValueError(f"checkpoint {ckpt} holds {done / steps:g} epochs, more than train.epochs={tc.epochs}")
-    if jax.process_count() > 1:
-        _check_processes_agree(fingerprint, done)
-
+    batch, replicated = batch_sharding(tc.batch_size, devices)
     step_fn = _step_fn(cfg.sim, tc.batching, batch.mesh.size)  # map: each device over its own rows
-    theta, opt_state, fixed, base, lr, vw = _replicate(
-        (theta, opt_state, fixed, _base(cfg.iterations), np.float64(tc.learning_rate), np.float64(tc.velocity_weight)),
-        replicated,
+    fixed, base, lr, vw = _replicate(
+        (fixed, _base(cfg.iterations), np.float64(tc.learning_rate), np.float64(tc.velocity_weight)), replicated
     )
-    writer = jax.process_index() == 0  # the one process that writes checkpoints and shows progress
-    bar = tqdm(total=tc.epochs * steps, initial=done, desc=desc, disable=not (progress and writer), leave=False)
-    resumed, ran = done, 0
-    try:
-        for epoch in range(done // steps, tc.epochs):
-            order = np.random.default_rng([tc.seed, epoch]).permutation(n)[: steps * tc.batch_size]
-            for k, idx in enumerate(order.reshape(steps, tc.batch_size)):
-                if epoch * steps + k < done or (stop_after is not None and ran >= stop_after):
-                    continue  # done before a resume, or beyond this piece
-                qp, qv = _rows(qpos_all, idx, batch), _rows(qvel_all, idx, batch)
-                t = time.perf_counter()
-                new_theta, new_state, loss, grad = step_fn(theta, opt_state, lr, fixed, vw, base, qp, qv)
-                loss = float(loss)
-                wall = time.perf_counter() - t
-                if not (math.isfinite(loss) and all(np.all(np.isfinite(g)) for g in jax.tree.leaves(grad))):
-                    raise FloatingPointError(
-                        f"non-finite loss ({loss}) or gradient at epoch {epoch}, step {k + 1} of {steps}; "
-                        f"parameters before the step: {_physical(theta, fixed, init)}"
-                    )
-                theta, opt_state = new_theta, new_state
-                now = _physical(theta, fixed, init)
-                hist["step"].append(epoch * steps + k + 1)
-                hist["epoch"].append(epoch)
-                hist["loss"].append(loss)
-                hist["wall_s"].append(wall)
-                for name in FREE_PARAMS:
-                    hist["params"][name].append(np.asarray(getattr(now, name)))
-                ran += 1
-                if ckpt is not None and writer:  # after every step: a run stopped anywhere resumes there
-                    _save_checkpoint(ckpt, fingerprint, epoch * steps + k + 1, steps, theta, opt_state, hist)
-                bar.update()
-                bar.set_postfix(loss=f"{loss:.3g}", side_mm=f"{1e3 * float(now.side_length):.2f}")
-    finally:
-        bar.close()
-    return TrainResult(params=_physical(theta, fixed, init), history=_history(hist), resumed_epochs=resumed // steps,
-                       resumed_steps=resumed)  # fmt: skip
+
+    def step(theta, opt_state, batches):
+        ((qp, qv),) = batches
+        return step_fn(theta, opt_state, lr, fixed, vw, base, qp, qv)
+
+    def record(theta) -> dict:
+        now = _physical(theta, fixed, init)
+        return {f"params/{n}": np.asarray(getattr(now, n)) for n in FREE_PARAMS}
+
+    loop = adam_loop(
+        step, theta, [(qpos_all, qvel_all)], [tc.batch_size], epochs=tc.epochs, steps_per_epoch=tc.steps_per_epoch,
+        seed=tc.seed, fingerprint=_fingerprint(cfg, qpos_all, qvel_all),
+        checkpoint_path=Path(tc.checkpoint_dir) / CHECKPOINT if tc.checkpoint_dir else None, devices=devices,
+        progress=progress, desc=desc, stop_after=stop_after, record=record,
+        postfix=lambda loss, rec: {"side_mm": f"{1e3 * float(rec['params/side_length']):.2f}"},
+        hint="choose another train.checkpoint_dir",
+    )  # fmt: skip
+    steps = tc.steps_per_epoch or len(qpos_all) // tc.batch_size
+    return TrainResult(params=_physical(loop.theta, fixed, init), history=_history(loop.history),
+                       resumed_epochs=loop.resumed // steps, resumed_steps=loop.resumed)  # fmt: skip
