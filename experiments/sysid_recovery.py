@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import copy
 import csv
+import dataclasses
 import functools
 import math
 import time
@@ -142,38 +143,23 @@ def _initial_state(name: str, m: mujoco.MjModel, d: mujoco.MjData, rng: np.rando
 
 
 def record(name: str, truth: mujoco.MjModel, seed: int, noise: bool) -> sysid.Recording:
-    """One recording of the "real system": the C engine at the true values, RK4 at ``GEN_STEP``."""
+    """One recording of the "real system": the C engine at the true values, RK4 at ``GEN_STEP``
+    (:meth:`diffmjx.sysid.Recording.simulate`), with noise added if asked."""
     spec = MODELS[name]
-    m = copy.deepcopy(truth)
-    m.opt.timestep = GEN_STEP
-    m.opt.integrator = mujoco.mjtIntegrator.mjINT_RK4
-    d = mujoco.MjData(m)
+    d = mujoco.MjData(truth)
     rng = np.random.default_rng([seed, 7])
-    _initial_state(name, m, d, rng)
-    mujoco.mj_forward(m, d)
-    n = round(spec["seconds"] / spec["dt"])
-    sub = round(spec["dt"] / GEN_STEP)
-    ctrl = _controls(m, n, rng)
-    qpos, qvel, act = [d.qpos.copy()], [d.qvel.copy()], [d.act.copy()]
-    for k in range(n):
-        d.ctrl[:] = ctrl[k]
-        for _ in range(sub):
-            mujoco.mj_step(m, d)
-        qpos.append(d.qpos.copy())
-        qvel.append(d.qvel.copy())
-        act.append(d.act.copy())
-    qpos, qvel, act = np.array(qpos), np.array(qvel), np.array(act)
-    if noise:
-        nrng = np.random.default_rng([seed, 11])
-        qvel = qvel + NOISE["qvel"] * nrng.normal(size=qvel.shape)
-        noisy = np.empty_like(qpos)
-        for k in range(len(qpos)):
-            dq = NOISE["qpos"] * nrng.normal(size=m.nv)
-            mujoco.mj_integratePos(m, noisy_k := qpos[k].copy(), dq, 1.0)
-            noisy[k] = noisy_k
-        qpos = noisy
-    return sysid.Recording(qpos=qpos, qvel=qvel, ctrl=ctrl, act=act if m.na else None, dt=spec["dt"],
-                           name=f"{name}-{seed}")  # fmt: skip
+    _initial_state(name, truth, d, rng)
+    ctrl = _controls(truth, round(spec["seconds"] / spec["dt"]), rng)
+    rec = sysid.Recording.simulate(truth, ctrl, spec["dt"], qpos0=d.qpos, qvel0=d.qvel, step=GEN_STEP,
+                                   name=f"{name}-{seed}")  # fmt: skip
+    if not noise:
+        return dataclasses.replace(rec, sensordata=None)
+    nrng = np.random.default_rng([seed, 11])
+    qvel = rec.qvel + NOISE["qvel"] * nrng.normal(size=rec.qvel.shape)
+    qpos = np.array(rec.qpos)
+    for k in range(len(qpos)):  # position noise in the tangent space: quaternions stay unit
+        mujoco.mj_integratePos(truth, qpos[k], NOISE["qpos"] * nrng.normal(size=truth.nv), 1.0)
+    return dataclasses.replace(rec, qpos=qpos, qvel=qvel, sensordata=None)
 
 
 # --------------------------------------------------------------------------------------- evaluation
@@ -339,7 +325,7 @@ def main(argv=None) -> None:
                  for s in range(args.seeds)]  # fmt: skip
         rows = []
         for name, seed, noise in tqdm(cases, desc="recovery"):
-            key = (name, seed, noise, args.methods, cfg.to_dict(), fit.to_dict(), "v1")
+            key = (name, seed, noise, args.methods, cfg.to_dict(), fit.to_dict(), "v2")
             rows += common.stage("sysid_recovery", key, functools.partial(run_case, name, seed, noise,
                                  args.methods.split(","), cfg, fit), fresh=args.fresh)  # fmt: skip
             write_csv(rows, args.out)

@@ -4,7 +4,6 @@ Recordings are made by MuJoCo's C engine at known values with a fine RK4 step (1
 "real system" is the model's continuous dynamics, which DiffMJX's adaptive integrator solves.
 """
 
-import copy
 import dataclasses
 
 import jax
@@ -37,29 +36,9 @@ CONTACT = """<mujoco><option timestep="0.002"/><worldbody>
 </worldbody><actuator><motor name="m" joint="hinge" gear="2"/></actuator></mujoco>"""
 
 
-def record(m: mujoco.MjModel, qpos0, qvel0, ctrl: np.ndarray, dt: float, step: float = 1e-4) -> Recording:
-    """The C engine (RK4 at ``step``; the model's own integrator at its own timestep) from ``qpos0, qvel0``,
-    sampled every ``dt``, controls held."""
-    m = copy.deepcopy(m)
-    if step != m.opt.timestep:
-        m.opt.timestep, m.opt.integrator = step, mujoco.mjtIntegrator.mjINT_RK4
-    d = mujoco.MjData(m)
-    d.qpos[:], d.qvel[:] = qpos0, qvel0
-    mujoco.mj_forward(m, d)
-    sub = round(dt / step)
-    qpos, qvel, sens = [d.qpos.copy()], [d.qvel.copy()], []
-    for u in ctrl:
-        d.ctrl[:] = u
-        mujoco.mj_forward(m, d)
-        sens.append(d.sensordata.copy())
-        for _ in range(sub):
-            mujoco.mj_step(m, d)
-        qpos.append(d.qpos.copy())
-        qvel.append(d.qvel.copy())
-    mujoco.mj_forward(m, d)
-    sens.append(d.sensordata.copy())
-    return Recording(qpos=np.array(qpos), qvel=np.array(qvel), ctrl=ctrl, dt=dt,
-                     sensordata=np.array(sens) if m.nsensordata else None)  # fmt: skip
+def record(m: mujoco.MjModel, qpos0, qvel0, ctrl: np.ndarray, dt: float, step: float | None = 1e-4) -> Recording:
+    """The C engine (RK4 at ``step``; the model's own integrator with None) from ``qpos0, qvel0``."""
+    return Recording.simulate(m, ctrl, dt, qpos0=qpos0, qvel0=qvel0, step=step)
 
 
 def pendulum_recording(seed: int, periods: int = 40) -> Recording:
@@ -153,7 +132,7 @@ def test_mujoco_sysid_peer_recovers_its_own_engines_values():
     pytest.importorskip("tabulate", reason='mujoco.sysid needs its extras: pip install "mujoco[sysid]"')
     truth = mujoco.MjModel.from_xml_string(PENDULUM)
     rng = np.random.default_rng(2)
-    recs = [record(truth, [0.5], [0.0], rng.uniform(-1, 1, (40, 1)), 0.01, step=0.002)]
+    recs = [record(truth, [0.5], [0.0], rng.uniform(-1, 1, (40, 1)), 0.01, step=None)]
     start = mujoco.MjModel.from_xml_string(PENDULUM.replace('damping="0.3"', 'damping="0.42"').replace('gear="2"', 'gear="1.4"'))
     fit = sysid.identify_mujoco_sysid(start, [Parameter("dof_damping", "hinge"), Parameter("actuator_gear", "m", index=0)],
                                       recs)  # fmt: skip
@@ -374,3 +353,15 @@ def test_identify_resumes_from_its_checkpoint(tmp_path):
     with pytest.raises(ValueError, match="another fit.*horizon: 5 \\(checkpoint\\) vs 4"):
         sysid.identify(start, params, recs, fit=dataclasses.replace(fit, horizon=4, steps=6), checkpoint_path=ckpt,
                        progress=False)  # fmt: skip
+
+
+def test_fit_config_preset_overrides_and_bad_values():
+    assert sysid.FitConfig.load("default") == sysid.FitConfig()
+    cfg = sysid.FitConfig.load("default", ["fit.method=adam", "fit.horizon=4"])
+    assert (cfg.method, cfg.horizon) == ("adam", 4)
+    with pytest.raises(ValueError, match="fit.method='bfgs' is not allowed; choose one of: lm, adam"):
+        sysid.FitConfig(method="bfgs")
+    with pytest.raises(ValueError, match="fit.horizon=0 is out of range"):
+        sysid.FitConfig.load(None, ["fit.horizon=0"])
+    with pytest.raises(ValueError, match="fit.KEY=VALUE with KEY one of: method"):
+        sysid.FitConfig().override("fit.solver=newton")

@@ -1,20 +1,30 @@
-"""System identification from recorded trajectories (the ContactNets cube tosses).
+"""System identification: fit the parameters of any MuJoCo model to recorded trajectories.
 
-One module per concern, each name with one home: :mod:`diffmjx.sysid.data`, the loader (tosses as
-MuJoCo free-joint states, a seeded train / validation split by toss, segments of ``horizon + 1``
-states); :mod:`diffmjx.sysid.model`, the cube as a differentiable model (physical parameters, their
-unconstrained coordinates, an ``mjx.Model`` with every derived field traced);
-:mod:`diffmjx.sysid.config`, the run's knobs (:class:`SysidConfig`, :class:`TrainConfig`, YAML
-presets, overrides); :mod:`diffmjx.sysid.loss`, the segment prediction and the one residual that
-every fit uses (:func:`state_residuals`, :func:`segment_loss`, :func:`segment_residuals`);
-:mod:`diffmjx.sysid.train`, the Adam loop (checkpoints, sharded minibatches);
-:mod:`diffmjx.sysid.distributed`, runs over several processes or machines (``initialize``);
-:mod:`diffmjx.sysid.evaluate`, whole-toss rollouts and their error; :mod:`diffmjx.sysid.select`,
-early stopping and model selection by that error on held-out tosses; :mod:`diffmjx.sysid.params`,
-the fitted-parameter file; :mod:`diffmjx.sysid.lm`, the same fit by Levenberg–Marquardt on
-forward-mode Jacobians (optimistix); and :mod:`diffmjx.sysid.peer`, the finite-difference peer
-(the same fit with MuJoCo's own ``mujoco.sysid`` on the C engine). This package sits above the
-core: the core never imports it. Every public name is importable from ``diffmjx.sysid``.
+Start with :func:`identify` (``identify(model, params, recordings)``): the :class:`Parameter` s
+name what is fitted (an ``MjModel`` field and an element's name), the :class:`Recording` s what
+was measured, and the result holds the fitted values, the fitted ``MjModel``, the loss history,
+confidence intervals and unidentifiable directions. One module per concern, each name with one
+home:
+
+- :mod:`diffmjx.sysid.parameter`: :class:`Parameter`, :class:`ParameterSet` (resolution against a
+  model, coordinates, the traced model with its ties and :func:`diffmjx.set_const`);
+- :mod:`diffmjx.sysid.recording`: :class:`Recording` (checks, files, ``Recording.simulate``) and
+  :mod:`diffmjx.sysid.adapter` (``mujoco.sysid``'s trajectory types both ways);
+- :mod:`diffmjx.sysid.problem`: segments, their prediction (:func:`~diffmjx.sysid.problem.predict`,
+  :func:`map_segments`) and the one residual every fit uses (:class:`Problem`);
+- :mod:`diffmjx.sysid.identify`: :func:`identify` (Levenberg–Marquardt or Adam, held-out early
+  stopping, intervals, checkpoints) and :class:`FitConfig`;
+- :mod:`diffmjx.sysid.train`: the Adam loop every fit runs (:func:`~diffmjx.sysid.train.adam_loop`:
+  minibatches sharded over devices and processes, checkpoints), :mod:`diffmjx.sysid.distributed`;
+- :mod:`diffmjx.sysid.peer`: the same fits with MuJoCo's own ``mujoco.sysid`` (:func:`identify_mujoco_sysid`).
+
+The ContactNets cube is one instance: :mod:`diffmjx.sysid.model` (:class:`CubeParams`,
+:func:`cube_parameters` on the shipped MJCF), :mod:`diffmjx.sysid.data` (the tosses),
+:mod:`diffmjx.sysid.loss`, :mod:`diffmjx.sysid.config` (:class:`SysidConfig`), :func:`train`,
+:func:`fit_lm`, :mod:`diffmjx.sysid.evaluate` (whole tosses), :mod:`diffmjx.sysid.select`
+(selection on held-out tosses) and :mod:`diffmjx.sysid.params` (the fitted-parameter file).
+This package sits above the core: the core never imports it. Every public name is importable from
+``diffmjx.sysid``.
 """
 
 from diffmjx.sysid import distributed as distributed

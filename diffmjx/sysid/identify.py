@@ -26,6 +26,7 @@ Knobs: :class:`FitConfig` (section ``fit``, YAML presets ``diffmjx/presets/fit_<
 import dataclasses
 import math
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
@@ -250,6 +251,10 @@ def identify(
 
     cfg = Config() if cfg is None else cfg
     fit = FitConfig() if fit is None else fit
+    if not jax.config.jax_enable_x64:
+        warnings.warn("identify runs in float32 (jax_enable_x64 is off): losses below about 1e-7 and tolerances "
+                      "below 1e-6 are rounding; call diffmjx.enable_compilation_cache() (float64 and a compile "
+                      "cache) or jax.config.update('jax_enable_x64', True) first", stacklevel=2)  # fmt: skip
     if not isinstance(cfg, Config):
         raise TypeError(f"cfg must be a diffmjx.Config; got {type(cfg).__name__}")
     if not isinstance(fit, FitConfig):

@@ -21,6 +21,7 @@ columns ``time`` or ``t``, ``qpos_0`` ..., ``qvel_0`` ..., ``act_0`` ..., ``ctrl
 
 from __future__ import annotations
 
+import copy
 import csv
 import dataclasses
 import math
@@ -214,6 +215,59 @@ class Recording:
         if self.T < 2:
             raise ValueError(f"recording {self.name!r} has T = {self.T} periods; at least 2 are needed to split it")
         return self.segment(0, cut), self.segment(cut, self.T)
+
+    @classmethod
+    def simulate(cls, model: mujoco.MjModel, ctrl, dt: float, *, qpos0=None, qvel0=None, act0=None,
+                 step: float | None = None, name: str = "simulated", variant: int = 0) -> Recording:  # fmt: skip
+        """A recording made by MuJoCo's C engine: ``model`` from a state, ``ctrl`` held over each period.
+
+        For recovery studies and tests, where the "real system" is a model at known values. With
+        ``step``, the engine integrates with RK4 at that step (a fine step approximates the model's
+        continuous dynamics, which DiffMJX's adaptive integration solves); without it, with the
+        model's own integrator and timestep.
+
+        Arguments:
+            model: the ``mujoco.MjModel`` (not changed).
+            ctrl: (T, nu) controls (``nu`` may be 0: T periods without control).
+            dt: the sample period; a whole multiple of the integration step.
+            qpos0, qvel0, act0: the first state (default the model's ``qpos0``, zeros).
+            step: the integration step, or None.
+            name, variant: see :class:`Recording`.
+
+        Returns:
+            The :class:`Recording` with ``qpos``, ``qvel``, ``ctrl``, ``act`` (if the model has
+            activations) and ``sensordata`` (if it has sensors; the module docstring's convention).
+        """
+        m = copy.deepcopy(model)
+        if step is not None:
+            m.opt.timestep, m.opt.integrator = step, mujoco.mjtIntegrator.mjINT_RK4
+        sub = round(dt / m.opt.timestep)
+        if sub < 1 or abs(sub * m.opt.timestep - dt) > 1e-9 * dt:
+            raise RecordingError(f"dt={dt!r} is not a whole multiple of the integration step {m.opt.timestep!r}")
+        ctrl = np.asarray(ctrl, np.float64)
+        if ctrl.ndim != 2 or ctrl.shape[1] != m.nu or not len(ctrl):
+            raise RecordingError(f"ctrl has shape {ctrl.shape}; expected (T, nu) = (T >= 1, {m.nu})")
+        d = mujoco.MjData(m)
+        for key, value in (("qpos", qpos0), ("qvel", qvel0), ("act", act0)):
+            if value is not None:
+                getattr(d, key)[:] = value
+        qpos, qvel, act, sens = [], [], [], []
+
+        def sample(u) -> None:
+            d.ctrl[:] = u
+            mujoco.mj_forward(m, d)
+            qpos.append(d.qpos.copy())
+            qvel.append(d.qvel.copy())
+            act.append(d.act.copy())
+            sens.append(d.sensordata.copy())
+
+        for u in ctrl:
+            sample(u)
+            for _ in range(sub):
+                mujoco.mj_step(m, d)
+        sample(ctrl[-1])
+        return cls(qpos=np.array(qpos), qvel=np.array(qvel), ctrl=ctrl, dt=dt, act=np.array(act) if m.na else None,
+                   sensordata=np.array(sens) if m.nsensordata else None, name=name, variant=variant)  # fmt: skip
 
     # ----------------------------------------------------------------------------------------- files
     @classmethod

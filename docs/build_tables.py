@@ -1,0 +1,115 @@
+"""Write the tables of measured figures in the docs from the committed CSV files.
+
+    python docs/build_tables.py            # rewrite every marked table in README.md and docs/*.md
+    python docs/build_tables.py --check    # exit 1, naming the file and table, if one differs
+
+A table lives between ``<!-- table: NAME -->`` and ``<!-- /table -->`` in a Markdown file; NAME is
+a key of :data:`TABLES`, a function that reads ``docs/results/`` and returns the table's Markdown.
+Tables are written, never typed: ``tests/test_docs_tables.py`` fails when one differs from what
+this script would write.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "docs" / "results"
+MARKER = re.compile(r"(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
+
+
+def _rows(name: str) -> list[dict]:
+    with (RESULTS / name).open() as f:
+        return list(csv.DictReader(f))
+
+
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+
+
+METHOD_LABELS = {"diffmjx_lm": "DiffMJX (LM, forward-mode Jacobians)", "mujoco_sysid": "`mujoco.sysid` (C engine, FD)"}
+
+
+def sysid_recovery() -> str:
+    """Per model, noise and method: the largest parameter error (median and worst over starts),
+    the held-out errors and the wall time."""
+    rows = _rows("sysid_recovery_summary.csv")
+    out = [
+        "| model | data | method | largest parameter error, median (worst) | fits within 2 % | held-out error, "
+        "model timestep (fine step) | wall time, median (setup) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    keys = list(dict.fromkeys((r["model"], r["noise"], r["method"]) for r in rows))
+    for model, noise, method in keys:
+        sel = [r for r in rows if (r["model"], r["noise"], r["method"]) == (model, noise, method)]
+        err = [100 * float(r["max_rel_error"]) for r in sel]
+        ok = sum(e <= 2.0 for e in err)
+        held = _median([float(r["heldout_rms"]) for r in sel])
+        fine = _median([float(r["heldout_rms_fine"]) for r in sel])
+        wall = _median([float(r["wall_s"]) for r in sel])
+        setup = [float(r["setup_s"]) for r in sel if r["setup_s"] not in ("", "nan")]
+        setup_text = f" ({_median(setup):.0f} s)" if setup else ""
+        out.append(
+            f"| {model} | {'noisy' if int(noise) else 'noise-free'} | {METHOD_LABELS.get(method, method)} | "
+            f"{_median(err):.3g} % ({max(err):.3g} %) | {ok} of {len(sel)} | {held:.3g} ({fine:.3g}) | "
+            f"{wall:.1f} s{setup_text} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+TABLES: dict[str, Callable[[], str]] = {"sysid_recovery": sysid_recovery}
+"""Table name -> the function that writes it."""
+
+
+def documents() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def render(text: str, where: str) -> str:
+    """``text`` with every marked table rewritten."""
+
+    def one(match: re.Match) -> str:
+        name = match["name"]
+        if name not in TABLES:
+            raise KeyError(f"{where}: unknown table {name!r}; docs/build_tables.py knows {', '.join(TABLES)}")
+        return match.group(1) + TABLES[name]() + match.group(4)
+
+    return MARKER.sub(one, text)
+
+
+def stale() -> list[str]:
+    """``path: table`` of every marked table that differs from what :func:`render` writes."""
+    out = []
+    for path in documents():
+        text = path.read_text()
+        new = render(text, str(path))
+        if new != text:
+            for old, fresh in zip(MARKER.finditer(text), MARKER.finditer(new)):
+                if old.group(0) != fresh.group(0):
+                    out.append(f"{path.relative_to(ROOT)}: {old['name']}")
+    return out
+
+
+def main(argv: list[str]) -> int:
+    if "--check" in argv:
+        bad = stale()
+        for b in bad:
+            print(f"stale table {b}; run python docs/build_tables.py")
+        return 1 if bad else 0
+    for path in documents():
+        text = path.read_text()
+        new = render(text, str(path))
+        if new != text:
+            path.write_text(new)
+            print(f"wrote {path.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,76 @@
+"""The published ContactNets fit, rerun through the generic path: does it come out again?
+
+    python -m experiments.contactnets_generic [--steps 632] [--fresh]
+
+The published cube (``docs/results/contactnets_params.json``) is Adam, N = 4, from random start 4
+at the paper preset, stopped at step 600 of 632 by its selection error
+(``docs/results/contactnets_params_record.json``). Since then the cube's model is the generic
+:class:`diffmjx.sysid.ParameterSet` on the shipped MJCF (derived constants by
+:func:`diffmjx.set_const`), its segments are predicted by :func:`diffmjx.sysid.problem.predict` and
+the Adam loop is :func:`diffmjx.sysid.train.adam_loop`. This study reruns that fit from the same
+start on the same minibatches through them and evaluates the record's stopped step on the same 50
+test tosses. Writes ``docs/results/contactnets_generic.csv``: per quantity (side, mass, friction,
+solref, solimp, the test error in mm), the published value and the rerun's. The fit is cached
+(``~/.cache/diffmjx/stages``); ``--fresh`` reruns it (about 70 minutes on one CPU core).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+
+import numpy as np
+
+from diffmjx import sysid
+from experiments import common
+from experiments.contactnets_extended import FREE, _inits_override, random_start
+
+RECORD = common.RESULTS / "contactnets_params_record.json"
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=632, help="Adam steps (the published run's 632)")
+    p.add_argument("--fresh", action="store_true")
+    args = p.parse_args(argv)
+    record = json.loads(RECORD.read_text())
+    published = sysid.load_params_json(common.RESULTS / "contactnets_params.json").params
+    step = int(record["stopped_step"])
+    assert record["fit"] == "Adam, N = 4, random 4" and step <= args.steps, record["fit"]
+    # the extended study's configuration of that fit (experiments.contactnets_extended.run)
+    cfg = sysid.SysidConfig.load("paper", ("train.batching=vmap", "cfd.enabled=true", f"train.free=[{', '.join(FREE)}]",
+                                           "data.horizon=4", "train.horizon=4", _inits_override(random_start(4)),
+                                           f"train.steps_per_epoch={args.steps}"))  # fmt: skip
+    tosses, train_names, val_names, report = sysid.load_split(cfg.data)
+    _, test_names = sysid.selection_split(val_names)
+    assert sorted(test_names) == sorted(record["test_tosses"]), "the test tosses differ from the record's"
+    data = sysid.segments(tosses, train_names, 4, report)
+
+    def fit():
+        return sysid.train(cfg, data, desc="Adam N=4 from random 4 (generic path)").history
+
+    hist = common.stage("contactnets-generic-fit", (cfg.to_yaml(), args.steps), fit, args.fresh)
+    k = int(np.flatnonzero(hist.step == step)[0])
+    rerun = sysid.CubeParams(**{n: np.asarray(getattr(hist.params, n)[k]) for n in sysid.FREE_PARAMS})
+    test = [tosses[n] for n in record["test_tosses"]]
+    err = common.stage("contactnets-generic-test", (cfg.sim.to_yaml(), cfg.iterations, common.param_key(rerun)),
+                       lambda: sysid.grouped_trajectory_error(rerun, test, cfg), args.fresh)  # fmt: skip
+    rows = [("side_mm", 1e3 * float(published.side_length), 1e3 * float(rerun.side_length)),
+            ("mass_kg", float(published.mass), float(rerun.mass)),
+            ("friction", float(published.friction), float(rerun.friction))]  # fmt: skip
+    rows += [(f"solref{i}", float(a), float(b)) for i, (a, b) in enumerate(zip(published.solref, rerun.solref))]
+    rows += [(f"solimp{i}", float(a), float(b)) for i, (a, b) in enumerate(zip(published.solimp, rerun.solimp))]
+    rows.append(("test_error_mm", float(record["test_error_mm"]), float(err)))
+    out = common.RESULTS / "contactnets_generic.csv"
+    with out.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["quantity", "published", "generic_path", "relative_difference"])
+        for name, a, b in rows:
+            w.writerow([name, f"{a:.9g}", f"{b:.9g}", f"{(b - a) / a:.3g}"])
+            print(f"{name:14s} published {a:12.6g}  generic path {b:12.6g}  ({100 * (b - a) / a:+.3f} %)")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
