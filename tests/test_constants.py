@@ -121,3 +121,14 @@ def test_set_const_differentiates_masses_into_the_inverse_weights():
     cd = (f(m0 + h)[0] - f(m0 - h)[0]) / (2 * h)
     assert abs(float(g)) > 1e-3
     np.testing.assert_allclose(float(g), float(cd), rtol=1e-6)
+
+
+def test_set_const_under_vmap_randomises_masses():
+    """Domain randomisation: a batch of masses, each model's constants as if built alone."""
+    mx = mjx.put_model(mujoco.MjModel.from_xml_string(CHAIN))
+    masses = np.array([0.5, 1.0, 2.0])
+    batch = jax.jit(jax.vmap(lambda m: set_const(mx.tree_replace({"body_mass": mx.body_mass.at[1].set(m)}))))(masses)
+    one = jax.jit(lambda m: set_const(mx.tree_replace({"body_mass": mx.body_mass.at[1].set(m)})))
+    for i, m in enumerate(masses):
+        np.testing.assert_allclose(batch.body_invweight0[i], one(m).body_invweight0, rtol=1e-12)
+        assert batch.body_subtreemass[i, 0] == pytest.approx(float(np.sum(mx.body_mass)) - float(mx.body_mass[1]) + m)

@@ -365,3 +365,20 @@ def test_fit_config_preset_overrides_and_bad_values():
         sysid.FitConfig.load(None, ["fit.horizon=0"])
     with pytest.raises(ValueError, match="fit.KEY=VALUE with KEY one of: method"):
         sysid.FitConfig().override("fit.solver=newton")
+
+
+def test_select_fit_picks_the_lowest_held_out_loss(pendulum_fit):
+    from types import SimpleNamespace
+
+    worse = SimpleNamespace(held_out_loss=2 * pendulum_fit.held_out_loss)
+    assert sysid.select_fit({"worse": worse, "fit": pendulum_fit})[0] == "fit"
+    with pytest.raises(ValueError, match="fit 'none' has no finite held-out loss"):
+        sysid.select_fit({"none": SimpleNamespace(held_out_loss=None)})
+
+
+def test_contactnets_tosses_are_recordings_of_the_cube():
+    tosses, _ = sysid.load_tosses()
+    recs = sysid.toss_recordings(tosses, list(tosses)[:2])
+    checked = [r.check(sysid.cube_mjmodel()) for r in recs]
+    np.testing.assert_array_equal(checked[0].qvel, tosses[recs[0].name].qvel)
+    assert checked[0].dt == sysid.DT and checked[0].ctrl.shape == (recs[0].T, 0)

@@ -42,9 +42,19 @@ from diffmjx.sysid.data import (
     segments,
     shipped_recording,
     split,
+    toss_recordings,
 )
 from diffmjx.sysid.evaluate import pad_tosses, rollout_tosses, trajectory_error
-from diffmjx.sysid.identify import METHODS, FitConfig, IdentifyResult, Interval, forward_config, identify, load_model
+from diffmjx.sysid.identify import (
+    METHODS,
+    FitConfig,
+    IdentifyResult,
+    Interval,
+    forward_config,
+    identify,
+    load_model,
+    select_fit,
+)
 from diffmjx.sysid.lm import LMHistory, LMResult, fit_lm
 from diffmjx.sysid.loss import (
     BATCHINGS,
@@ -146,6 +156,7 @@ __all__ = [
     "segment_residuals",
     "segments",
     "select",
+    "select_fit",
     "selection_split",
     "shipped_recording",
     "sim_overrides",
@@ -154,6 +165,7 @@ __all__ = [
     "state_residuals",
     "to_mujoco_sysid",
     "to_unconstrained",
+    "toss_recordings",
     "train",
     "trajectory_error",
     "velocities_from_positions",

@@ -35,6 +35,7 @@ __all__ = [
     "segments",
     "shipped_recording",
     "split",
+    "toss_recordings",
 ]
 
 DT = 1.0 / 148.0
@@ -172,6 +173,20 @@ def load_tosses(path: str | Path = "", quat_tol: float = 1e-3) -> tuple[dict[str
                 raise DataError(f"{path.name}: {name}: unreadable ({e})") from e
             tosses[name] = _check_toss(path, name, arr, quat_tol, report)
     return tosses, report
+
+
+def toss_recordings(tosses: dict[str, Toss], names=None) -> list:
+    """The tosses as :class:`~diffmjx.sysid.Recording` s of the cube's free joint (no controls, ``dt`` =
+    :data:`DT`), for :func:`diffmjx.sysid.identify` on :func:`diffmjx.sysid.cube_parameters`.
+
+    Arguments:
+        tosses: from :func:`load_tosses`.
+        names: which tosses (default all, in order); tosses of one sample are left out.
+    """
+    from diffmjx.sysid.recording import Recording
+
+    names = list(tosses) if names is None else list(names)
+    return [Recording(qpos=tosses[n].qpos, qvel=tosses[n].qvel, dt=DT, name=n) for n in names if len(tosses[n].qpos) > 1]
 
 
 def split(names, val_fraction: float, seed: int) -> tuple[list[str], list[str]]:

@@ -42,7 +42,7 @@ from diffmjx.sysid.parameter import Parameter, ParameterSet
 from diffmjx.sysid.problem import BATCHINGS, ORIENTATIONS, Problem, Weights
 from diffmjx.sysid.recording import Recording
 
-__all__ = ["METHODS", "FitConfig", "IdentifyResult", "Interval", "forward_config", "identify", "load_model"]
+__all__ = ["METHODS", "FitConfig", "IdentifyResult", "Interval", "forward_config", "identify", "load_model", "select_fit"]
 
 METHODS = ("lm", "adam")
 """Optimisers of :func:`identify`."""
@@ -179,6 +179,27 @@ class IdentifyResult(NamedTuple):
     wall_s: float
     setup_s: float
     params: ParameterSet
+
+
+def select_fit(fits):
+    """Model selection: the fit with the lowest held-out loss among several (say, from several starts).
+
+    Arguments:
+        fits: ``{name: IdentifyResult}`` (or a list), each fitted with the same ``held_out`` recordings.
+
+    Returns:
+        ``(name, result)`` of the best (a list's index as the name).
+
+    Raises:
+        ValueError: no fits, or a fit without a held-out loss (pass ``held_out`` to :func:`identify`).
+    """
+    items = list(fits.items()) if hasattr(fits, "items") else list(enumerate(fits))
+    if not items:
+        raise ValueError("no fits to select from")
+    for name, r in items:
+        if r.held_out_loss is None or not math.isfinite(r.held_out_loss):
+            raise ValueError(f"fit {name!r} has no finite held-out loss; fit every candidate with held_out=[...]")
+    return min(items, key=lambda kv: kv[1].held_out_loss)
 
 
 def load_model(model) -> tuple[mujoco.MjModel, mujoco.MjSpec | None]:
