@@ -576,7 +576,7 @@ class _Adam:
         def unpack(batches):
             out = []
             for b, idx in zip(batches, present):
-                full: list = [None] * 8
+                full: list = [None] * len(data[0])
                 for i, a in zip(idx, b):
                     full[i] = a
                 out.append(tuple(full))

@@ -25,8 +25,10 @@ Ties (what a user expects to move together):
   numbers) in log-Cholesky coordinates of the pseudo-inertia, so every value the optimiser reaches
   is physically consistent (positive mass, triangle inequalities of the inertia).
 
-Sensors: ``sensor_gain`` and ``sensor_bias`` (per sensor, one column per sensor dimension) model the
-measurement ``gain * simulated + bias`` that the residual compares with recorded ``sensordata``.
+Sensors: ``sensor_gain``, ``sensor_bias`` and ``sensor_delay`` (per sensor, one column per sensor
+dimension; ``uniform=True`` for one value over them) model the measurement
+``gain * simulated(t - delay) + bias`` that the residual compares with recorded ``sensordata``
+(:func:`diffmjx.sysid.problem.sensor_model`: a delay up to one sample period, by interpolation).
 
 Bounds are enforced by the coordinates (:class:`Transform`): both ends finite, a logistic map;
 one end, ``lower + (start - lower) exp(z)`` (relative steps); none, ``start + scale z``.
@@ -50,7 +52,7 @@ import numpy as np
 from diffmjx import constants
 from diffmjx.impedance import MAXIMP, MINIMP
 
-__all__ = ["FIELDS", "Parameter", "ParameterError", "ParameterSet", "Transform"]
+__all__ = ["DELAY_START", "FIELDS", "Parameter", "ParameterError", "ParameterSet", "Transform"]
 
 
 class ParameterError(ValueError):
@@ -75,6 +77,8 @@ class Transform(enum.Enum):
 
 
 _INF = math.inf
+DELAY_START = 1e-4
+"""The start of a ``sensor_delay`` parameter in seconds (a delay has no value in the model)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,6 +135,8 @@ FIELDS: dict[str, _Field] = {
     "opt.impratio": _Field(None, 1, *_POS, lo_open=True),
     "sensor_gain": _Field(_SENSOR, 0, *_ANY, leaf="", doc="measured = gain * simulated + bias"),
     "sensor_bias": _Field(_SENSOR, 0, *_ANY, leaf="", doc="measured = gain * simulated + bias"),
+    "sensor_delay": _Field(_SENSOR, 0, *_POS, lo_open=True, leaf="",
+                           doc="s: measured(t) = simulated(t - delay), up to one sample; starts at 0.1 ms"),
 }
 """The fields a :class:`Parameter` may name, with their element kinds and legal ranges."""
 
@@ -153,7 +159,7 @@ class Parameter:
     Attributes:
         field: the ``MjModel`` field written (:data:`FIELDS` lists them): ``body_mass``,
             ``geom_friction``, ``dof_damping``, ``opt.gravity``, ... , or ``body_inertial``,
-            ``sensor_gain``, ``sensor_bias``.
+            ``sensor_gain``, ``sensor_bias``, ``sensor_delay``.
         name: the element's name in the MJCF (``dof_*`` fields: the joint's), several names for
             one value shared by those elements, or None for ``opt.*`` fields.
         index: the column(s) of the field's row (``geom_friction`` 0 = sliding), or None for the
@@ -331,6 +337,8 @@ def _resolve(m: mujoco.MjModel, p: Parameter) -> _Resolved:
         start_all = np.ones(flat.shape)
     elif p.field == "sensor_bias":
         start_all = np.zeros(flat.shape)
+    elif p.field == "sensor_delay":
+        start_all = np.full(flat.shape, DELAY_START)  # inside (0, inf): relative steps from a tenth of a millisecond
     else:
         start_all = values[flat]
     if not np.allclose(start_all, start_all[:1], rtol=0, atol=0) and len(elements) > 1:
@@ -572,21 +580,18 @@ class ParameterSet:
             m = constants.set_const(m)
         return m
 
-    def sensor_terms(self, values, nsensordata: int, variant: int = 0) -> tuple[jax.Array, jax.Array]:
-        """``(gain, bias)`` per sensordata column (ones and zeros where no parameter acts)."""
+    def sensor_terms(self, values, nsensordata: int, variant: int = 0) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """``(gain, bias, delay)`` per sensordata column (ones, zeros and zeros where no parameter acts)."""
         values = jnp.asarray(values)
-        gain, bias = jnp.ones(nsensordata, values.dtype), jnp.zeros(nsensordata, values.dtype)
+        terms = {"sensor_gain": jnp.ones(nsensordata, values.dtype), "sensor_bias": jnp.zeros(nsensordata, values.dtype),
+                 "sensor_delay": jnp.zeros(nsensordata, values.dtype)}  # fmt: skip
         for r, (a, b) in zip(self.resolved[variant], zip(self._slices[:-1], self._slices[1:])):
-            if r.param.field in ("sensor_gain", "sensor_bias"):
+            if r.param.field in terms:
                 v = values[a:b]
                 if r.param.uniform:
                     v = jnp.broadcast_to(v, (len(r.columns),))
-                tile = jnp.tile(v, r.flat.shape[0])
-                if r.param.field == "sensor_gain":
-                    gain = gain.at[r.flat.ravel()].set(tile)
-                else:
-                    bias = bias.at[r.flat.ravel()].set(tile)
-        return gain, bias
+                terms[r.param.field] = terms[r.param.field].at[r.flat.ravel()].set(jnp.tile(v, r.flat.shape[0]))
+        return terms["sensor_gain"], terms["sensor_bias"], terms["sensor_delay"]
 
     @functools.cached_property
     def _model_jit(self):
@@ -608,7 +613,8 @@ class ParameterSet:
         out = copy.deepcopy(src)
         with jax.default_device(jax.local_devices(backend="cpu")[0]):
             new = self._model_jit(np.asarray(values, np.float64), mjx.put_model(src), variant)
-        written = {FIELDS[r.param.field].leaf or r.param.field for r in self.resolved[variant]} - {""}
+        leaves = (FIELDS[r.param.field].leaf for r in self.resolved[variant])
+        written = {r.param.field if leaf is None else leaf for r, leaf in zip(self.resolved[variant], leaves)} - {""}
         for leaf in sorted(constants.WRITTEN_LEAVES | written):
             value = np.asarray(_get(new, leaf), np.float64)
             owner, _, attr = leaf.rpartition(".")

@@ -329,7 +329,7 @@ def identify_mujoco_sysid(
     from diffmjx import manifold
     from diffmjx.sysid.identify import FitConfig, load_model
     from diffmjx.sysid.parameter import ParameterSet
-    from diffmjx.sysid.problem import cut, state_residuals
+    from diffmjx.sysid.problem import cut, sensor_model, state_residuals
 
     sysid = _sysid()
     fit = FitConfig() if fit is None else fit
@@ -362,10 +362,11 @@ def identify_mujoco_sysid(
         k = round(g.dt / h)
         if k < 1 or abs(k * h - g.dt) > 1e-9 * g.dt:
             raise ValueError(f"recording period dt={g.dt:g} s is not a whole multiple of the model's timestep {h:g} s")
-        n = g.ctrl.shape[1]
+        n = g.ctrl.shape[1] + (g.sensordata is not None)  # one more period gives the last sample's sensors
         times = np.arange(n * k + 1) * h
         for b in range(g.size):
-            ctrl = np.repeat(g.ctrl[b], k, axis=0)
+            u = g.ctrl[b] if g.sensordata is None else np.vstack([g.ctrl[b], g.sensor_ctrl[b][-1:]])
+            ctrl = np.repeat(u, k, axis=0)
             ctrl = np.vstack([ctrl, ctrl[-1:]]) if m0.nu else np.zeros((n * k + 1, 0))
             control = sysid.TimeSeries(times, ctrl)
             measured = sysid.TimeSeries(times, np.zeros((n * k + 1, 1)), {"row": (sysid.SignalType.CustomObs, np.array([0]))})
@@ -378,13 +379,15 @@ def identify_mujoco_sysid(
 
     def modify_residual(p, pred_ts, meas_ts, model, return_pred_all, state=None, **_):
         g, b, k = meta[index[id(meas_ts)]]
-        qp, qv = state[k - 1 :: k, 1 : 1 + nq], state[k - 1 :: k, 1 + nq : 1 + nq + nv]
+        n = fit.horizon
+        qp, qv = state[k - 1 :: k, 1 : 1 + nq][:n], state[k - 1 :: k, 1 + nq : 1 + nq + nv][:n]
         res = state_residuals(layout, qp, qv, g.qpos[b], g.qvel[b], w, xp=np)
         if g.sensordata is not None:
             vals = values_of(p)
-            gain, bias = (np.asarray(x) for x in ps.sensor_terms(vals, model.nsensordata))
-            sim = np.asarray(pred_ts.data)[0 : k * fit.horizon : k]
-            res = np.hstack([res, np.sqrt(w.sensor) * g.sensor_weights[b] * (gain * sim + bias - g.sensordata[b])])
+            gain, bias, delay = (np.asarray(x) for x in ps.sensor_terms(vals, model.nsensordata))
+            sim = np.asarray(pred_ts.data)[0 : k * (n + 1) : k]  # samples 0..N (a row is its step's start)
+            measured = sensor_model(sim, gain, bias, delay, g.dt, xp=np)[1:]
+            res = np.hstack([res, np.sqrt(w.sensor) * g.sensor_weights[b] * (measured - g.sensordata[b])])
         return norm * res, meas_ts, meas_ts  # the residual is ours; mujoco.sysid checks the mappings agree
 
     counter = {"points": 0}

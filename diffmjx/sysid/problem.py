@@ -14,8 +14,8 @@ held over each period), and :func:`state_residuals` compares them with the recor
   difference of the rotation matrices (the ContactNets study's metric);
 - velocities: ``sqrt(w_velocity)`` times the difference (MuJoCo's tangent-space velocities);
 - sensors (where the recording has ``sensordata``): ``sqrt(w_sensor) * sensor_weights`` times
-  ``gain * simulated + bias - recorded``, at the segment's first ``horizon`` samples (the first is
-  the recorded state's; each uses that sample's control, see :mod:`.recording`).
+  ``gain * simulated(t - delay) + bias - recorded`` (:func:`sensor_model`) at the predicted samples
+  (each reading that sample's control, see :mod:`.recording`).
 
 The residual vector is divided by ``sqrt(number of predicted states)``, so its sum of squares is the
 mean over segments and states of the squared residual: the segment loss of the paper's App. E.2.
@@ -51,6 +51,7 @@ __all__ = [
     "predict",
     "quat_log",
     "resolve_batching",
+    "sensor_model",
     "state_residuals",
 ]
 
@@ -185,8 +186,9 @@ class Group(NamedTuple):
     ctrl: np.ndarray  # (B, N, nu) controls of the N periods
     qpos: np.ndarray  # (B, N, nq) recorded states 1..N
     qvel: np.ndarray  # (B, N, nv)
-    sensordata: np.ndarray | None  # (B, N, ns) recorded sensors at samples 0..N-1
+    sensordata: np.ndarray | None  # (B, N, ns) recorded sensors at samples 1..N
     sensor_weights: np.ndarray | None  # (B, ns)
+    sensor_ctrl: np.ndarray | None  # (B, N, nu) the controls the sensors at samples 1..N read
     recording: np.ndarray  # (B,) index of the recording
     start: np.ndarray  # (B,) first sample of the segment in its recording
 
@@ -201,7 +203,24 @@ class Group(NamedTuple):
 
     def arrays(self) -> tuple:
         """The per-segment arrays a compiled residual takes (None where absent)."""
-        return (self.qpos0, self.qvel0, self.act0, self.ctrl, self.qpos, self.qvel, self.sensordata, self.sensor_weights)
+        return (self.qpos0, self.qvel0, self.act0, self.ctrl, self.qpos, self.qvel, self.sensordata, self.sensor_weights,
+                self.sensor_ctrl)  # fmt: skip
+
+
+def sensor_model(sim, gain, bias, delay, dt: float, *, xp=jnp):
+    """What the sensors measure: ``gain * simulated(t - delay) + bias``.
+
+    Arguments:
+        sim: (..., N + 1, ns) simulated sensor values at a segment's samples 0..N.
+        gain, bias, delay: (ns,) per sensordata column (delay in seconds).
+        dt: the sample period. The delay interpolates linearly between a sample and the one before,
+            so it is taken in [0, dt] (clipped); sample 0 has none before it (the residual does not
+            compare it).
+        xp: ``jax.numpy`` or ``numpy``.
+    """
+    a = xp.clip(delay / dt, 0.0, 1.0)
+    before = xp.concatenate([sim[..., :1, :], sim[..., :-1, :]], axis=-2)
+    return gain * ((1 - a) * sim + a * before) + bias
 
 
 def cut(recordings: Sequence[Recording], horizon: int, stride: int) -> list[Group]:
@@ -232,9 +251,10 @@ def cut(recordings: Sequence[Recording], horizon: int, stride: int) -> list[Grou
             cols["qpos"].append(r.qpos[win[:, 1:]])
             cols["qvel"].append(r.qvel[win[:, 1:]])
             if r.sensordata is not None:
-                cols["sensordata"].append(r.sensordata[win[:, :-1]])
+                cols["sensordata"].append(r.sensordata[win[:, 1:]])
                 sw = np.ones(r.sensordata.shape[1]) if r.sensor_weights is None else r.sensor_weights
                 cols["sensor_weights"].append(np.broadcast_to(sw, (len(starts), len(sw))))
+                cols["sensor_ctrl"].append(r.ctrl[np.minimum(win[:, 1:], r.T - 1)])  # the last sample reads ctrl[T-1]
             cols["recording"].append(np.full(len(starts), i))
             cols["start"].append(starts)
         if not cols["qpos0"]:
@@ -326,24 +346,27 @@ class Problem:
         variant = g.variant
 
         def residuals(values, base, arrays):
-            qpos0, qvel0, act0, ctrl, qpos, qvel, sens, sens_w = arrays
+            qpos0, qvel0, act0, ctrl, qpos, qvel, sens, sens_w, sens_ctrl = arrays
             m = ps.model(values, base, variant)
             pq, pv, pa = predict(m, base, qpos0, qvel0, act0, ctrl, cfg, batching=batching)
             r = state_residuals(layout, pq, pv, qpos, qvel, w)  # (B, N, k)
             if not sensors:
                 return r
-            # sensors at samples 0..N-1 of each segment: the recorded first state, then the predicted ones
+            # sensors at samples 0..N: the recorded first state, then the predicted ones; the residual
+            # compares 1..N (sample 0 is what a delay interpolates from)
             d0 = mjx.make_data(base)
-            gain, bias = ps.sensor_terms(values, base.nsensordata, variant)
+            gain, bias, delay = ps.sensor_terms(values, base.nsensordata, variant)
 
             def sense(q, v, a, c):
                 return forward_unchecked(m, d0.replace(qpos=q, qvel=v, act=a, ctrl=c), cfg).sensordata
 
-            qs = jnp.concatenate([qpos0[:, None], pq[:, :-1]], axis=1)
-            vs = jnp.concatenate([qvel0[:, None], pv[:, :-1]], axis=1)
-            acts = jnp.concatenate([act0[:, None], pa[:, :-1]], axis=1)
-            sim = map_segments(jax.vmap(sense), (qs, vs, acts, ctrl), batching)
-            return jnp.concatenate([r, jnp.sqrt(w.sensor) * sens_w[:, None] * (gain * sim + bias - sens)], axis=-1)
+            qs = jnp.concatenate([qpos0[:, None], pq], axis=1)
+            vs = jnp.concatenate([qvel0[:, None], pv], axis=1)
+            acts = jnp.concatenate([act0[:, None], pa], axis=1)
+            cs = jnp.concatenate([ctrl[:, :1], sens_ctrl], axis=1)
+            sim = map_segments(jax.vmap(sense), (qs, vs, acts, cs), batching)
+            measured = sensor_model(sim, gain, bias, delay, g.dt)[:, 1:]
+            return jnp.concatenate([r, jnp.sqrt(w.sensor) * sens_w[:, None] * (measured - sens)], axis=-1)
 
         return residuals
 
