@@ -34,6 +34,7 @@ import numpy as np
 import optax
 import yaml
 
+from diffmjx import checkpoint
 from diffmjx.config import Config, Section, knob, preset_path, section_from_dict
 from diffmjx.integrate import rollout
 
@@ -127,15 +128,9 @@ class ClosedLoop(NamedTuple):
 def _fingerprint(m, d0, planner: "Planner", plan, key) -> str:
     """What a closed-loop checkpoint must match to be resumed: the planner's and simulation's
     configs, the model's sizes and timestep, the start state, the first plan and the key."""
-    import hashlib
-
-    h = hashlib.sha256()
-    h.update(repr(planner.config).encode())
-    h.update(planner.sim.to_yaml().encode())
-    h.update(repr((int(m.nq), int(m.nv), int(m.nu), float(m.opt.timestep))).encode())
-    for a in (d0.qpos, d0.qvel, d0.act, plan, _key_data(key)):
-        h.update(np.ascontiguousarray(np.asarray(a)).tobytes())
-    return h.hexdigest()
+    data = checkpoint.digest(*(np.asarray(a) for a in (d0.qpos, d0.qvel, d0.act, plan)), _key_data(key))
+    return checkpoint.fingerprint(planner=repr(planner.config), sim=planner.sim.to_dict(),
+                                  model=[int(m.nq), int(m.nv), int(m.nu), float(m.opt.timestep)], data=data)  # fmt: skip
 
 
 def _key_data(key) -> np.ndarray:
@@ -151,30 +146,21 @@ def _as_key(data: np.ndarray, like):
 
 
 def _save_loop(path: Path, fingerprint: str, d, plan, key, dt, rows, plan_costs, plan_times) -> None:
-    leaves = jax.tree_util.tree_leaves(d)
-    arrays = {f"d{i}": np.asarray(x) for i, x in enumerate(leaves)}
+    arrays = {f"d{i}": x for i, x in enumerate(jax.tree_util.tree_leaves(d))}
     arrays.update({f"rows_{k}": np.concatenate(v) for k, v in rows.items()})
-    arrays.update(fingerprint=np.asarray(fingerprint), plan=np.asarray(plan), key=_key_data(key),
-                  dt=np.asarray(dt), plan_costs=np.asarray(plan_costs, float),
+    arrays.update(plan=plan, key=_key_data(key), dt=dt, plan_costs=np.asarray(plan_costs, float),
                   plan_times=np.asarray(plan_times, float))  # fmt: skip
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez(tmp, **arrays)
-    tmp.replace(path)  # a run killed mid-write keeps the previous checkpoint
+    checkpoint.save(path, fingerprint, arrays)
 
 
 def _load_loop(path: Path, fingerprint: str, d0, plan0, key0, dt0):
-    with np.load(path) as f:
-        if str(f["fingerprint"]) != fingerprint:
-            raise ValueError(f"checkpoint {path} was written by another closed loop (planner or simulation "
-                             "config, model, start state, first plan or key differ); delete it or pass another "
-                             "checkpoint path")  # fmt: skip
-        leaves, treedef = jax.tree_util.tree_flatten(d0)
-        d = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(f[f"d{i}"], x.dtype) for i, x in enumerate(leaves)])
-        rows = {k[5:]: [f[k]] for k in f.files if k.startswith("rows_")}
-        out = (d, jnp.asarray(f["plan"], plan0.dtype), _as_key(f["key"], key0), jnp.asarray(f["dt"], dt0.dtype),
-               rows, list(f["plan_costs"]), list(f["plan_times"]))  # fmt: skip
-    return out
+    f = checkpoint.load(path, fingerprint, "another closed loop (planner or simulation config, model, start state, "
+                        "first plan or key)", "delete it or pass another checkpoint path")  # fmt: skip
+    leaves, treedef = jax.tree_util.tree_flatten(d0)
+    d = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(f[f"d{i}"], x.dtype) for i, x in enumerate(leaves)])
+    rows = {k[5:]: [v] for k, v in f.items() if k.startswith("rows_")}
+    return (d, jnp.asarray(f["plan"], plan0.dtype), _as_key(f["key"], key0), jnp.asarray(f["dt"], dt0.dtype),
+            rows, list(f["plan_costs"]), list(f["plan_times"]))  # fmt: skip
 
 
 def ctrl_bounds(m):

@@ -79,29 +79,20 @@ def _fingerprint(cfg: SysidConfig, qpos: np.ndarray, qvel: np.ndarray, rtol: flo
 
 
 def _save(path: Path, fingerprint: str, theta, step_size, loss_init: float, done: bool, hist: dict) -> None:
-    arrays = {
-        "fingerprint": np.asarray(fingerprint),
-        "step_size": np.asarray(step_size),
-        "loss_init": np.asarray(loss_init),
-        "done": np.asarray(done),
-        **{f"theta/{k}": np.asarray(v) for k, v in theta.items()},
-        **{f"history/{k}": np.asarray(hist[k]) for k in ("step", "loss", "accepted", "wall_s")},
+    checkpoint.save(path, fingerprint, {
+        "step_size": step_size, "loss_init": loss_init, "done": done,
+        **{f"theta/{k}": v for k, v in theta.items()},
+        **{f"history/{k}": hist[k] for k in ("step", "loss", "accepted", "wall_s")},
         **{f"history/params/{n}": np.stack(v) for n, v in hist["params"].items()},
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez(tmp, **arrays)
-    tmp.replace(path)  # a run killed mid-write keeps the previous checkpoint
+    })  # fmt: skip
 
 
 def _load(path: Path, fingerprint: str, theta):
-    with np.load(path, allow_pickle=False) as f:
-        checkpoint.check(path, str(f["fingerprint"]), fingerprint, "another configuration, data or tolerance",
-                         "choose another checkpoint")  # fmt: skip
-        theta = {k: jnp.asarray(f[f"theta/{k}"]) for k in theta}
-        hist: dict = {k: list(f[f"history/{k}"]) for k in ("step", "loss", "accepted", "wall_s")}
-        hist["params"] = {n: list(f[f"history/params/{n}"]) for n in FREE_PARAMS}
-        return theta, float(f["step_size"]), float(f["loss_init"]), bool(f["done"]), hist
+    f = checkpoint.load(path, fingerprint, "another configuration, data or tolerance", "choose another checkpoint")
+    theta = {k: jnp.asarray(f[f"theta/{k}"]) for k in theta}
+    hist: dict = {k: list(f[f"history/{k}"]) for k in ("step", "loss", "accepted", "wall_s")}
+    hist["params"] = {n: list(f[f"history/params/{n}"]) for n in FREE_PARAMS}
+    return theta, float(f["step_size"]), float(f["loss_init"]), bool(f["done"]), hist
 
 
 def fit_lm(
