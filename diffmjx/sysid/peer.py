@@ -121,6 +121,47 @@ def _check_segments(qpos, qvel) -> tuple[np.ndarray, np.ndarray]:
     return qpos, qvel
 
 
+class _Driven(NamedTuple):
+    fitted: object  # the fitted mujoco.sysid.ParameterDict
+    loss_start: float
+    loss: float
+    wall_s: float
+    evaluations: int
+    iterations: int | None
+
+
+def _drive(sysid, pdict, build, trajs, modify_residual, *, n_threads: int, verbose: bool, **optimize) -> _Driven:
+    """``mujoco.sysid.optimize`` on one residual vector over ``trajs`` (one per segment), counting
+    the parameter points it evaluates and swallowing the backend's printing unless ``verbose``."""
+    counter = {"points": 0}
+    batch = len(trajs)
+
+    def residual_fn(x, p):
+        x = np.asarray(x, np.float64)
+        counter["points"] += 1 if x.ndim == 1 else x.shape[1]
+        r, pred, meas = sysid.model_residual(x, p, build, trajs, modify_residual=modify_residual,
+                                             resample_true=False, n_threads=int(n_threads))  # fmt: skip
+        if x.ndim == 2:  # (per-segment residual, point * segment) with columns (point, segment)
+            r = r.reshape(r.shape[0], x.shape[1], batch).transpose(2, 0, 1).reshape(-1, x.shape[1])
+        return [r], pred, meas
+
+    def loss(p) -> float:
+        r = residual_fn(p.as_vector(), p.copy())[0][0]
+        return float(r @ r)
+
+    loss_start = loss(pdict)
+    counter["points"] = 0
+    out = contextlib.nullcontext() if verbose else contextlib.redirect_stdout(io.StringIO())
+    start = time.perf_counter()
+    with out:
+        fitted, info = sysid.optimize(pdict, residual_fn, optimizer="mujoco", verbose=False, **optimize)
+    wall_s = time.perf_counter() - start
+    evaluations = counter["points"]
+    objective = getattr(info, "extras", {}).get("objective")
+    n_iter = len(objective) - 1 if objective else None  # the trace ends with one entry at the end point
+    return _Driven(fitted, loss_start, loss(fitted), wall_s, evaluations, n_iter)
+
+
 def fit_mujoco_sysid(
     qpos,
     qvel,
@@ -215,43 +256,10 @@ def fit_mujoco_sysid(
         pred = sysid.TimeSeries(state[:, 0], np.hstack([qp, qv]), meas_ts.signal_mapping)
         return norm * res, pred, sysid.TimeSeries(state[:, 0], meas, meas_ts.signal_mapping)
 
-    counter = {"points": 0}
-
-    def residual_fn(x, p):
-        x = np.asarray(x, np.float64)
-        counter["points"] += 1 if x.ndim == 1 else x.shape[1]
-        r, pred, meas = sysid.model_residual(
-            x, p, build, trajs, modify_residual=modify_residual, resample_true=False, n_threads=int(n_threads)
-        )
-        if x.ndim == 2:  # (per-segment residual, point * segment) with columns (point, segment)
-            r = r.reshape(r.shape[0], x.shape[1], batch).transpose(2, 0, 1).reshape(-1, x.shape[1])
-        return [r], pred, meas
-
-    def loss(p) -> float:
-        r = residual_fn(p.as_vector(), p.copy())[0][0]
-        return float(r @ r)
-
-    loss_init = loss(pdict)
-    counter["points"] = 0
-    out = contextlib.nullcontext() if verbose else contextlib.redirect_stdout(io.StringIO())
-    start = time.perf_counter()
-    with out:
-        fitted, info = sysid.optimize(
-            pdict, residual_fn, optimizer="mujoco", verbose=False, max_iters=int(max_iters), eps=float(eps),
-            xtol=1e-10, gtol=1e-12,
-        )  # fmt: skip
-    wall_s = time.perf_counter() - start
-    evaluations = counter["points"]
-    objective = getattr(info, "extras", {}).get("objective")
-    n_iter = len(objective) - 1 if objective else None  # the trace ends with one entry at the end point
-    return PeerResult(
-        params=physical(fitted),
-        loss_init=loss_init,
-        loss_final=loss(fitted),
-        wall_s=wall_s,
-        evaluations=evaluations,
-        iterations=n_iter,
-    )
+    run = _drive(sysid, pdict, build, trajs, modify_residual, n_threads=n_threads, verbose=verbose,
+                 max_iters=int(max_iters), eps=float(eps), xtol=1e-10, gtol=1e-12)  # fmt: skip
+    return PeerResult(params=physical(run.fitted), loss_init=run.loss_start, loss_final=run.loss, wall_s=run.wall_s,
+                      evaluations=run.evaluations, iterations=run.iterations)  # fmt: skip
 
 
 class PeerFit(NamedTuple):
@@ -390,29 +398,8 @@ def identify_mujoco_sysid(
             res = np.hstack([res, np.sqrt(w.sensor) * g.sensor_weights[b] * (measured - g.sensordata[b])])
         return norm * res, meas_ts, meas_ts  # the residual is ours; mujoco.sysid checks the mappings agree
 
-    counter = {"points": 0}
-
-    def residual_fn(x, p):
-        x = np.asarray(x, np.float64)
-        counter["points"] += 1 if x.ndim == 1 else x.shape[1]
-        r, pred, meas = sysid.model_residual(x, p, build, trajs, modify_residual=modify_residual,
-                                             resample_true=False, n_threads=int(n_threads))  # fmt: skip
-        if x.ndim == 2:
-            r = r.reshape(r.shape[0], x.shape[1], len(trajs)).transpose(2, 0, 1).reshape(-1, x.shape[1])
-        return [r], pred, meas
-
-    def loss(p) -> float:
-        r = residual_fn(p.as_vector(), p.copy())[0][0]
-        return float(r @ r)
-
-    loss_start = loss(pdict)
-    counter["points"] = 0
-    out = contextlib.nullcontext() if verbose else contextlib.redirect_stdout(io.StringIO())
-    t0 = time.perf_counter()
-    with out:
-        fitted, info = sysid.optimize(pdict, residual_fn, optimizer="mujoco", verbose=False, max_iters=int(max_iters))
-    wall = time.perf_counter() - t0
-    objective = getattr(info, "extras", {}).get("objective")
-    values = values_of(fitted)
-    return PeerFit(values=ps.as_dict(values), model=ps.write(values), loss_start=loss_start, loss=loss(fitted),
-                   wall_s=wall, evaluations=counter["points"], iterations=len(objective) - 1 if objective else None)  # fmt: skip
+    run = _drive(sysid, pdict, build, trajs, modify_residual, n_threads=n_threads, verbose=verbose,
+                 max_iters=int(max_iters))  # fmt: skip
+    values = values_of(run.fitted)
+    return PeerFit(values=ps.as_dict(values), model=ps.write(values), loss_start=run.loss_start, loss=run.loss,
+                   wall_s=run.wall_s, evaluations=run.evaluations, iterations=run.iterations)  # fmt: skip
