@@ -398,3 +398,11 @@ def test_sensor_gain_bias_and_delay_are_identified():
     assert r.values["sensor_gain:angle"] == pytest.approx(1.2, rel=1e-6)
     assert r.values["sensor_bias:angle"] == pytest.approx(0.05, rel=1e-6)
     assert r.values["sensor_delay:angle"] == pytest.approx(0.004, rel=1e-5)
+
+
+def test_a_geom_of_a_body_with_an_explicit_inertial_changes_its_shape_only():
+    """As MuJoCo's compiler: the sphere's size does not set the inertia its body's <inertial> gives."""
+    spec = mujoco.MjSpec.from_string(TIES)
+    with pytest.warns(UserWarning, match="body 'full': its mass properties are an explicit <inertial>"):
+        ps = ParameterSet(spec.compile(), [Parameter("geom_size", "fg", index=0)], spec=spec)
+    assert not ps.ties[0].geo and ps.models[0].body_simple.tolist() == spec.compile().body_simple.tolist()

@@ -16,8 +16,10 @@ Ties (what a user expects to move together):
 - ``body_mass`` scales the body's inertia with it (fixed shape), unless ``scale_inertia=False``.
 - ``geom_size`` and ``geom_pos`` of a primitive geom recompute its body's centre of mass and
   inertia from the body's geoms (``mass_from_geoms``, on by default), each geom keeping its mass (the
-  body's mass is a ``body_mass`` parameter of its own). The body's mass properties must come
-  from its geoms (no ``<inertial>``), checked against the model.
+  body's mass is a ``body_mass`` parameter of its own), as MuJoCo's compiler does. Where the compiler
+  does not (an explicit ``<inertial>``, a mesh with mass; without the ``MjSpec``, compiled mass
+  properties that are not the geoms' at one density) the geom's collision shape changes alone, with
+  a warning naming the body.
 - ``name`` may be several elements: one value written into each (a contact property of two geoms,
   the damping of a left and a right joint).
 - ``uniform=True`` writes one value into every selected column (a cube's three half sizes).
@@ -41,6 +43,7 @@ import dataclasses
 import enum
 import functools
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -437,7 +440,11 @@ class ParameterSet:
         if dup:
             raise ParameterError(f"parameter {dup[0]!r} is given twice")
         self.params = params
-        model, spec = _unsimplify(model, params, spec)
+        with jax.ensure_compile_time_eval(), warnings.catch_warnings():  # static; warned once, below
+            warnings.simplefilter("ignore")
+            first = [_resolve(model, p) for p in params]
+            moving = _MassTies(model, first, np.cumsum([0] + [r.size for r in first]), spec).moving
+        model, spec = _unsimplify(model, moving, spec)
         self.models = [model, *variants]
         self.resolved = [[_resolve(mv, p) for p in params] for mv in self.models]
         for v, res in enumerate(self.resolved[1:], start=1):
@@ -639,32 +646,15 @@ def _get(m, leaf: str):
     return obj
 
 
-def _moving_bodies(m: mujoco.MjModel, params: Sequence[Parameter]) -> set[int]:
-    """Bodies whose centre of mass or principal axes the parameters may move."""
-    out: set[int] = set()
-    for p in params:
-        obj = FIELDS[p.field].obj if p.field in FIELDS else None
-        ids = [mujoco.mj_name2id(m, obj, n) for n in p.names] if obj is not None else []
-        if p.field in ("body_ipos", "body_inertial"):
-            out.update(i for i in ids if i > 0)
-        elif p.field in ("geom_pos", "geom_size") and p.mass_from_geoms:
-            for i in ids:
-                b = int(m.geom_bodyid[i]) if i >= 0 else 0
-                # a lone geom's size leaves its body's frame (the geom's) where it is
-                if b > 0 and (p.field == "geom_pos" or int(m.body_geomnum[b]) > 1):
-                    out.add(b)
-    return out
-
-
-def _unsimplify(m: mujoco.MjModel, params: Sequence[Parameter], spec):
-    """``(model, spec)`` with every body whose inertial frame the parameters move compiled as not simple.
+def _unsimplify(m: mujoco.MjModel, moving: set[int], spec):
+    """``(model, spec)`` with every body of ``moving`` (whose inertial frame the parameters move) compiled as not simple.
 
     MuJoCo compiles a body whose inertial frame is its joint frame as "simple" and leaves out the
     mass-matrix entries that are zero for it; moving its centre of mass would need them (and
     ``mj_setConst`` refuses such a model). With the ``MjSpec`` the bodies are recompiled with
     ``simple="false"``; without it, an error says what to do.
     """
-    simple = sorted(b for b in _moving_bodies(m, params) if m.body_simple[b])
+    simple = sorted(b for b in moving if m.body_simple[b])
     if not simple:
         return m, spec
     names = [mujoco.mj_id2name(m, _BODY, b) or f"body {b}" for b in simple]
@@ -690,19 +680,52 @@ def _log_cholesky_of_body(m: mujoco.MjModel, i: int) -> np.ndarray:
         raise ParameterError(f"body_inertial:{name}: {e}") from None
 
 
-def _geom_masses(m: mujoco.MjModel, b: int, geoms: np.ndarray, spec) -> np.ndarray | None:
-    """Each geom's mass in body ``b``: from the spec where known, else one density over the body's geoms."""
-    types = [int(m.geom_type[g]) for g in geoms]
-    vols = np.array([float(constants.geom_volume(t, m.geom_size[g])) for t, g in zip(types, geoms)])
+def _mass_parts(m: mujoco.MjModel, b: int, spec) -> tuple | str:
+    """``(geoms, types, masses)`` of the geoms that make body ``b``'s mass properties, or why none do.
+
+    With the ``MjSpec``, as MuJoCo's compiler: a body with an explicit ``<inertial>`` is not made of
+    its geoms, and each geom's mass is its ``mass`` or ``density`` times its volume (massless geoms
+    left out). Without it, the body's geoms at one density, checked against the body's compiled
+    mass, centre of mass and inertia."""
+    geoms = np.flatnonzero(np.asarray(m.geom_bodyid) == b)
     if spec is not None:
-        out = []
-        for g, v in zip(geoms, vols):
-            sg = spec.geom(mujoco.mj_id2name(m, _GEOM, int(g))) if mujoco.mj_id2name(m, _GEOM, int(g)) else None
-            if sg is None:
-                return None
-            out.append(sg.mass if not np.isnan(sg.mass) else sg.density * v)
-        return np.array(out, np.float64)
-    return float(m.body_mass[b]) * vols / vols.sum()
+        sb = spec.bodies[b]
+        if sb.explicitinertial and spec.compiler.inertiafromgeom != mujoco.mjtInertiaFromGeom.mjINERTIAFROMGEOM_TRUE:
+            return "its mass properties are an explicit <inertial>"
+        masses = []
+        for g in geoms:
+            sg = spec.geoms[int(g)]
+            prim = int(m.geom_type[g]) in _PRIMITIVE_COLUMNS
+            vol = float(constants.geom_volume(int(m.geom_type[g]), m.geom_size[g])) if prim else math.inf
+            masses.append(sg.mass if not np.isnan(sg.mass) else sg.density * vol)
+        masses = np.asarray(masses, np.float64)
+        keep = masses > 0
+        geoms, masses = geoms[keep], masses[keep]
+    types = [int(m.geom_type[g]) for g in geoms]
+    if not len(geoms):
+        return "it has no geoms with mass"
+    if any(t not in _PRIMITIVE_COLUMNS for t in types):
+        return "a geom with mass is not a primitive (a mesh): its inertia does not follow a size"
+    if spec is None:
+        vols = np.array([float(constants.geom_volume(t, m.geom_size[g])) for t, g in zip(types, geoms)])
+        masses = float(m.body_mass[b]) * vols / vols.sum()
+    if not _made_of(m, b, geoms, types, masses):
+        return ("its compiled mass properties are not its geoms' at one density (an <inertial>, or geoms of "
+                "several densities: pass the MjSpec or MJCF path so each geom's mass is known)")
+    return geoms, types, masses
+
+
+def _made_of(m, b, geoms, types, masses) -> bool:
+    """Whether body ``b``'s compiled mass, centre of mass and inertia are those of ``geoms`` of ``masses``."""
+    mass, com, full = constants.combine_inertia(
+        jnp.asarray(masses), jnp.asarray(m.geom_pos[geoms]), jnp.asarray(m.geom_quat[geoms]),
+        jnp.stack([constants.geom_inertia(t, m.geom_size[g], mm) for t, g, mm in zip(types, geoms, masses)]))
+    r = np.asarray(constants.quat_to_mat(jnp.asarray(m.body_iquat[b])))
+    want = r @ np.diag(m.body_inertia[b]) @ r.T
+    scale = max(float(np.max(np.abs(want))), 1e-12)
+    return bool(abs(float(mass) - m.body_mass[b]) <= 1e-6 * m.body_mass[b]
+                and np.allclose(np.asarray(com), m.body_ipos[b], rtol=0, atol=1e-6 * max(1.0, float(m.stat.meansize)))
+                and np.allclose(np.asarray(full), want, rtol=0, atol=1e-6 * scale))  # fmt: skip
 
 
 class _MassTies:
@@ -712,6 +735,8 @@ class _MassTies:
         self.geo: dict[int, tuple] = {}  # body -> (geoms, types, masses)
         self.mass: dict[int, int] = {}  # body -> value index of its mass: inertia scaled
         self.inertial: dict[int, int] = {}  # body -> first value index of its log-Cholesky coordinates
+        self.untied: dict[int, str] = {}  # body -> why its geoms do not set its mass properties
+        self.moving: set[int] = set()  # bodies whose centre of mass or principal axes the parameters move
         owner: dict[int, str] = {}
 
         def claim(b: int, key: str) -> None:
@@ -744,38 +769,24 @@ class _MassTies:
             elif p.field in ("geom_size", "geom_pos") and p.mass_from_geoms:
                 for g in r.elements:
                     b = int(m.geom_bodyid[g])
-                    if b == 0 or b in self.geo:
+                    if b == 0 or b in self.geo or b in self.untied:
                         continue
                     if fields_of.get(b, set()) & {"body_inertia", "body_ipos", "body_inertial"}:
                         raise ParameterError(f"{p.key}: the body's inertia or centre of mass is a parameter too; pass "
                                              "mass_from_geoms=False to fit both")
+                    parts = _mass_parts(m, b, spec)
+                    if isinstance(parts, str):  # as the compiler: the geoms do not set this body's inertia
+                        self.untied[b] = parts
+                        continue
                     claim(b, "geometry")
-                    geoms = np.flatnonzero(np.asarray(m.geom_bodyid) == b)
-                    types = [int(m.geom_type[x]) for x in geoms]
-                    name = mujoco.mj_id2name(m, _BODY, b)
-                    if any(t not in _PRIMITIVE_COLUMNS for t in types):
-                        raise ParameterError(f"{p.key}: body {name!r} has a geom that is not a primitive (a mesh or a "
-                                             "plane), so its mass properties cannot be recomputed from sizes; pass "
-                                             "mass_from_geoms=False")
-                    masses = _geom_masses(m, b, geoms, spec)
-                    self._check_geo(m, b, geoms, types, masses, p.key, name)
-                    self.geo[b] = (geoms, types, masses)
-
-    @staticmethod
-    def _check_geo(m, b, geoms, types, masses, key, name) -> None:
-        mass, com, full = constants.combine_inertia(
-            jnp.asarray(masses), jnp.asarray(m.geom_pos[geoms]), jnp.asarray(m.geom_quat[geoms]),
-            jnp.stack([constants.geom_inertia(t, m.geom_size[g], mm) for t, g, mm in zip(types, geoms, masses)]))
-        r = np.asarray(constants.quat_to_mat(jnp.asarray(m.body_iquat[b])))
-        want = r @ np.diag(m.body_inertia[b]) @ r.T
-        scale = max(float(np.max(np.abs(want))), 1e-12)
-        ok = (abs(float(mass) - m.body_mass[b]) <= 1e-6 * m.body_mass[b]
-              and np.allclose(np.asarray(com), m.body_ipos[b], rtol=0, atol=1e-6 * max(1.0, float(m.stat.meansize)))
-              and np.allclose(np.asarray(full), want, rtol=0, atol=1e-6 * scale))  # fmt: skip
-        if not ok:
-            raise ParameterError(f"{key}: body {name!r}'s mass properties do not come from its geoms (an <inertial> "
-                                 "element, geoms of several densities or outside the inertia group): pass the MjSpec "
-                                 "or MJCF path so each geom's mass is known, or pass mass_from_geoms=False")
+                    self.geo[b] = parts
+                    if p.field == "geom_pos" or len(parts[0]) > 1:  # its centre of mass or axes may move
+                        self.moving.add(b)
+        self.moving.update(self.inertial)
+        self.moving.update(e for r in resolved if r.param.field == "body_ipos" for e in r.elements)
+        for b, why in self.untied.items():
+            warnings.warn(f"body {mujoco.mj_id2name(m, _BODY, b)!r}: {why}; its geoms' sizes and positions change "
+                          "only their collision shapes (as MuJoCo's compiler would)", stacklevel=4)
 
     def apply(self, mx, values, base):
         """``mx`` (parameters written into ``base``) with the tied bodies' mass, centre of mass and inertia
