@@ -273,31 +273,36 @@ def plot(summary: Path, png: Path) -> None:
         rows = list(csv.DictReader(f))
     models = list(dict.fromkeys(r["model"] for r in rows))
     methods = list(dict.fromkeys(r["method"] for r in rows))
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
+    fig, axes = plt.subplots(1, 4, figsize=(16, 4.4))
     colors = {"diffmjx_lm": "tab:blue", "mujoco_sysid": "tab:orange"}
-    for ax, (key, label) in zip(axes, (("max_rel_error", "largest relative parameter error"),
-                                       ("heldout_rms", "held-out prediction error (RMS)"),
-                                       ("wall_s", "wall time of the fit (s)"))):  # fmt: skip
+    labels = {"diffmjx_lm": "DiffMJX (LM)", "mujoco_sysid": "mujoco.sysid"}
+    panels = (("max_rel_error", "largest relative parameter error"),
+              ("heldout_rms", "held-out error, C engine at the model's timestep"),
+              ("heldout_rms_fine", "held-out error, C engine at the fine step"),
+              ("wall_s", "wall time of the fit (s)"))  # fmt: skip
+    for ax, (key, title) in zip(axes, panels):
         for j, method in enumerate(methods):
             for noise, marker in ((0, "o"), (1, "^")):
                 xs, ys = [], []
                 for i, model in enumerate(models):
                     for r in rows:
                         if r["model"] == model and r["method"] == method and int(r["noise"]) == noise:
-                            xs.append(i + (j - 0.5) * 0.3 + (noise - 0.5) * 0.12)
+                            xs.append(i + (j - 0.5) * 0.36 + (noise - 0.5) * 0.14)
                             ys.append(max(float(r[key]), 1e-12))
-                ax.scatter(xs, ys, marker=marker, color=colors.get(method, None), alpha=0.8, s=28,
-                           label=f"{method}, {'noisy' if noise else 'noise-free'}")  # fmt: skip
+                ax.scatter(xs, ys, marker=marker, color=colors.get(method), alpha=0.8, s=28,
+                           label=f"{labels.get(method, method)}, {'noisy' if noise else 'noise-free'}")  # fmt: skip
         if key == "max_rel_error":
             ax.axhline(0.02, color="0.5", lw=0.8, ls="--")
-            ax.text(len(models) - 0.5, 0.021, "2 %", color="0.4", ha="right", va="bottom", fontsize=8)
+            ax.text(-0.45, 0.025, "2 %", color="0.4", ha="left", va="bottom", fontsize=8)
         ax.set_yscale("log")
         ax.set_xticks(range(len(models)), models)
-        ax.set_title(label, fontsize=10)
+        ax.set_xlim(-0.6, len(models) - 0.4)
+        ax.set_title(title, fontsize=9.5)
         ax.grid(axis="y", alpha=0.3, which="major")
-    axes[0].legend(fontsize=7, loc="upper left")
-    fig.suptitle("Recovering known parameters from 30-50 % off (each point one start and data set)", fontsize=11)
-    fig.tight_layout()
+    handles, names = axes[0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="lower center", ncol=4, fontsize=9, frameon=False)
+    fig.suptitle("Recovering known parameters from starts 30-50 % off (each point: one start and data set)", fontsize=11)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(png, dpi=130)
     plt.close(fig)
 

@@ -160,6 +160,7 @@ def test_straight_through_forward_is_unchanged(v0):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+@pytest.mark.slow  # suite budget: the two-ball and sphere-drop scenes make the claim by default
 def test_cube_toss_forward_is_unchanged_with_cfd():
     from diffmjx.scenes import cube_toss_loss
 

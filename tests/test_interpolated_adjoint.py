@@ -34,6 +34,7 @@ def _final_y(mx, cfg):
     return loss
 
 
+@pytest.mark.slow  # suite budget: an opt-in mode, like the sensitivity mode's gradient; its kink search runs by default
 def test_mass_gradient_matches_converged_differences(mx):
     mass = float(mx.body_mass[1])
     interp = _final_y(mx, CFG.override("integrator.adjoint=interpolated"))

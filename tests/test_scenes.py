@@ -15,8 +15,12 @@ SHIPPED = (
     "billiard",
     "box_drop",
     "box_pair",
+    "contactnets_cube",
     "cube_toss",
     "sphere_drop",
+    "sysid_arm",
+    "sysid_ball",
+    "sysid_box",
     "tumbling_box",
     "two_balls",
 )

@@ -287,14 +287,24 @@ def payload_recording(seed: int) -> Recording:
     return dataclasses.replace(record(m, [0.3], [0.0], ctrl, 0.01), variant=1)
 
 
-@pytest.fixture(scope="module")
-def pendulum_fit():
-    """Damping and gear from 40 % off, with and without a payload (two model variants), a friction the
-    recordings cannot see, a held-out recording."""
+def _pendulum_identify(steps: int, checkpoint_path, horizon: int = 5):
     variant = START.replace("</body>", PAYLOAD + "</body>", 1)
     recs = [pendulum_recording(0), payload_recording(1)]
     return sysid.identify(mujoco.MjModel.from_xml_string(START), PENDULUM_PARAMS, recs, variants=[variant_model(variant)],
-                          held_out=[pendulum_recording(2)], fit=sysid.FitConfig(horizon=5, steps=15), progress=False)  # fmt: skip
+                          held_out=[pendulum_recording(2)], fit=sysid.FitConfig(horizon=horizon, steps=steps),
+                          checkpoint_path=checkpoint_path, progress=False)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def pendulum_checkpoint(tmp_path_factory):
+    return tmp_path_factory.mktemp("pendulum") / "fit.npz"
+
+
+@pytest.fixture(scope="module")
+def pendulum_fit(pendulum_checkpoint):
+    """Damping and gear from 40 % off, with and without a payload (two model variants), a friction the
+    recordings cannot see, a held-out recording; checkpointed."""
+    return _pendulum_identify(15, pendulum_checkpoint)
 
 
 def variant_model(xml: str) -> mujoco.MjModel:
@@ -338,21 +348,15 @@ def test_identify_with_adam_on_a_quaternion_joint():
     assert r.loss < 1e-2 * r.loss_start
 
 
-def test_identify_resumes_from_its_checkpoint(tmp_path):
-    """Two steps, then two more from the checkpoint: the first two kept, the fit carried on from them."""
-    start, recs = mujoco.MjModel.from_xml_string(START), [pendulum_recording(0)]
-    fit = sysid.FitConfig(horizon=5, ftol=0.0)
-    params = PENDULUM_PARAMS[:2]
-    ckpt = tmp_path / "fit.npz"
-    first = sysid.identify(start, params, recs, fit=dataclasses.replace(fit, steps=2), checkpoint_path=ckpt, progress=False)
-    resumed = sysid.identify(start, params, recs, fit=dataclasses.replace(fit, steps=4), checkpoint_path=ckpt,
-                             progress=False)  # fmt: skip
-    np.testing.assert_array_equal(resumed.history.step, [1, 2, 3, 4])
-    np.testing.assert_array_equal(resumed.history.values[:2], first.history.values)
-    assert resumed.history.loss[3] < first.history.loss[1] < first.loss_start
-    with pytest.raises(ValueError, match="another fit.*horizon: 5 \\(checkpoint\\) vs 4"):
-        sysid.identify(start, params, recs, fit=dataclasses.replace(fit, horizon=4, steps=6), checkpoint_path=ckpt,
-                       progress=False)  # fmt: skip
+def test_identify_resumes_from_its_checkpoint(pendulum_fit, pendulum_checkpoint):
+    """The fit run on from its checkpoint: the steps it holds kept, the same problem carried on."""
+    done = len(pendulum_fit.history.step)
+    resumed = _pendulum_identify(done + 2, pendulum_checkpoint)
+    np.testing.assert_array_equal(resumed.history.step[:done], pendulum_fit.history.step)
+    np.testing.assert_array_equal(resumed.history.values[:done], pendulum_fit.history.values)
+    assert len(resumed.history.step) > done or resumed.converged
+    with pytest.raises(ValueError, match="another fit \\(fit.horizon: 5 \\(checkpoint\\) vs 4 \\(now\\)\\)"):
+        _pendulum_identify(done + 2, pendulum_checkpoint, horizon=4)
 
 
 def test_fit_config_preset_overrides_and_bad_values():

@@ -21,6 +21,7 @@ def setup():
     return cfg, qpos, qvel
 
 
+@pytest.mark.slow  # suite budget: identify's Levenberg-Marquardt (tests/test_sysid_generic.py) fits by default
 def test_residuals_square_to_the_segment_loss(setup):
     cfg, qpos, qvel = setup
     base = mjx.put_model(sysid.cube_mjmodel(iterations=cfg.iterations))

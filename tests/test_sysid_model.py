@@ -186,7 +186,9 @@ def _gradient_and_differences(cfg, iterations):
 @pytest.mark.parametrize(
     ("cfg", "iterations"),
     [
-        pytest.param(diffmjx.Config(), 2, id="default"),
+        # suite budget: the generic path's Jacobian test (tests/test_sysid_generic.py) checks every parameter
+        # kind the cube uses (a size with its inertia, solref, friction) through contact by default
+        pytest.param(diffmjx.Config(), 2, id="default", marks=pytest.mark.slow),
         # suite budget: fixed-step MJX's gradient through the traced model runs under -m slow
         pytest.param(diffmjx.Config().override("integrator.solver=mjx_euler"), 4, id="mjx_euler", marks=pytest.mark.slow),
     ],
