@@ -134,6 +134,7 @@ def test_box_box_gradients_match_central_differences():
         np.testing.assert_allclose(grad, fd, atol=1e-4 * max(1.0, np.abs(fd).max()))  # worst 1.4e-5
 
 
+@pytest.mark.slow  # suite budget: the central-difference test above checks the blend's gradients by default
 def test_box_box_gradients_are_finite():
     qpos = _shallow_poses()[:64]
     _, g = _scalar(diffmjx.Config().collision.sharpness)
