@@ -281,8 +281,9 @@ def identify(
     if not isinstance(fit, FitConfig):
         raise TypeError(f"fit must be a diffmjx.sysid.FitConfig; got {type(fit).__name__}")
     m0, spec = load_model(model)
-    models = [m0, *(load_model(v)[0] for v in variants)]
-    ps = ParameterSet(m0, params, models[1:], spec)
+    loaded = [load_model(v) for v in variants]
+    models = [m0, *(mv for mv, _ in loaded)]
+    ps = ParameterSet(m0, params, models[1:], spec, [sv for _, sv in loaded])
     recs = _check_recordings(recordings, models, "recordings")
     if not recs:
         raise ValueError("no recordings given")

@@ -420,7 +420,8 @@ class ParameterSet:
         params: the :class:`Parameter` list; keys must be unique.
         variants: further models that share the parameters (each must have every named element).
         spec: the ``mujoco.MjSpec`` ``model`` was compiled from, if known: per-geom masses for the
-            ``mass_from_geoms`` tie of bodies with several geoms.
+            ``mass_from_geoms`` tie, and the recompilation of bodies whose inertial frame moves.
+        variant_specs: the variants' specs, likewise (None where unknown).
 
     Raises:
         ParameterError: an unknown field, element name or column, bounds outside the legal range,
@@ -428,7 +429,7 @@ class ParameterSet:
     """
 
     def __init__(self, model: mujoco.MjModel, params: Sequence[Parameter], variants: Sequence[mujoco.MjModel] = (),
-                 spec: mujoco.MjSpec | None = None):  # fmt: skip
+                 spec: mujoco.MjSpec | None = None, variant_specs: Sequence[mujoco.MjSpec | None] = ()):  # fmt: skip
         params = list(params)
         if not params:
             raise ParameterError("no parameters given: pass a list of diffmjx.sysid.Parameter")
@@ -440,12 +441,16 @@ class ParameterSet:
         if dup:
             raise ParameterError(f"parameter {dup[0]!r} is given twice")
         self.params = params
-        with jax.ensure_compile_time_eval(), warnings.catch_warnings():  # static; warned once, below
-            warnings.simplefilter("ignore")
-            first = [_resolve(model, p) for p in params]
-            moving = _MassTies(model, first, np.cumsum([0] + [r.size for r in first]), spec).moving
-        model, spec = _unsimplify(model, moving, spec)
-        self.models = [model, *variants]
+        specs = [spec, *variant_specs, *([None] * (len(variants) - len(variant_specs)))]
+        models = []
+        for mv, sv in zip([model, *variants], specs):
+            with jax.ensure_compile_time_eval(), warnings.catch_warnings():  # static; warned once, below
+                warnings.simplefilter("ignore")
+                first = [_resolve(mv, p) for p in params]
+                moving = _MassTies(mv, first, np.cumsum([0] + [r.size for r in first]), sv).moving
+            models.append(_unsimplify(mv, moving, sv))
+        self.models = [mv for mv, _ in models]
+        self.specs = [sv for _, sv in models]
         self.resolved = [[_resolve(mv, p) for p in params] for mv in self.models]
         for v, res in enumerate(self.resolved[1:], start=1):
             for r0, r in zip(self.resolved[0], res):
@@ -462,8 +467,7 @@ class ParameterSet:
         self._groups = {t: np.array([i for i, k in enumerate(kinds) if k is t], int) for t in Transform}
         self._scale = np.where(self.start != 0, np.abs(self.start), 1.0)
         with jax.ensure_compile_time_eval():  # static: also when first built inside a traced function
-            self.ties = [_MassTies(mv, res, self._slices, spec if v == 0 else None)
-                         for v, (mv, res) in enumerate(zip(self.models, self.resolved))]  # fmt: skip
+            self.ties = [_MassTies(mv, res, self._slices, sv) for mv, sv, res in zip(self.models, self.specs, self.resolved)]
         self.recompute_constants = any(p.field in _CONST_FIELDS for p in params)
         self.theta0 = self.to_theta(self.start)
 
@@ -535,11 +539,15 @@ class ParameterSet:
         return z
 
     def as_dict(self, values) -> dict[str, np.ndarray | float]:
-        """``{key: value}`` of flat physical values: a float for one component, else an array."""
+        """``{key: value}`` of flat physical values: a float for one component, else an array
+        (``body_inertial``: mass, centre of mass (3), inertia about it xx yy zz xy xz yz)."""
         x = np.asarray(values, np.float64)
         out: dict[str, Any] = {}
-        for k, (a, b) in zip(self.keys, zip(self._slices[:-1], self._slices[1:])):
-            out[k] = float(x[a]) if b - a == 1 else x[a:b].copy()
+        for p, k, (a, b) in zip(self.params, self.keys, zip(self._slices[:-1], self._slices[1:])):
+            if p.field == "body_inertial":
+                out[k] = _inertial_numbers(x[a:b])
+            else:
+                out[k] = float(x[a]) if b - a == 1 else x[a:b].copy()
         return out
 
     def from_dict(self, values: Mapping[str, Any]) -> np.ndarray:
@@ -553,6 +561,13 @@ class ParameterSet:
                 v = np.asarray(values[k], np.float64).ravel()
                 if v.size != b - a:
                     raise ParameterError(f"{k}: {v.size} value(s) given; it has {b - a} component(s)")
+                if self.params[self.keys.index(k)].field == "body_inertial":  # physical numbers: to coordinates
+                    xx, yy, zz, xy, xz, yz = v[4:]
+                    full = np.array([[xx, xy, xz], [xy, yy, yz], [xz, yz, zz]])
+                    try:
+                        v = constants.log_cholesky_from_mass_properties(float(v[0]), v[1:4], full)
+                    except ValueError as e:
+                        raise ParameterError(f"{k}: {e}") from None
                 x[a:b] = v
         return x
 
@@ -666,6 +681,12 @@ def _unsimplify(m: mujoco.MjModel, moving: set[int], spec):
     for b in simple:
         spec.bodies[b].simple = False
     return spec.compile(), spec
+
+
+def _inertial_numbers(theta) -> np.ndarray:
+    """(10,) mass, centre of mass and inertia (xx yy zz xy xz yz) of log-Cholesky coordinates."""
+    mass, com, full = (np.asarray(x) for x in constants.mass_properties_from_log_cholesky(jnp.asarray(theta)))
+    return np.array([float(mass), *com, full[0, 0], full[1, 1], full[2, 2], full[0, 1], full[0, 2], full[1, 2]])
 
 
 def _log_cholesky_of_body(m: mujoco.MjModel, i: int) -> np.ndarray:
