@@ -48,6 +48,7 @@ METHODS = ("lm", "adam")
 """Optimisers of :func:`identify`."""
 
 ADAM = {"b1": 0.5, "b2": 0.9, "eps": 1e-6}  # the paper's App. E.2
+_CKPT_HINT = "delete it or pass another checkpoint_path"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -292,6 +293,9 @@ def identify(
     sim = forward_config(cfg) if fit.method == "lm" else cfg
     problem = Problem(ps, recs, fit.horizon, stride, sim, fit.weights, fit.batching)
     held_problem = Problem(ps, held, fit.horizon, stride, cfg, fit.weights, fit.batching) if held else None
+    ckpt = Path(checkpoint_path) if checkpoint_path is not None else None
+    fp = _fingerprint(fit, cfg, ps, recs + held)
+    saved = None if ckpt is None else checkpoint.load(ckpt, fp, "another fit", _CKPT_HINT)  # refused before compiling
     start = time.perf_counter()
     held_fn = None
     if held_problem is not None:
@@ -308,13 +312,11 @@ def identify(
     if not math.isfinite(loss_start):
         raise FloatingPointError(f"the loss at the start is {loss_start}: the model's simulation of the recordings "
                                  "is not finite; check the recordings' states and controls")
-    ckpt = Path(checkpoint_path) if checkpoint_path is not None else None
-    fp = _fingerprint(fit, cfg, ps, recs + held)
     track = _Track(ps, fit, held_fn, float(held_fn(theta)) if held_fn else math.inf)
     if fit.method == "adam":
         hist = runner.run(theta, track, fp, ckpt, progress)
     else:
-        hist = _lm_loop(runner, theta, state, track, fp, ckpt, progress)
+        hist = _lm_loop(runner, theta, state, track, fp, ckpt, saved, progress)
     best = track.best
     values = np.asarray(best[2], np.float64)
     step = best[1]
@@ -404,18 +406,17 @@ class _Track:
         self.stale = int(saved["stale"])
 
 
-def _lm_loop(runner: "_LM", theta, state, track: _Track, fp: str, ckpt: Path | None, progress: bool) -> dict:
-    """Levenberg–Marquardt's steps with held-out tracking and a checkpoint after each."""
+def _lm_loop(runner: "_LM", theta, state, track: _Track, fp: str, ckpt: Path | None, saved: dict | None,
+             progress: bool) -> dict:  # fmt: skip
+    """Levenberg–Marquardt's steps with held-out tracking and a checkpoint after each (resumed from ``saved``)."""
     from tqdm.auto import tqdm
 
     fit = track.fit
     hist: dict[str, list] = {k: [] for k in History._fields}
-    if ckpt is not None:
-        saved = checkpoint.load(ckpt, fp, "another fit", "delete it or pass another checkpoint_path")
-        if saved is not None:
-            theta, state = runner.restore(saved)
-            hist = {k: list(saved[f"history/{k}"]) for k in History._fields}
-            track.restore(saved)
+    if saved is not None:
+        theta, state = runner.restore(saved)
+        hist = {k: list(saved[f"history/{k}"]) for k in History._fields}
+        track.restore(saved)
     bar = tqdm(total=fit.steps, initial=len(hist["step"]), desc="identify (lm)", disable=not progress, leave=False)
     try:
         for k in range(len(hist["step"]), fit.steps):
@@ -606,7 +607,7 @@ class _Adam:
             step, theta, packed, self.sizes, epochs=-(-fit.steps // per_epoch), steps_per_epoch=per_epoch,
             seed=fit.seed, fingerprint=fp, checkpoint_path=ckpt, progress=progress, desc="identify (adam)",
             record=lambda th: {"values": np.asarray(track.ps.to_values(th))}, on_step=on_step, on_resume=on_resume,
-            hint="delete it or pass another checkpoint_path",
+            hint=_CKPT_HINT,
         )  # fmt: skip
         h = loop.history
         n = len(h["step"])
