@@ -8,9 +8,11 @@ by its file's stem::
 
 Shipped scenes: ``actuated_hinge`` (a pendulum through a clamped activation filter),
 ``billiard`` (cue and eight ball between four cushions), ``box_drop`` (a tilted box dropped on a
-fixed box), ``box_pair`` (two free boxes for box-box collision checks), ``cube_toss`` (the paper's
-cube toss), ``sphere_drop`` (a ball thrown onto a plane), ``tumbling_box`` (contact-free, three
-distinct inertias), ``two_balls`` (two balls on a line). The cube toss's initial state and loss
+fixed box), ``box_pair`` (two free boxes for box-box collision checks), ``contactnets_cube`` (the
+ContactNets cube as system identification fits it), ``cube_toss`` (the paper's cube toss),
+``sphere_drop`` (a ball thrown onto a plane), ``sysid_arm``, ``sysid_ball`` and ``sysid_box`` (the
+system-identification recovery study's arm, ball thrown at a wall and thrown box),
+``tumbling_box`` (contact-free, three distinct inertias), ``two_balls`` (two balls on a line). The cube toss's initial state and loss
 (:data:`CUBE_TOSS`, :func:`cube_toss_data`, :func:`cube_toss_loss`), its variants with another
 thrown primitive (:func:`primitive`) and its C-engine reference (:func:`c_engine_cube_toss`) are
 here too.
