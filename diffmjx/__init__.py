@@ -5,6 +5,7 @@ Public API (MJX style: pure functions over stock ``mjx.Model`` / ``mjx.Data``)::
     cfg = diffmjx.Config().override("integrator.rtol=1e-6")
     d = diffmjx.step(m, d, cfg)                      # one control period
     d, traj = diffmjx.rollout(m, d, ctrls, cfg)      # N periods; jit/grad/jacfwd/vmap
+    lin = diffmjx.linearize(m, d, ctrls, cfg)        # A_t, B_t of every period (iLQR, LQR)
     d, traj = diffmjx.rollout(m, d, ctrls, cfg, stepsize_controller=diffrax.PIDController(...))
 
 Layers import one way: ``_mjx`` (MJX internals) and ``config`` at the bottom; ``impedance``,
@@ -27,6 +28,7 @@ from diffmjx.constants import set_const
 from diffmjx.dynamics import State, forward
 from diffmjx.gradcheck import GradCheck, Reference, central_differences, converged, gradcheck, reference_gradient
 from diffmjx.integrate import Method, Stats, Trajectory, diffrax_method, rollout, step
+from diffmjx.jacobians import Linearization, linearize, tangent_size
 from diffmjx.runtime import enable_compilation_cache, enable_gpu
 
 __all__ = [
@@ -35,6 +37,7 @@ __all__ = [
     "Config",
     "GradCheck",
     "IntegratorConfig",
+    "Linearization",
     "Method",
     "MuscleConfig",
     "Reference",
@@ -52,10 +55,12 @@ __all__ = [
     "enable_gpu",
     "forward",
     "gradcheck",
+    "linearize",
     "reference_gradient",
     "rollout",
     "set_const",
     "step",
+    "tangent_size",
     "touchdown_jumps",
     "validate",
 ]

@@ -94,6 +94,24 @@ def quat_exp(phi):
     return jnp.concatenate([jnp.cos(half)[..., None], s[..., None] * phi], axis=-1)
 
 
+def quat_log(q, *, xp=jnp):
+    """Rotation vector (..., 3) of unit quaternions (..., 4) (w, x, y, z): axis times angle in
+    [0, pi], with finite derivatives at the identity (``xp``: ``jax.numpy`` or ``numpy``)."""
+    q = q * xp.where(q[..., :1] < 0, -1.0, 1.0)  # the shorter way round
+    w, v = q[..., 0], q[..., 1:]
+    n2 = xp.sum(v * v, axis=-1)
+    small = n2 < 1e-16
+    n = xp.sqrt(xp.where(small, 1.0, n2))
+    w_safe = xp.where(small, 1.0, w)
+    scale = xp.where(small, 2.0 / xp.where(small, w, 1.0) * (1.0 - n2 / 3.0), 2.0 * xp.arctan2(n, w_safe) / n)
+    return v * scale[..., None]
+
+
+def quat_conj_mul(u, v):
+    """``conj(u) * v`` of (..., 4) unit quaternions: the rotation from ``u`` to ``v`` in ``u``'s frame."""
+    return quat_mul(u * jnp.array([1.0, -1.0, -1.0, -1.0], dtype=u.dtype), v)
+
+
 def _skew(w):
     x, y, z = jnp.moveaxis(w, -1, 0)
     o = jnp.zeros_like(x)
@@ -124,6 +142,19 @@ def retract(layout: JointLayout, qpos0, xi):
         quats = quat_mul(qpos0[layout.quat_q], quat_exp(xi[layout.quat_v]))
         q = q.at[layout.quat_q].set(quats)
     return q
+
+
+def difference(layout: JointLayout, qpos0, qpos1):
+    """Tangent vector ``xi`` (size nv) with ``retract(layout, qpos0, xi) == qpos1``: linear joints
+    subtract, quaternions give ``Log(conj(q0) q1)`` (body frame, the shorter way round), MuJoCo's
+    ``mj_differentiatePos`` convention times the time step."""
+    xi = jnp.zeros(layout.nv, dtype=jnp.result_type(qpos0, qpos1))
+    if layout.lin_q.size:
+        xi = xi.at[layout.lin_v].set(qpos1[layout.lin_q] - qpos0[layout.lin_q])
+    if layout.quat_q.size:
+        rel = quat_conj_mul(qpos0[layout.quat_q], qpos1[layout.quat_q])
+        xi = xi.at[layout.quat_v].set(quat_log(rel))
+    return xi
 
 
 def dexp_inv(layout: JointLayout, xi, qvel):

@@ -132,6 +132,7 @@ del mujoco
 # --- wiring: contacts from distance inside the dynamics ------------------------------------------
 
 BASE = diffmjx.Config().override("integrator.rtol=1e-7", "integrator.atol=1e-7")
+_MJX_FORWARD = jax.jit(mjx.forward)  # one compile per model; run eagerly, MJX's forward compiles op by op (~15 s)
 CFD = BASE.override("cfd.enabled=true", "cfd.solimp=[0.0, 0.9, 0.1, 0.5, 2.0]")
 
 
@@ -238,7 +239,7 @@ def test_cfd_rows_of_a_hovering_box_come_from_its_lowest_corners():
 
     lowest = box_corner_heights(mx, qpos)[:4]
     assert lowest[-1] < 0.1  # all four within w_c
-    dist = np.sort(np.asarray(_mjx.contact(cfd_contacts(mx, mjx.forward(mx, d), off)).dist))
+    dist = np.sort(np.asarray(_mjx.contact(cfd_contacts(mx, _MJX_FORWARD(mx, d), off)).dist))
     np.testing.assert_allclose(dist, lowest, atol=1e-12)
 
     hover = jax.jit(lambda c: diffmjx.forward(mx, d, c).qacc, static_argnums=0)
@@ -246,7 +247,7 @@ def test_cfd_rows_of_a_hovering_box_come_from_its_lowest_corners():
     np.testing.assert_allclose(a_off, a_on, rtol=1e-9, atol=1e-12)
     assert float(a_on[2]) > -2.0 + 1e-3  # the forces from distance do push the cube up
     # straight-through: the forward is MJX's (free fall: nothing touches)
-    np.testing.assert_array_equal(hover(off), mjx.forward(mx, d).qacc)
+    np.testing.assert_array_equal(hover(off), _MJX_FORWARD(mx, d).qacc)
 
 
 @pytest.mark.parametrize("floor", [0.0, 1e-4])
@@ -262,10 +263,10 @@ def test_cfd_rows_fade_out_at_w_c_with_impedance_floor_zero(floor):
     cfg = CFD.override(f"cfd.solimp=[0.0, 0.01, {w_c}, 1.0, 2.0]").cfd
 
     def impedance(height):  # of the ball's contact rows: d = 1 / (1 + w D^-1) from D and the row weight w
-        d = mjx.forward(mx, mjx.make_data(mx).replace(qpos=jnp.array([0.0, 0.0, height, 1.0, 0.0, 0.0, 0.0])))
+        d = _MJX_FORWARD(mx, mjx.make_data(mx).replace(qpos=jnp.array([0.0, 0.0, height, 1.0, 0.0, 0.0, 0.0])))
         rows, _ = constraint.contact_rows(mx, _mjx.contact(d))
         efc_d = np.asarray(_mjx.efc(distance_rows(mx, d, cfg, floor))[1])[rows]
-        deep = mjx.forward(mx, d.replace(qpos=d.qpos.at[2].set(0.0))) # 5 cm deep: MJX's impedance 0.95
+        deep = _MJX_FORWARD(mx, d.replace(qpos=d.qpos.at[2].set(0.0))) # 5 cm deep: MJX's impedance 0.95
         weight = (1 / np.asarray(_mjx.efc(deep)[1])[rows]) * 0.95 / 0.05
         return efc_d * weight / (1 + efc_d * weight)
 

@@ -22,6 +22,11 @@ def _contacts_fn(smooth: bool, sharpness: float, kind: str = "cube"):
     return jax.jit(contacts_fn(MODELS[kind], smooth, sharpness))
 
 
+# jitted (one compile per model and rule set): eagerly, MJX's kinematics and collisions compile op by op
+_detect = jax.jit(collision.detect, static_argnums=2)
+_forward = jax.jit(diffmjx.forward, static_argnums=2)
+
+
 @functools.lru_cache
 def _kinematics(kind):
     return jax.jit(lambda d, qpos: _mjx.kinematics(MODELS[kind], d.replace(qpos=qpos)))
@@ -259,11 +264,11 @@ def test_plane_box_deepest_keeps_every_penetrating_corner():
     qpos = tilt.at[2].set(-heights[1] - 1e-3)  # second-lowest corner 1 mm deep, the lowest deeper
     truth = box_corner_heights(mx, qpos)[:4]
     d = mjx.make_data(mx).replace(qpos=qpos)
-    stock = np.asarray(collision.detect(mx, d).dist)
+    stock = np.asarray(_detect(mx, d, None).dist)
     rules = diffmjx.CollisionConfig(plane_box="deepest", plane_cylinder="mjx", box_box="mjx")
-    deepest = np.asarray(collision.detect(mx, d, rules).dist)
+    deepest = np.asarray(_detect(mx, d, rules).dist)
     smooth = diffmjx.CollisionConfig(smooth=True, sharpness=1e4, plane_box="deepest", plane_cylinder="mjx", box_box="mjx")
-    smooth_deepest = np.asarray(collision.detect(mx, d, smooth).dist)
+    smooth_deepest = np.asarray(_detect(mx, d, smooth).dist)
     assert (stock < 0).sum() == 1  # MJX drops the second penetrating corner
     np.testing.assert_allclose(np.sort(deepest), truth, atol=1e-12)
     np.testing.assert_allclose(np.sort(smooth_deepest), truth, atol=1e-12)
@@ -272,7 +277,7 @@ def test_plane_box_deepest_keeps_every_penetrating_corner():
     cfg = diffmjx.Config()
     assert cfg.collision.plane_box == "deepest"
     n_active = [
-        int((np.asarray(_mjx.contact(diffmjx.forward(mx, d, cfg.override(f"collision.plane_box={rule}"))).dist) < 0).sum())
+        int((np.asarray(_mjx.contact(_forward(mx, d, cfg.override(f"collision.plane_box={rule}"))).dist) < 0).sum())
         for rule in ("deepest", "mjx")
     ]
     assert n_active == [2, 1]
@@ -296,17 +301,17 @@ def test_plane_cylinder_deepest_keeps_the_far_end_in_contact():
     np.testing.assert_allclose(truth, [-5e-3, -1e-3], atol=1e-12)
     d = mjx.make_data(mx).replace(qpos=qpos)
     np.testing.assert_allclose(float(np.asarray(_kinematics("cylinder")(d, qpos).geom_xmat[1])[2, 2]), a_z, atol=1e-12)
-    stock = np.asarray(collision.detect(mx, d).dist)
+    stock = np.asarray(_detect(mx, d, None).dist)
     assert (stock < 0).sum() == 1  # MJX drops the far end
     for smooth in (False, True):
         rules = diffmjx.CollisionConfig(smooth=smooth, sharpness=1e4, plane_box="mjx", plane_cylinder="deepest", box_box="mjx")
-        dist = np.sort(np.asarray(collision.detect(mx, d, rules).dist))
+        dist = np.sort(np.asarray(_detect(mx, d, rules).dist))
         np.testing.assert_allclose(dist[:2], truth, atol=1e-12)
         assert dist[2] > 0.01  # the third slot: the near disk's 120-degree point, well above
     cfg = diffmjx.Config()
     assert cfg.collision.plane_cylinder == "deepest"
     n_active = [
-        int((np.asarray(_mjx.contact(diffmjx.forward(mx, d, cfg.override(f"collision.plane_cylinder={rule}"))).dist) < 0).sum())
+        int((np.asarray(_mjx.contact(_forward(mx, d, cfg.override(f"collision.plane_cylinder={rule}"))).dist) < 0).sum())
         for rule in ("deepest", "mjx")
     ]
     assert n_active == [2, 1]

@@ -33,6 +33,7 @@ LAYERS = (
     ("cfd",),  # contacts from distance
     ("dynamics",),  # the vector field: forward
     ("integrate",),  # step, rollout
+    ("jacobians",),  # per-period Jacobians along a rollout (linearize)
     ("gradcheck", "reference"),  # gradient checks, C-engine references
     ("scenes",),  # scenes and their helpers
     ("mpc", "sysid"),  # applications over the core

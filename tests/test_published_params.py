@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import mujoco
 import numpy as np
+import pytest
 from mujoco import mjx
 
 import diffmjx
@@ -55,6 +56,7 @@ def _config(overrides: dict) -> diffmjx.Config:
     return diffmjx.Config.from_dict(sections)
 
 
+@pytest.mark.slow  # suite budget: experiments.contactnets_generic reruns the fit and its test error
 def test_published_params_reproduce_their_recorded_test_error():
     fp = sysid.load_params_json(RESULTS / "contactnets_params.json")
     record = json.loads((RESULTS / "contactnets_params_record.json").read_text())

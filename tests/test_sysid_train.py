@@ -267,6 +267,7 @@ def training_runs(train_segments, tmp_path_factory):
     return cfg, interrupted, first, resumed, fresh
 
 
+@pytest.mark.slow  # suite budget: identify's Adam fit and its resume run by default (test_sysid_generic)
 def test_training_reduces_the_loss(training_runs):
     *_, fresh = training_runs
     h = fresh.history
@@ -283,6 +284,7 @@ def test_training_reduces_the_loss(training_runs):
         np.testing.assert_array_equal(getattr(fresh.params, name), want)
 
 
+@pytest.mark.slow  # suite budget: identify's Adam fit and its resume run by default (test_sysid_generic)
 def test_resumed_training_ends_where_an_uninterrupted_one_does(training_runs, train_segments):
     cfg, interrupted, first, resumed, fresh = training_runs
     assert first.resumed_epochs == 0 and resumed.resumed_epochs == 2 and fresh.resumed_epochs == 0
@@ -301,6 +303,7 @@ def test_resumed_training_ends_where_an_uninterrupted_one_does(training_runs, tr
         sysid.train(shorter, train_segments, progress=False)
 
 
+@pytest.mark.slow  # suite budget: identify's Adam fit and its resume run by default (test_sysid_generic)
 def test_a_run_stopped_within_an_epoch_resumes_at_its_next_step(train_segments, tmp_path):
     """Checkpoints follow every step: 2 epochs of 2 minibatches, stopped after step 3 (within epoch 1) and
     resumed, end bit for bit where an uninterrupted run does; the piece's checkpoint holds 3 steps."""

@@ -37,6 +37,7 @@ from diffmjx._mjx import mjx
 from diffmjx.config import Config
 from diffmjx.dynamics import forward_unchecked
 from diffmjx.integrate import rollout
+from diffmjx.manifold import quat_log
 from diffmjx.sysid.parameter import ParameterSet
 from diffmjx.sysid.recording import Recording
 
@@ -123,19 +124,6 @@ class Weights(NamedTuple):
     velocity: float = 0.0
     sensor: float = 1.0
     orientation_metric: str = "geodesic"
-
-
-def quat_log(q, *, xp=jnp):
-    """Rotation vector (..., 3) of unit quaternions (..., 4) (w, x, y, z): axis times angle in
-    [0, pi], with finite derivatives at the identity (``xp``: ``jax.numpy`` or ``numpy``)."""
-    q = q * xp.where(q[..., :1] < 0, -1.0, 1.0)  # the shorter way round
-    w, v = q[..., 0], q[..., 1:]
-    n2 = xp.sum(v * v, axis=-1)
-    small = n2 < 1e-16
-    n = xp.sqrt(xp.where(small, 1.0, n2))
-    w_safe = xp.where(small, 1.0, w)
-    scale = xp.where(small, 2.0 / xp.where(small, w, 1.0) * (1.0 - n2 / 3.0), 2.0 * xp.arctan2(n, w_safe) / n)
-    return v * scale[..., None]
 
 
 def _quat_rel(a, b, xp):
