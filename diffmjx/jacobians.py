@@ -21,7 +21,15 @@ from diffmjx import manifold
 from diffmjx.config import Config
 from diffmjx.integrate import rollout
 
-__all__ = ["FORWARD_MODES", "Linearization", "linearize", "period_map", "tangent_offset", "tangent_size"]
+__all__ = [
+    "FORWARD_MODES",
+    "Linearization",
+    "forward_config",
+    "linearize",
+    "period_map",
+    "tangent_offset",
+    "tangent_size",
+]
 
 FORWARD_MODES = ("forward", "sensitivity")  # adjoints whose derivatives jacfwd can take
 
@@ -49,7 +57,9 @@ def tangent_size(m) -> int:
     return 2 * int(m.nv) + int(m.na)
 
 
-def _forward_config(cfg: Config | None) -> Config:
+def forward_config(cfg: Config | None) -> Config:
+    """``cfg`` with a gradient mode ``jax.jacfwd`` can differentiate (``Config()`` if None): its
+    own if forward-mode (``forward``, ``sensitivity``) or fixed-step MJX, else ``forward``."""
     cfg = Config() if cfg is None else cfg
     if cfg.integrator.adjoint in FORWARD_MODES or cfg.integrator.solver.startswith("mjx_"):
         return cfg
@@ -66,7 +76,7 @@ def period_map(m, d, cfg: Config | None = None):
     control and ``dt0`` the solve's first trial step. ``d`` supplies everything else (model inputs
     such as ``mocap_pos``). :func:`linearize` differentiates it; a finite-difference check calls it.
     """
-    period = _period_map(m, d, _forward_config(cfg))
+    period = _period_map(m, d, forward_config(cfg))
     return lambda x, u, state, dt0: period(x, u, state, dt0)[0]
 
 
@@ -92,7 +102,7 @@ def tangent_offset(layout: manifold.JointLayout, ref, end):
     return jnp.concatenate([manifold.difference(layout, ref[0], end[0]), end[1] - ref[1], end[2] - ref[2]])
 
 
-def linearize(m, d, ctrls, cfg: Config | None = None) -> Linearization:
+def linearize(m, d, ctrls, cfg: Config | None = None, *, dt0=None) -> Linearization:
     """Jacobians ``A_t``, ``B_t`` of every control period of ``rollout(m, d, ctrls, cfg)``.
 
     Each period is solved once, under ``jax.jacfwd`` with respect to a tangent perturbation of its
@@ -111,6 +121,8 @@ def linearize(m, d, ctrls, cfg: Config | None = None) -> Linearization:
         d: ``mjx.Data`` at the start.
         ctrls: (T, nu) controls, one row per period.
         cfg: :class:`diffmjx.Config`; ``Config()`` if None.
+        dt0: the first period's first integrator step (e.g. ``Trajectory.dt[-1]`` of an earlier
+            rollout); ``integrator.dt0`` or the control period if None.
 
     Returns:
         :class:`Linearization` with ``A`` (T, n, n), ``B`` (T, n, nu), ``n = 2 nv + na``.
@@ -120,7 +132,7 @@ def linearize(m, d, ctrls, cfg: Config | None = None) -> Linearization:
     shape = tuple(np.shape(ctrls))
     if len(shape) != 2 or shape[1] != m.nu or shape[0] < 1:
         raise ValueError(f"linearize: ctrls must have shape (T, nu) = (T >= 1, {m.nu}); got {shape}")
-    cfg = _forward_config(cfg)
+    cfg = forward_config(cfg)
     ctrls = jnp.asarray(ctrls)
     period = _period_map(m, d, cfg)
     layout = manifold.JointLayout.from_model(m)
@@ -132,7 +144,9 @@ def linearize(m, d, ctrls, cfg: Config | None = None) -> Linearization:
 
     jac = jax.jacfwd(offset, argnums=(0, 1), has_aux=True)
     x0 = jnp.zeros(tangent_size(m), dtype=d.qvel.dtype)
-    first = jnp.asarray(cfg.integrator.dt0 if cfg.integrator.dt0 is not None else m.opt.timestep, d.qvel.dtype)
+    if dt0 is None:
+        dt0 = cfg.integrator.dt0 if cfg.integrator.dt0 is not None else m.opt.timestep
+    first = jnp.asarray(dt0, d.qvel.dtype)
 
     def body(carry, u):
         # one solve per period gives both the next nominal state (the primal) and its Jacobians

@@ -14,6 +14,15 @@ again.
   copies with temporally correlated, power-law "coloured" noise; ``noise_beta`` 2 is brown noise),
   evaluated in one ``vmap``; the cheapest is kept.
 - ``hybrid``: sampling first, then ``iterations`` gradient steps from the best sample.
+- ``ilqr``: second order: ``iterations`` iLQR iterations (:mod:`diffmjx.ilqr`) on the period
+  Jacobians of :func:`diffmjx.linearize`, with the cost's exact Hessian, ``regularization`` on
+  ``Q_uu``, a ``line_search`` of step lengths evaluated at once, controls projected onto their
+  ranges.
+
+Each kind is a small class (:class:`GradientMethod`, :class:`SamplingMethod`,
+:class:`HybridMethod`, :class:`ILQRMethod`) with ``init``, ``step`` and ``finish``, driven by one
+loop: :func:`make_planner`'s ``plan`` scans its steps in one program, :func:`closed_loop` calls the
+same steps compiled one by one.
 
 Batches of sampled plans are sharded over every visible device (a 1-D mesh on the sample axis)
 when their number divides evenly; :func:`closed_loop` replicates its state over the devices for
@@ -34,9 +43,10 @@ import numpy as np
 import optax
 import yaml
 
-from diffmjx import checkpoint
+from diffmjx import checkpoint, ilqr
 from diffmjx.config import Config, Section, knob, preset_path, section_from_dict
 from diffmjx.integrate import rollout
+from diffmjx.jacobians import forward_config
 
 __all__ = [
     "ClosedLoop",
@@ -57,11 +67,11 @@ class PlannerConfig(Section):
     """Knobs of the planners (defaults: the paper's gradient MPC, App. E.3).
 
     Attributes:
-        kind: ``gradient``, ``sampling`` or ``hybrid``.
+        kind: ``gradient``, ``sampling``, ``hybrid`` or ``ilqr``.
         horizon: H, control periods per plan.
         execute: E, controls executed per plan step (then the plan shifts by E).
         learning_rate: Adam's step size (gradient, hybrid), in control units.
-        iterations: K, gradient steps per plan step (gradient, hybrid).
+        iterations: K, gradient or iLQR iterations per plan step (gradient, hybrid, ilqr).
         clip_norm: largest global norm of a gradient step's gradient; null: no clipping.
         samples: k, plans evaluated per plan step (sampling, hybrid), the nominal one included.
         noise_scale: standard deviation of the sampling noise as a fraction of each actuator's
@@ -71,10 +81,13 @@ class PlannerConfig(Section):
             another (``jax.lax.map``). null: all at once (best on a GPU); on a CPU a vmap of a
             large model can be far slower than evaluating samples one by one.
         shard: shard sample batches over all visible devices.
+        regularization: iLQR's first ``mu``, added to ``Q_uu``'s eigenvalues (ilqr); halved after an
+            accepted iteration, multiplied by 10 after a rejected one.
+        line_search: iLQR step lengths ``1, 1/2, ...`` tried at once per iteration (ilqr).
     """
 
     _section: typing.ClassVar[str] = "planner"
-    kind: str = knob("gradient", choices=("gradient", "sampling", "hybrid"))
+    kind: str = knob("gradient", choices=("gradient", "sampling", "hybrid", "ilqr"))
     horizon: int = knob(256, ge=1)
     execute: int = knob(16, ge=1)
     learning_rate: float = knob(0.01, gt=0.0)
@@ -85,6 +98,8 @@ class PlannerConfig(Section):
     noise_beta: float = knob(2.0, ge=0.0)
     sample_batch: int | None = knob(None, ge=1)
     shard: bool = knob(True)
+    regularization: float = knob(1e-3, gt=0.0)
+    line_search: int = knob(6, ge=1)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -109,6 +124,7 @@ class Planner(NamedTuple):
     config: PlannerConfig
     sim: Config
     plan: Callable
+    method: typing.Any = None  # the planner kind's object (GradientMethod, ILQRMethod, ...)
 
 
 class ClosedLoop(NamedTuple):
@@ -288,39 +304,94 @@ def _optimizer(cfg: PlannerConfig):
     return optax.chain(*steps)
 
 
-def _start(m, d, nominal, cost, key, dt0, cfg: PlannerConfig, sim: Config):
-    """The plan the gradient iterations start from (the best sample for ``sampling`` and
-    ``hybrid``), as a :class:`_Descent` carry, and the sample costs (empty for ``gradient``)."""
-    if cfg.kind == "gradient":
-        u, c, costs = nominal, jnp.asarray(jnp.inf, nominal.dtype), jnp.zeros((0,), nominal.dtype)
-    else:
-        u, c, costs = _sample(m, d, nominal, cost, key, dt0, cfg, sim)
-    return _Descent(u, _optimizer(cfg).init(u), u, c), costs
+class GradientMethod:
+    """``gradient``: Adam steps on the plan (see the module docstring).
+
+    Every planner kind is a class like this one, which :func:`make_planner` and
+    :func:`closed_loop` both drive: ``init`` builds the carry of the iterations from the nominal
+    plan, ``step`` runs one iteration (``iterations`` of them per plan step) and returns the carry
+    and ``(cost of the iterate, finite)``, ``finish`` returns the plan to execute and its cost. A
+    new planner is one such class registered in :data:`PLANNERS`."""
+
+    def __init__(self, cfg: PlannerConfig, sim: Config):
+        self.cfg, self.sim = cfg, sim
+        self.iterations = cfg.iterations
+
+    def init(self, m, d, nominal, cost, key, dt0):
+        """The carry the iterations start from and the sample costs (empty without sampling)."""
+        return _Descent(nominal, _optimizer(self.cfg).init(nominal), nominal, jnp.asarray(jnp.inf, nominal.dtype)), \
+            jnp.zeros((0,), nominal.dtype)  # fmt: skip
+
+    def step(self, m, d, carry, cost, dt0):
+        """One gradient iteration: evaluate the iterate and its gradient, remember it if it is the
+        cheapest so far, take a clipped Adam step and clip to the control ranges. A non-finite cost or
+        gradient skips the step."""
+        cfg, sim = self.cfg, self.sim
+        lo, hi = ctrl_bounds(m)
+        opt = _optimizer(cfg)
+        u, state, best_u, best_c = carry
+        c, g = jax.value_and_grad(lambda u: plan_cost(m, d, u, cost, sim, dt0)[0])(u)
+        finite = jnp.isfinite(c) & jnp.all(jnp.isfinite(g))
+        better = finite & (c < best_c)
+        best_u, best_c = jnp.where(better, u, best_u), jnp.where(better, c, best_c)
+        update, new_state = opt.update(jnp.where(finite, g, 0.0), state, u)
+        u_new = jnp.clip(optax.apply_updates(u, update), lo, hi)
+        u = jnp.where(finite, u_new, u)
+        state = jax.tree.map(lambda a, b: jnp.where(finite, a, b), new_state, state)
+        return _Descent(u, state, best_u, best_c), (c, finite)
+
+    def finish(self, m, d, carry, cost, dt0):
+        """The lowest-cost plan, after evaluating the last iterate (never evaluated by a step)."""
+        if not self.iterations:
+            return carry.best_u, carry.best_c
+        last = plan_cost(m, d, carry.u, cost, self.sim, dt0)[0]
+        better = jnp.isfinite(last) & (last < carry.best_c)
+        return jnp.where(better, carry.u, carry.best_u), jnp.where(better, last, carry.best_c)
 
 
-def _step(m, d, carry: _Descent, cost, dt0, cfg: PlannerConfig, sim: Config):
-    """One gradient iteration: evaluate the iterate and its gradient, remember it if it is the
-    cheapest so far, take a clipped Adam step and clip to the control ranges. A non-finite cost or
-    gradient skips the step. Returns ``(carry, (cost of the iterate, finite))``."""
-    lo, hi = ctrl_bounds(m)
-    opt = _optimizer(cfg)
-    u, state, best_u, best_c = carry
-    c, g = jax.value_and_grad(lambda u: plan_cost(m, d, u, cost, sim, dt0)[0])(u)
-    finite = jnp.isfinite(c) & jnp.all(jnp.isfinite(g))
-    better = finite & (c < best_c)
-    best_u, best_c = jnp.where(better, u, best_u), jnp.where(better, c, best_c)
-    update, new_state = opt.update(jnp.where(finite, g, 0.0), state, u)
-    u_new = jnp.clip(optax.apply_updates(u, update), lo, hi)
-    u = jnp.where(finite, u_new, u)
-    state = jax.tree.map(lambda a, b: jnp.where(finite, a, b), new_state, state)
-    return _Descent(u, state, best_u, best_c), (c, finite)
+class SamplingMethod(GradientMethod):
+    """``sampling``: predictive sampling, no iterations (the best sample is the plan)."""
+
+    def __init__(self, cfg: PlannerConfig, sim: Config):
+        super().__init__(cfg, sim)
+        self.iterations = 0
+
+    def init(self, m, d, nominal, cost, key, dt0):
+        u, c, costs = _sample(m, d, nominal, cost, key, dt0, self.cfg, self.sim)
+        return _Descent(u, _optimizer(self.cfg).init(u), u, c), costs
 
 
-def _finish(m, d, carry: _Descent, cost, dt0, sim: Config):
-    """The lowest-cost plan, after evaluating the last iterate (never evaluated by a step)."""
-    last = plan_cost(m, d, carry.u, cost, sim, dt0)[0]
-    better = jnp.isfinite(last) & (last < carry.best_c)
-    return jnp.where(better, carry.u, carry.best_u), jnp.where(better, last, carry.best_c)
+class HybridMethod(GradientMethod):
+    """``hybrid``: predictive sampling, then gradient iterations from the best sample."""
+
+    def init(self, m, d, nominal, cost, key, dt0):
+        return SamplingMethod.init(self, m, d, nominal, cost, key, dt0)
+
+
+class ILQRMethod:
+    """``ilqr``: iterations of :func:`diffmjx.ilqr.iteration` (Riccati gains on the period
+    Jacobians of :func:`diffmjx.linearize`, a vmapped line search, controls projected onto their
+    ranges); every accepted iteration lowers the cost, so the last plan is the best one."""
+
+    def __init__(self, cfg: PlannerConfig, sim: Config):
+        self.cfg, self.sim = cfg, sim
+        self.iterations = cfg.iterations
+
+    def init(self, m, d, nominal, cost, key, dt0):
+        return ilqr.init(nominal, self.cfg.regularization), jnp.zeros((0,), nominal.dtype)
+
+    def step(self, m, d, carry, cost, dt0):
+        carry, info = ilqr.iteration(m, d, carry, cost, self.sim, dt0=dt0, line_search=self.cfg.line_search)
+        return carry, (info["cost"], info["finite"])
+
+    def finish(self, m, d, carry, cost, dt0):
+        if not self.iterations:  # nothing evaluated the plan yet
+            return carry.u, plan_cost(m, d, carry.u, cost, forward_config(self.sim), dt0)[0]
+        return carry.u, carry.cost
+
+
+PLANNERS = {"gradient": GradientMethod, "sampling": SamplingMethod, "hybrid": HybridMethod, "ilqr": ILQRMethod}
+"""``planner.kind`` -> the class :func:`make_planner` builds (see :class:`GradientMethod`)."""
 
 
 def make_planner(cfg: PlannerConfig | None = None, sim: Config | None = None) -> Planner:
@@ -338,17 +409,17 @@ def make_planner(cfg: PlannerConfig | None = None, sim: Config | None = None) ->
     """
     cfg = PlannerConfig() if cfg is None else cfg
     sim = Config() if sim is None else sim
+    method = PLANNERS[cfg.kind](cfg, sim)
 
     def plan(m, d, nominal, cost, key, dt0=None):
-        carry, costs = _start(m, d, nominal, cost, key, dt0, cfg, sim)
-        if cfg.kind == "sampling":
-            return carry.best_u, {"cost": carry.best_c, "trace": costs, "skipped": jnp.asarray(0)}
-        step = lambda c, _: _step(m, d, c, cost, dt0, cfg, sim)
-        carry, (trace, finite) = jax.lax.scan(step, carry, None, cfg.iterations)
-        best, best_c = _finish(m, d, carry, cost, dt0, sim)
+        carry, costs = method.init(m, d, nominal, cost, key, dt0)
+        step = lambda c, _: method.step(m, d, c, cost, dt0)
+        carry, (trace, finite) = jax.lax.scan(step, carry, None, method.iterations)
+        best, best_c = method.finish(m, d, carry, cost, dt0)
+        trace = trace if method.iterations else costs
         return best, {"cost": best_c, "trace": trace, "skipped": jnp.sum(~finite)}
 
-    return Planner(cfg, sim, plan)
+    return Planner(cfg, sim, plan, method)
 
 
 def closed_loop(
@@ -389,10 +460,11 @@ def closed_loop(
         raise ValueError(f"init must have shape (horizon, nu) = ({cfg.horizon}, {m.nu}); got {plan.shape}")
     # One program per piece, the gradient iterations looped here: a rollout's gradient nested in a
     # scan over iterations compiled for over 14 min on MyoArm (107 s on its own; docs/mpc.md).
-    start_fn = jax.jit(lambda d, u, k, dt: _start(m, d, u, cost, k, dt, cfg, sim)[0])
-    step_fn = jax.jit(lambda d, c, dt: _step(m, d, c, cost, dt, cfg, sim)[0])
-    finish_fn = jax.jit(lambda d, c, dt: _finish(m, d, c, cost, dt, sim))
-    iterations = 0 if cfg.kind == "sampling" else cfg.iterations
+    method = planner.method if planner.method is not None else PLANNERS[cfg.kind](cfg, sim)
+    start_fn = jax.jit(lambda d, u, k, dt: method.init(m, d, u, cost, k, dt)[0])
+    step_fn = jax.jit(lambda d, c, dt: method.step(m, d, c, cost, dt)[0])
+    finish_fn = jax.jit(lambda d, c, dt: method.finish(m, d, c, cost, dt))
+    iterations = method.iterations
     execute = cfg.execute
 
     def run(d, u, dt):
@@ -425,7 +497,7 @@ def closed_loop(
             carry = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=rep), carry)
         keep = replicate if cfg.shard else (lambda tree: tree)
         step_c = step_fn.lower(d0, carry, dt).compile() if iterations else None
-        finish_c = finish_fn.lower(d0, carry, dt).compile() if iterations else None
+        finish_c = finish_fn.lower(d0, carry, dt).compile()
         exec_c = exec_fn.lower(d0, plan[:execute], dt).compile()
     jit_time = time.perf_counter() - t0
     for _ in tqdm(range(resumed, n_plans), desc=f"closed loop ({cfg.kind})", disable=not progress,
@@ -437,7 +509,7 @@ def closed_loop(
         carry = start_c(d, plan, sub, dt)
         for _ in range(iterations):
             carry = step_c(d, keep(carry), dt)
-        plan, plan_c = finish_c(d, keep(carry), dt) if iterations else (carry.best_u, carry.best_c)
+        plan, plan_c = finish_c(d, keep(carry), dt)
         jax.block_until_ready(plan)
         plan_times.append(time.perf_counter() - t)
         plan_costs.append(float(plan_c))

@@ -203,14 +203,15 @@ def test_every_scene_keeps_its_forward_with_cfd(scene, reaches, push):
     assert bool(np.any(np.asarray(hover[0].qpos) != np.asarray(plain[0].qpos))) == reaches
 
 
-# suite budget: the default adjoint (backsolve) runs by default, checkpoint under -m slow
-@pytest.mark.parametrize("adjoint", [pytest.param("checkpoint", marks=pytest.mark.slow), "backsolve"])
+# suite budget: forward mode (the cheapest compile) runs by default, the reverse adjoints under -m slow
+@pytest.mark.parametrize("adjoint", ["forward", *(pytest.param(a, marks=pytest.mark.slow) for a in ("checkpoint", "backsolve"))])
 def test_gradient_between_bodies_that_never_touch(adjoint):
     """Eight-ball displacement w.r.t. cue speed: exactly 0 without CFD (no contact row exists, so no
     adjoint has anything to carry: checked in forward mode, the cheaper compile), positive with it."""
     loss = lambda cfg: lambda v: _two_balls(cfg)(v)[0].qpos[1]
     plain = float(jax.jit(jax.jacfwd(loss(BASE.override("integrator.adjoint=forward"))))(0.3))
-    with_cfd = float(jax.jit(jax.grad(loss(CFD.override(f"integrator.adjoint={adjoint}"))))(0.3))
+    diff = jax.jacfwd if adjoint == "forward" else jax.grad
+    with_cfd = float(jax.jit(diff(loss(CFD.override(f"integrator.adjoint={adjoint}"))))(0.3))
     assert plain == 0.0
     assert with_cfd > 1e-3  # a faster cue ball would push the eight ball further: the right sign
     assert float(_two_balls_jit(CFD)(0.3)[0].qpos[1]) == 0.0  # while the eight ball has not moved at all

@@ -59,6 +59,7 @@ def test_strip_is_skipped_before_any_run(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.slow  # suite budget: a study script renders MyoSuite frames; the clean skip below runs by default
 def test_strip_renders_every_method_where_a_backend_works(run_dir):
     run = _frames(run_dir, MUJOCO_GL=None)
     path = run_dir / "myo_mpc_baoding_frames.png"

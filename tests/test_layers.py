@@ -34,6 +34,7 @@ LAYERS = (
     ("dynamics",),  # the vector field: forward
     ("integrate",),  # step, rollout
     ("jacobians",),  # per-period Jacobians along a rollout (linearize)
+    ("ilqr",),  # iLQR iterations on those Jacobians
     ("gradcheck", "reference"),  # gradient checks, C-engine references
     ("scenes",),  # scenes and their helpers
     ("mpc", "sysid"),  # applications over the core

@@ -1,7 +1,7 @@
 """diffmjx.linearize: per-period Jacobians against central differences of a converged solve.
 
-One model (a box with a free joint, pushed along x and lifted by two motors on that joint, over a
-plane), three start states solved as one batch: free flight (the orientation moves on the
+One model (scene ``pushed_box``: a box with a free joint, pushed along x and lifted by two motors on
+that joint, over a plane), three start states solved as one batch: free flight (the orientation moves on the
 quaternion manifold), sliding contact (four corners on the plane, friction sliding) and a touchdown
 inside the period. One compiled program for the Jacobians (vmapped over the three states) and one
 for the references (vmapped over states and perturbations).
@@ -14,27 +14,10 @@ import numpy as np
 import pytest
 
 import diffmjx
-from diffmjx import manifold
+from diffmjx import manifold, scenes
 from diffmjx._mjx import mjx
 from diffmjx.jacobians import period_map, tangent_offset
 
-XML = """
-<mujoco>
-  <option timestep="0.02"/>
-  <default><geom solimp="0 0.95 0.001 0.5 2"/></default>
-  <worldbody>
-    <geom type="plane" size="0 0 0.05"/>
-    <body name="box" pos="0 0 0.05">
-      <freejoint name="free"/>
-      <geom type="box" size="0.05 0.05 0.05" mass="0.5"/>
-    </body>
-  </worldbody>
-  <actuator>
-    <motor joint="free" gear="1 0 0 0 0 0" ctrlrange="-5 5"/>
-    <motor joint="free" gear="0 0 1 0 0 0" ctrlrange="-10 10"/>
-  </actuator>
-</mujoco>
-"""
 _QUAT = np.array([0.96, 0.2, -0.15, 0.1]) / np.linalg.norm([0.96, 0.2, -0.15, 0.1])
 STARTS = {  # qpos, qvel
     "flight": (np.r_[0.0, 0.0, 0.6, _QUAT], np.array([0.3, -0.2, 0.5, 2.0, -1.0, 3.0])),
@@ -51,7 +34,7 @@ EPS_STATE, EPS_CTRL = 1e-7, 1e-5
 
 @pytest.fixture(scope="module")
 def model():
-    mj = mujoco.MjModel.from_xml_string(XML)
+    mj = mujoco.MjModel.from_xml_path(str(scenes.path("pushed_box")))
     return mj, mjx.put_model(mj)
 
 

@@ -17,6 +17,7 @@ SHIPPED = (
     "box_pair",
     "contactnets_cube",
     "cube_toss",
+    "pushed_box",
     "sphere_drop",
     "sysid_arm",
     "sysid_ball",

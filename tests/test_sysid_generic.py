@@ -348,6 +348,7 @@ def test_identify_with_adam_on_a_quaternion_joint():
     assert r.loss < 1e-2 * r.loss_start
 
 
+@pytest.mark.slow  # suite budget: the MPC closed loop's resume test checks the shared checkpoint file by default
 def test_identify_resumes_from_its_checkpoint(pendulum_fit, pendulum_checkpoint):
     """The fit run on from its checkpoint: the steps it holds kept, the same problem carried on."""
     done = len(pendulum_fit.history.step)

@@ -10,6 +10,7 @@ Shipped scenes: ``actuated_hinge`` (a pendulum through a clamped activation filt
 ``billiard`` (cue and eight ball between four cushions), ``box_drop`` (a tilted box dropped on a
 fixed box), ``box_pair`` (two free boxes for box-box collision checks), ``contactnets_cube`` (the
 ContactNets cube as system identification fits it), ``cube_toss`` (the paper's cube toss),
+``pushed_box`` (a box pushed and lifted by two motors: :func:`diffmjx.linearize`'s check),
 ``sphere_drop`` (a ball thrown onto a plane), ``sysid_arm``, ``sysid_ball`` and ``sysid_box`` (the
 system-identification recovery study's arm, ball thrown at a wall and thrown box),
 ``tumbling_box`` (contact-free, three distinct inertias), ``two_balls`` (two balls on a line). The cube toss's initial state and loss
