@@ -50,6 +50,7 @@ def test_budget_exhausted_is_flagged(mx):
     assert int(traj.stats.accepted.max()) <= 3
 
 
+@pytest.mark.slow  # suite budget: the flagged budget above runs by default; raising compiles a host callback
 def test_budget_exhausted_can_raise(mx):
     cfg = diffmjx.Config().override(
         "integrator.max_steps=3", "integrator.rtol=1e-9", "integrator.atol=1e-9",

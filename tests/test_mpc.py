@@ -95,7 +95,8 @@ def test_gradient_planner_keeps_its_lowest_cost_iterate(slider):
     np.testing.assert_allclose(float(mpc.plan_cost(mx, d0, plan, cost, SIM)[0]), float(info["cost"]), rtol=1e-12)
 
 
-@pytest.mark.parametrize("kind", ["gradient", "ilqr", pytest.param("hybrid", marks=pytest.mark.slow)])  # suite budget
+# suite budget: gradient by default (every kind runs through the same loop); ilqr and hybrid under -m slow
+@pytest.mark.parametrize("kind", ["gradient", *(pytest.param(k, marks=pytest.mark.slow) for k in ("ilqr", "hybrid"))])
 def test_closed_loop_iterations_equal_the_one_program_plan(slider, kind):
     """closed_loop runs the gradient iterations as a Python loop over one compiled step (a scan of
     a large model's gradient compiles far slower); its first plan is planner.plan's."""
@@ -200,6 +201,7 @@ print("PLAN_GAP", np.abs(out[0][0] - out[1][0]).max(), "COST_GAP", np.abs(out[0]
 """
 
 
+@pytest.mark.slow  # suite budget: a subprocess with two host devices compiles the sampler twice
 def test_sampling_sharded_over_two_devices_equals_unsharded():
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -74,6 +74,7 @@ def test_implicit_and_unrolled_gradients_agree_at_convergence(scene):
     np.testing.assert_allclose(jac["implicit"], jac["unroll"], rtol=0, atol=1e-6 * scale)
 
 
+@pytest.mark.slow  # suite budget: CG is opt-in; the default Newton solve equals MJX's by default
 def test_cg_forward_equals_mjx_solver(scene):
     mj, _, d = scene
     mj = copy.copy(mj)  # the module's fixture stays as it is

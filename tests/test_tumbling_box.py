@@ -71,8 +71,8 @@ def fd_reference(scene):
     return sweep[1]
 
 
-# suite budget: both adjoints under -m slow; by default the forward-mode test below differentiates the
-# same tumble through the quaternion manifold, and the cube-toss sweep checks backsolve's gradient
+# suite budget: both adjoints and forward mode under -m slow; by default test_linearize differentiates a
+# tumbling free flight through the quaternion manifold, and the cube-toss sweep checks backsolve's gradient
 @pytest.mark.slow
 @pytest.mark.parametrize("adjoint", ["checkpoint", "backsolve"])
 def test_gradient_wrt_initial_angular_velocity(scene, fd_reference, adjoint):
@@ -83,6 +83,7 @@ def test_gradient_wrt_initial_angular_velocity(scene, fd_reference, adjoint):
     assert rel < 1e-5, (adjoint, grad, fd_reference, rel)
 
 
+@pytest.mark.slow  # suite budget: test_linearize checks forward-mode derivatives through a tumbling free flight by default
 def test_jacfwd_with_forward_mode_matches_reverse(scene, fd_reference):
     _, mx = scene
     loss = _loss(mx, TIGHT.override("integrator.adjoint=forward"))
