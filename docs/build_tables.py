@@ -75,7 +75,30 @@ def contactnets_generic() -> str:
     return "\n".join(out) + "\n"
 
 
-TABLES: dict[str, Callable[[], str]] = {"sysid_recovery": sysid_recovery, "contactnets_generic": contactnets_generic}
+def linearize() -> str:
+    """Per regime and method: the relative errors of A and B against the converged period, and the
+    median time per period."""
+    rows = _rows("linearize.csv")
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    regimes = list(dict.fromkeys(r["regime"] for r in rows))
+    cell = {(r["regime"], r["method"]): r for r in rows}
+    out = ["| regime | " + " | ".join(methods) + " |", "|---" * (len(methods) + 1) + "|"]
+    for g in regimes:
+        vals = []
+        for mth in methods:
+            r = cell[(g, mth)]
+            vals.append(f"{float(r['error_A']):.1e} / {float(r['error_B']):.1e}" if r["finite"] == "True" else "NaN")
+        out.append(f"| {g}: error of A / B | " + " | ".join(vals) + " |")
+    times = [_median([float(cell[(g, mth)]["ms_per_period"]) for g in regimes]) for mth in methods]
+    out.append("| ms per period (median) | " + " | ".join(f"{t:.3g}" for t in times) + " |")
+    return "\n".join(out) + "\n"
+
+
+TABLES: dict[str, Callable[[], str]] = {
+    "sysid_recovery": sysid_recovery,
+    "contactnets_generic": contactnets_generic,
+    "linearize": linearize,
+}
 """Table name -> the function that writes it."""
 
 

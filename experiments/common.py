@@ -17,7 +17,7 @@ import numpy as np
 
 import diffmjx
 from diffmjx.reference import c_engine_rk4  # noqa: F401  (re-exported)
-from diffmjx.runtime import stage  # noqa: F401  (re-exported: the studies call common.stage)
+from diffmjx.runtime import stage, stage_path  # noqa: F401  (re-exported: the studies call common.stage)
 from diffmjx.scenes import (  # noqa: F401  (re-exported)
     CUBE_TOSS,
     PRIMITIVES,

@@ -11,7 +11,8 @@ the Adam loop is :func:`diffmjx.sysid.train.adam_loop`. This study reruns that f
 start on the same minibatches through them and evaluates the record's stopped step on the same 50
 test tosses. Writes ``docs/results/contactnets_generic.csv``: per quantity (side, mass, friction,
 solref, solimp, the test error in mm), the published value and the rerun's. The fit is cached
-(``~/.cache/diffmjx/stages``); ``--fresh`` reruns it (about 70 minutes on one CPU core).
+(``~/.cache/diffmjx/stages``) and checkpointed after every step, so an interrupted run resumes;
+``--fresh`` reruns it (about 70 minutes on one CPU core, in float64 as published).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import shutil
 
 import numpy as np
 
@@ -34,6 +36,7 @@ def main(argv=None) -> None:
     p.add_argument("--steps", type=int, default=632, help="Adam steps (the published run's 632)")
     p.add_argument("--fresh", action="store_true")
     args = p.parse_args(argv)
+    common.setup()  # float64 (the published fit's) and the compile cache
     record = json.loads(RECORD.read_text())
     published = sysid.load_params_json(common.RESULTS / "contactnets_params.json").params
     step = int(record["stopped_step"])
@@ -47,14 +50,20 @@ def main(argv=None) -> None:
     assert sorted(test_names) == sorted(record["test_tosses"]), "the test tosses differ from the record's"
     data = sysid.segments(tosses, train_names, 4, report)
 
-    def fit():
-        return sysid.train(cfg, data, desc="Adam N=4 from random 4 (generic path)").history
+    # checkpointed after every step, so a run stopped part way resumes where it stopped
+    ckpt = common.stage_path("contactnets-generic-ckpt", (cfg.to_yaml(), args.steps, "float64")).with_suffix("")
+    if args.fresh and ckpt.exists():
+        shutil.rmtree(ckpt)
 
-    hist = common.stage("contactnets-generic-fit", (cfg.to_yaml(), args.steps), fit, args.fresh)
+    def fit():
+        run = cfg.override(f"train.checkpoint_dir={ckpt}")
+        return sysid.train(run, data, desc="Adam N=4 from random 4 (generic path)").history
+
+    hist = common.stage("contactnets-generic-fit", (cfg.to_yaml(), args.steps, "float64"), fit, args.fresh)
     k = int(np.flatnonzero(hist.step == step)[0])
     rerun = sysid.CubeParams(**{n: np.asarray(getattr(hist.params, n)[k]) for n in sysid.FREE_PARAMS})
     test = [tosses[n] for n in record["test_tosses"]]
-    err = common.stage("contactnets-generic-test", (cfg.sim.to_yaml(), cfg.iterations, common.param_key(rerun)),
+    err = common.stage("contactnets-generic-test", (cfg.sim.to_yaml(), cfg.iterations, common.param_key(rerun), "float64"),
                        lambda: sysid.grouped_trajectory_error(rerun, test, cfg), args.fresh)  # fmt: skip
     rows = [("side_mm", 1e3 * float(published.side_length), 1e3 * float(rerun.side_length)),
             ("mass_kg", float(published.mass), float(rerun.mass)),
