@@ -25,6 +25,7 @@ import hashlib
 import json
 import math
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -380,6 +381,10 @@ def train(
             processes that disagree on the configuration, the data or the checkpoint.
         FloatingPointError: a non-finite loss or gradient (the last checkpoint is kept).
     """
+    if not jax.config.jax_enable_x64:  # as identify warns: a whole fit in float32 is easy to miss
+        warnings.warn("sysid.train runs in float32 (jax_enable_x64 is off); call diffmjx.enable_compilation_cache() "
+                      "(float64 and a compile cache) or jax.config.update('jax_enable_x64', True) first",
+                      stacklevel=2)  # fmt: skip
     tc = cfg.train
     if data is None:
         tosses, train_names, _, _ = load_split(cfg.data)
