@@ -147,6 +147,15 @@ def forward_unchecked(m, d, cfg: Config):
     return d
 
 
+def ctrl_bounds(m):
+    """(nu,) lower and upper control bounds: ``ctrlrange`` where ``ctrllimited``, else infinite."""
+    limited = np.asarray(m.actuator_ctrllimited, dtype=bool)
+    rng = np.asarray(m.actuator_ctrlrange, dtype=np.float64).reshape(-1, 2)
+    lo = np.where(limited, rng[:, 0], -np.inf)
+    hi = np.where(limited, rng[:, 1], np.inf)
+    return jnp.asarray(lo), jnp.asarray(hi)
+
+
 def act_limits(m):
     """(na, 2) activation bounds, infinite where an actuator is not actlimited (actnum 1 assumed)."""
     stateful = np.asarray(m.actuator_actadr) >= 0

@@ -28,9 +28,9 @@ import jax.numpy as jnp
 
 from diffmjx import manifold
 from diffmjx.config import Config
-from diffmjx.dynamics import forward_unchecked
+from diffmjx.dynamics import ctrl_bounds, forward_unchecked
 from diffmjx.integrate import rollout
-from diffmjx.jacobians import forward_config, linearize
+from diffmjx.jacobians import forward_config, linearize, tangent_size
 
 __all__ = ["ILQRState", "init", "iteration"]
 
@@ -55,12 +55,6 @@ def init(u, mu: float = 1e-3) -> ILQRState:
     """The state of plan ``u`` (H, nu) before its first iteration."""
     u = jnp.asarray(u)
     return ILQRState(u, jnp.asarray(jnp.inf, u.dtype), jnp.asarray(mu, u.dtype))
-
-
-def _ctrl_bounds(m, dtype):
-    limited = jnp.asarray(m.actuator_ctrllimited, bool)
-    rng = jnp.asarray(m.actuator_ctrlrange, dtype)
-    return jnp.where(limited, rng[:, 0], -jnp.inf), jnp.where(limited, rng[:, 1], jnp.inf)
 
 
 def _stage(m, d, cost, cfg: Config, layout):
@@ -122,20 +116,22 @@ def iteration(m, d, state: ILQRState, cost, sim: Config | None = None, *, dt0=No
     """
     cfg = forward_config(sim)
     layout = manifold.JointLayout.from_model(m)
-    n = 2 * int(m.nv) + int(m.na)
+    n = tangent_size(m)
     u = state.u
     lin = linearize(m, d, u, cfg, dt0=dt0)
     stage = _stage(m, d, cost, cfg, layout)
     z0 = jnp.concatenate([jnp.zeros((u.shape[0], n), u.dtype), u], axis=1)
     ends = (lin.qpos[1:], lin.qvel[1:], lin.act[1:])
-    c = jax.vmap(stage)(z0, *ends)
-    g = jax.vmap(jax.grad(stage))(z0, *ends)
-    h = jax.vmap(jax.hessian(stage))(z0, *ends)
+    def derivatives(z, *end):  # the Hessian by forward mode over the gradient, value and gradient as its aux
+        value, grad = jax.value_and_grad(stage)(z, *end)
+        return grad, (value, grad)
+
+    h, (c, g) = jax.vmap(jax.jacfwd(derivatives, has_aux=True))(z0, *ends)
     c0 = jnp.sum(c)
     k, K = _backward(lin.A, lin.B, g, h, state.mu, n)
     gains_ok = jnp.isfinite(c0) & jnp.all(jnp.isfinite(k)) & jnp.all(jnp.isfinite(K))
     k, K = jnp.where(gains_ok, k, 0.0), jnp.where(gains_ok, K, 0.0)
-    lo, hi = _ctrl_bounds(m, u.dtype)
+    lo, hi = (b.astype(u.dtype) for b in ctrl_bounds(m))
     start = (d.qpos, d.qvel, d.act, jnp.asarray(d.time, u.dtype))
     first = jnp.asarray(lin.dt0[0], u.dtype)  # the first period's first trial step, as linearize took it
 

@@ -45,6 +45,7 @@ import yaml
 
 from diffmjx import checkpoint, ilqr
 from diffmjx.config import Config, Section, knob, preset_path, section_from_dict
+from diffmjx.dynamics import ctrl_bounds  # public here too (diffmjx.mpc.ctrl_bounds)
 from diffmjx.integrate import rollout
 from diffmjx.jacobians import forward_config
 
@@ -177,15 +178,6 @@ def _load_loop(path: Path, fingerprint: str, d0, plan0, key0, dt0):
     rows = {k[5:]: [v] for k, v in f.items() if k.startswith("rows_")}
     return (d, jnp.asarray(f["plan"], plan0.dtype), _as_key(f["key"], key0), jnp.asarray(f["dt"], dt0.dtype),
             rows, list(f["plan_costs"]), list(f["plan_times"]))  # fmt: skip
-
-
-def ctrl_bounds(m):
-    """(nu,) lower and upper control bounds: ``ctrlrange`` where ``ctrllimited``, else infinite."""
-    limited = np.asarray(m.actuator_ctrllimited, dtype=bool)
-    rng = np.asarray(m.actuator_ctrlrange, dtype=np.float64).reshape(-1, 2)
-    lo = np.where(limited, rng[:, 0], -np.inf)
-    hi = np.where(limited, rng[:, 1], np.inf)
-    return jnp.asarray(lo), jnp.asarray(hi)
 
 
 def coloured_noise(key, shape, beta: float):
