@@ -5,21 +5,29 @@ Every knob lives in a frozen dataclass section (``integrator``, ``solver``,
 construction: a bad value raises :class:`ValueError` naming the dotted field
 (``integrator.solver``) and what is allowed.
 
-Configs come from YAML presets (:meth:`Config.from_yaml`) and dotted command
-line overrides such as ``integrator.rtol=1e-6`` (:meth:`Config.override`);
+Configs come from YAML presets (:meth:`Config.load` by name or path, :meth:`Config.from_yaml`)
+and dotted command line overrides such as ``integrator.rtol=1e-6`` (:meth:`Config.override`);
 :func:`add_cli_arguments` and :func:`config_from_args` give every experiment
 the same ``--preset`` / ``--set`` flags.
+
+Preset files, dicts and overrides are read by one mechanism, shared with the planner's
+(:class:`diffmjx.mpc.PlannerConfig`) and system identification's (:class:`diffmjx.sysid.SysidConfig`,
+:class:`diffmjx.sysid.FitConfig`) configs: :func:`preset_path` (a preset by name or path),
+:func:`read_yaml` and :func:`from_yaml_file`, :func:`sections_from_dict` and :func:`section_from_dict` (refusing unknown
+sections and fields), :func:`apply_overrides` and the :class:`Preset` mixin (``from_yaml``, ``load``,
+``to_yaml``).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import yaml
 
@@ -31,6 +39,7 @@ __all__ = [
     "DEFAULT_PRESET",
     "GRADIENTS",
     "PAPER_PRESET",
+    "PRESET_KINDS",
     "SOLVERS",
     "STEP_CONTROLS",
     "CFDConfig",
@@ -38,15 +47,21 @@ __all__ = [
     "Config",
     "IntegratorConfig",
     "MuscleConfig",
+    "Preset",
     "Section",
     "SolverConfig",
     "add_cli_arguments",
+    "apply_overrides",
     "coerce_text",
     "config_from_args",
+    "from_yaml_file",
     "knob",
     "parse_value",
+    "preset_names",
     "preset_path",
+    "read_yaml",
     "section_from_dict",
+    "sections_from_dict",
 ]
 
 SOLVERS = (
@@ -67,6 +82,11 @@ DEFAULT_PRESET = PRESETS / "default.yaml"
 """The defaults written out as YAML, one comment per field."""
 PAPER_PRESET = PRESETS / "paper.yaml"
 """The paper's simulation setting (:meth:`Config.paper`): the one definition of it."""
+PRESET_KINDS = ("config", "planner", "sysid", "fit")
+"""The kinds of shipped preset (:func:`preset_names`): a ``config`` preset (:class:`Config`) is
+``diffmjx/presets/<name>.yaml``, any other kind's ``diffmjx/presets/<kind>_<name>.yaml``: ``planner``
+(:class:`diffmjx.mpc.PlannerConfig`), ``sysid`` (:class:`diffmjx.sysid.SysidConfig`), ``fit``
+(:class:`diffmjx.sysid.FitConfig`)."""
 
 AUTO_KINK_FACTOR = 10.0
 """``integrator.kink_step=auto`` is ``min(AUTO_KINK_FACTOR * rtol, AUTO_KINK_MAX)`` seconds."""
@@ -204,6 +224,23 @@ class Section:
         """The section's fields, in declaration order."""
         return tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
 
+    @classmethod
+    def from_dict(cls, d: Any):
+        """Build from ``{field: value}``, or ``{<section>: {field: value}}`` (a preset file with the
+        section named); None or missing fields keep their defaults.
+
+        Raises:
+            ValueError: for an unknown section or field (listing the allowed ones) or a bad value
+                (naming it); see :func:`section_from_dict`.
+        """
+        if isinstance(d, Mapping) and cls._section in d:
+            d = sections_from_dict(d, {cls._section: lambda entries: entries})[cls._section]
+        return section_from_dict(cls, cls._section, d)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict of built-in types (tuples as lists), ready for YAML or JSON; read back by :meth:`from_dict`."""
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+
     def override(self, *assignments: str):
         """A new section with ``field=value`` (or ``<section>.field=value``) assignments applied in order.
 
@@ -213,41 +250,125 @@ class Section:
         Raises:
             ValueError: for an unknown field (listing the allowed ones) or a bad value (naming it).
         """
-        allowed = self.field_names()
-        out = self
-        for assignment in assignments:
-            key, sep, text = assignment.partition("=")
-            key = key.strip().removeprefix(f"{self._section}.")
-            if not sep or key not in allowed:
-                raise ValueError(
-                    f"bad override {assignment!r}: expected {self._section}.KEY=VALUE with KEY one of: "
-                    f"{', '.join(allowed)}"
-                )
-            value = coerce_text(typing.get_type_hints(type(self))[key], parse_value(f"{self._section}.{key}", text))
-            out = dataclasses.replace(out, **{key: value})
-        return out
+        expected = f"{self._section}.KEY=VALUE with KEY one of: {', '.join(self.field_names())}"
+        prefixes = {"": self._section, self._section: self._section}
+        return apply_overrides({self._section: self}, assignments, expected, prefixes)[self._section]
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with tuples turned into lists, for YAML."""
+    return [_plain(v) for v in value] if isinstance(value, tuple) else value
+
+
+def apply_overrides(
+    sections: Mapping[str, Section],
+    assignments: Sequence[str],
+    expected: str,
+    prefixes: Mapping[str, str] | None = None,
+) -> dict[str, Section]:
+    """Apply ``prefix.field=value`` assignments in order to the sections they name: the one parser of
+    the ``--set`` overrides of every config (:meth:`Section.override`, :meth:`Config.override`, the
+    planner's and system identification's).
+
+    Each value is parsed as YAML (:func:`parse_value`: ``true``, ``null``, ``[0, 0.01]``), number-like
+    text such as ``1e-6`` is converted for numeric fields (:func:`coerce_text`), and the section
+    checks it (``dataclasses.replace``).
+
+    Arguments:
+        sections: the sections, by name.
+        assignments: ``"prefix.field=value"`` strings.
+        expected: what a valid assignment looks like, for the message of a bad one.
+        prefixes: which section each key prefix (the key up to its last dot; ``""`` for a bare field)
+            names, as ``{prefix: name in sections}``; None: each section by its own name.
+
+    Returns:
+        ``sections`` with the assigned ones replaced.
+
+    Raises:
+        ValueError: ``bad override ...: expected <expected>`` for a malformed assignment, an unknown
+            prefix or field; or a bad value (naming the field and what is allowed).
+    """
+    prefixes = {name: name for name in sections} if prefixes is None else prefixes
+    out = dict(sections)
+    for assignment in assignments:
+        key, sep, text = assignment.partition("=")
+        prefix, _, field = key.strip().rpartition(".")
+        name = prefixes.get(prefix)
+        if not sep or name is None or field not in out[name].field_names():
+            raise ValueError(f"bad override {assignment!r}: expected {expected}")
+        section = out[name]
+        value = parse_value(f"{section._section}.{field}", text)
+        value = coerce_text(typing.get_type_hints(type(section))[field], value)
+        out[name] = dataclasses.replace(section, **{field: value})
+    return out
+
+
+def _preset_file(name: str, kind: str) -> Path:
+    return PRESETS / (f"{name}.yaml" if kind == "config" else f"{kind}_{name}.yaml")
+
+
+def preset_names(kind: str) -> tuple[str, ...]:
+    """The names of the shipped presets of ``kind`` (see :data:`PRESET_KINDS`), sorted."""
+    if kind == "config":  # unprefixed: every file that is not another kind's
+        others = tuple(f"{k}_" for k in PRESET_KINDS if k != "config")
+        stems = (p.stem for p in PRESETS.glob("*.yaml") if not p.stem.startswith(others))
+    else:
+        stems = (p.stem.removeprefix(f"{kind}_") for p in PRESETS.glob(f"{kind}_*.yaml"))
+    return tuple(sorted(stems))
 
 
 def preset_path(preset: str | Path, kind: str) -> Path:
-    """A preset given as a path, or by name: ``diffmjx/presets/<kind>_<name>.yaml``.
+    """A preset given as a path (with a suffix: ``my.yaml``), or by name: ``diffmjx/presets/<kind>_<name>.yaml``
+    (``<name>.yaml`` for kind ``config``; :data:`PRESET_KINDS`).
+
+    A name that is no shipped preset but an existing file is read as a path.
 
     Raises:
-        ValueError: for a name with no such file, listing the ``kind``'s presets.
+        ValueError: for a name with no such preset, listing the ``kind``'s presets.
     """
     path = Path(preset)
     if path.suffix:
         return path
-    path = PRESETS / f"{kind}_{preset}.yaml"
-    if not path.exists():
-        names = sorted(p.stem.removeprefix(f"{kind}_") for p in PRESETS.glob(f"{kind}_*.yaml"))
-        raise ValueError(f"unknown {kind} preset {str(preset)!r}; choose one of: {', '.join(names)} or a path")
-    return path
+    names = preset_names(kind)
+    if str(preset) in names:
+        return _preset_file(str(preset), kind)
+    if path.is_file():
+        return path
+    raise ValueError(f"unknown {kind} preset {str(preset)!r}; choose one of: {', '.join(names)} or a path")
 
 
-def section_from_dict(cls: type[Section], name: str, entries: Any) -> Section:
+def read_yaml(path: str | Path) -> Any:
+    """The content of a YAML file; an empty file gives ``{}`` (a preset of the defaults)."""
+    data = yaml.safe_load(Path(path).read_text())
+    return {} if data is None else data
+
+
+_T = TypeVar("_T")
+
+
+def from_yaml_file(path: str | Path, build: Callable[[Any], _T]) -> _T:
+    """``build`` applied to the content of the YAML file ``path`` (:func:`read_yaml`).
+
+    Raises:
+        ValueError: what ``build`` raises, its message prefixed with the file.
+    """
+    data = read_yaml(path)
+    try:
+        return build(data)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from e
+
+
+def section_from_dict(cls: type[Section], name: str, entries: Any, base: Section | None = None) -> Section:
     """Build section ``cls`` (called ``name`` in messages) from a mapping of fields; None: defaults.
 
     Numbers written as text (``'1e-6'``, as PyYAML reads them) are converted for numeric fields.
+
+    Arguments:
+        cls: the section's class.
+        name: its name in messages.
+        entries: ``{field: value}``, or None.
+        base: the section whose fields the entries replace (the others are kept); None: the defaults.
 
     Raises:
         ValueError: for entries that are not a mapping, an unknown field (listing the section's
@@ -255,13 +376,90 @@ def section_from_dict(cls: type[Section], name: str, entries: Any) -> Section:
     """
     entries = {} if entries is None else entries
     if not isinstance(entries, Mapping):
-        raise ValueError(f"config section {name!r} must be a mapping of fields")
+        raise ValueError(f"config section {name!r} must be a mapping of fields, got {type(entries).__name__}")
     hints = typing.get_type_hints(cls)
     allowed = cls.field_names()
     unknown = [k for k in entries if k not in allowed]
     if unknown:
         raise ValueError(f"unknown config field {name}.{unknown[0]}; {name} has: {', '.join(allowed)}")
-    return cls(**{k: coerce_text(hints[k], v) for k, v in entries.items()})
+    values = {k: coerce_text(hints[k], v) for k, v in entries.items()}
+    return cls(**values) if base is None else dataclasses.replace(base, **values)
+
+
+def sections_from_dict(d: Any, builders: Mapping[str, Callable[[Any], Any]]) -> dict[str, Any]:
+    """``{name: builders[name](entries)}`` for each ``name: entries`` of ``d``, a mapping of sections.
+
+    Raises:
+        ValueError: for ``d`` not a mapping or a section not in ``builders`` (listing them).
+    """
+    if not isinstance(d, Mapping):
+        raise ValueError(f"config must be a mapping of sections, got {type(d).__name__}")
+    unknown = [k for k in d if k not in builders]
+    if unknown:
+        raise ValueError(f"unknown config section {unknown[0]!r}; choose one of: {', '.join(builders)}")
+    return {name: builders[name](entries) for name, entries in d.items()}
+
+
+_P = TypeVar("_P", bound="Preset")
+
+
+class Preset:
+    """Presets by name or path, and YAML in and out: the one mechanism of every config with presets.
+
+    A class declares its ``_preset_kind`` (one of :data:`PRESET_KINDS`) and defines ``from_dict``
+    (refusing unknown sections and fields), ``to_dict`` and ``override``; this mixin gives it
+    :meth:`from_yaml`, :meth:`load` and :meth:`to_yaml`. Used by :class:`Config`,
+    :class:`diffmjx.mpc.PlannerConfig`, :class:`diffmjx.sysid.SysidConfig` and
+    :class:`diffmjx.sysid.FitConfig`.
+    """
+
+    _preset_kind: ClassVar[str]
+
+    @classmethod
+    def from_dict(cls: type[_P], d: Any) -> _P:
+        raise NotImplementedError
+
+    def to_dict(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def override(self: _P, *assignments: str) -> _P:
+        raise NotImplementedError
+
+    @classmethod
+    def from_yaml(cls: type[_P], path: str | Path) -> _P:
+        """Read a YAML preset; an empty file gives the defaults.
+
+        Raises:
+            ValueError: for an unknown section or field (naming it and listing the allowed ones) or a
+                bad value (naming the field), the message prefixed with the file.
+        """
+        return from_yaml_file(path, cls.from_dict)
+
+    @classmethod
+    def load(cls: type[_P], preset: str | Path | None = None, overrides: Sequence[str] = ()) -> _P:
+        """Defaults, or the YAML ``preset``, with the dotted ``overrides`` applied in order.
+
+        Arguments:
+            preset: a path (``my.yaml``), a shipped preset's name (``diffmjx/presets/<kind>_<name>.yaml``,
+                :func:`preset_path`), or None for the defaults.
+            overrides: ``"section.field=value"`` strings (see ``override``).
+
+        Returns:
+            The validated config.
+
+        Raises:
+            ValueError: for an unknown preset name (listing the shipped ones), an unknown section or
+                field, or a bad value.
+        """
+        cfg = cls() if preset is None else cls.from_yaml(preset_path(preset, cls._preset_kind))
+        return cfg.override(*overrides)
+
+    def to_yaml(self, path: str | Path | None = None) -> str:
+        """Dump as YAML, also writing it to ``path`` if given; read back by :meth:`from_yaml`."""
+        text = yaml.safe_dump(self.to_dict(), sort_keys=False)
+        if path is not None:
+            Path(path).write_text(text)
+        return text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -510,8 +708,14 @@ _SECTIONS: dict[str, type[Section]] = {
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
-    """All DiffMJX knobs; frozen and hashable, so usable as a JAX static argument."""
+class Config(Preset):
+    """All DiffMJX knobs; frozen and hashable, so usable as a JAX static argument.
+
+    Presets (:meth:`load`): a path, or the name of ``diffmjx/presets/<name>.yaml``: ``default``,
+    ``paper`` (:meth:`paper`), ``cfd_billiard``, ``cfd_mpc``, ``cfd_sysid``.
+    """
+
+    _preset_kind: ClassVar[str] = "config"
 
     integrator: IntegratorConfig = dataclasses.field(default_factory=IntegratorConfig)
     solver: SolverConfig = dataclasses.field(default_factory=SolverConfig)
@@ -527,18 +731,23 @@ class Config:
                 )
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Config:
-        """Build from ``{section: {field: value}}``; missing entries keep their defaults."""
-        if not isinstance(d, Mapping):
-            raise ValueError(
-                f"config must be a mapping of sections, got {type(d).__name__}"
-            )
-        sections = {}
-        for name, entries in d.items():
-            if name not in _SECTIONS:
-                raise ValueError(f"unknown config section {name!r}; choose one of: {', '.join(_SECTIONS)}")
-            sections[name] = section_from_dict(_SECTIONS[name], name, entries)
-        return cls(**sections)
+    def from_dict(cls, d: Mapping[str, Any], base: Config | None = None) -> Config:
+        """Build from ``{section: {field: value}}``; missing entries keep their defaults (or ``base``'s).
+
+        Raises:
+            ValueError: for an unknown section or field (naming it and listing the allowed ones) or a
+                bad value (naming the field and what is allowed).
+        """
+        sections = sections_from_dict(
+            d,
+            {
+                name: functools.partial(
+                    section_from_dict, section, name, base=None if base is None else getattr(base, name)
+                )
+                for name, section in _SECTIONS.items()
+            },
+        )
+        return cls(**sections) if base is None else dataclasses.replace(base, **sections)
 
     @classmethod
     def paper(cls, base: Config | None = None) -> Config:
@@ -550,55 +759,21 @@ class Config:
         Arguments:
             base: the config whose fields the preset's fields replace (the others are kept);
                 ``Config()`` if None.
+
+        Raises:
+            ValueError: for an unknown section or field in the preset, as :meth:`from_yaml`.
         """
-        base = cls() if base is None else base
-        data = yaml.safe_load(PAPER_PRESET.read_text()) or {}
-        sections = {}
-        for name, entries in data.items():
-            section = getattr(base, name)
-            hints = typing.get_type_hints(type(section))
-            sections[name] = dataclasses.replace(section, **{k: coerce_text(hints[k], v) for k, v in entries.items()})
-        return dataclasses.replace(base, **sections)
-
-    @classmethod
-    def from_yaml(cls, path: str | Path) -> Config:
-        """Read a YAML preset; an empty file gives the defaults."""
-        data = yaml.safe_load(Path(path).read_text())
-        return cls.from_dict({} if data is None else data)
-
-    @classmethod
-    def load(cls, preset: str | Path | None = None, overrides: Sequence[str] = ()) -> Config:
-        """Defaults, or the YAML ``preset``, with the dotted ``overrides`` applied in order.
-
-        Arguments:
-            preset: path of a YAML preset, or None for the defaults.
-            overrides: ``"section.field=value"`` strings (see :meth:`override`).
-
-        Returns:
-            The validated :class:`Config`.
-        """
-        cfg = cls() if preset is None else cls.from_yaml(preset)
-        return cfg.override(*overrides)
+        return from_yaml_file(PAPER_PRESET, lambda d: cls.from_dict(d, base))
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """Plain nested dict of built-in types (tuples as lists), ready for YAML or JSON."""
-        return {
-            name: {k: list(v) if isinstance(v, tuple) else v for k, v in section.items()}
-            for name, section in dataclasses.asdict(self).items()
-        }
-
-    def to_yaml(self, path: str | Path | None = None) -> str:
-        """Dump as YAML, also writing it to ``path`` if given; read back by :meth:`from_yaml`."""
-        text = yaml.safe_dump(self.to_dict(), sort_keys=False)
-        if path is not None:
-            Path(path).write_text(text)
-        return text
+        return {name: getattr(self, name).to_dict() for name in _SECTIONS}
 
     def override(self, *assignments: str) -> Config:
         """Return a new config with ``section.field=value`` assignments applied in order.
 
         Values are parsed as YAML (``true``, ``null``, ``[0, 0.01, 0.1, 1, 2]``), with
-        number-like strings such as ``1e-6`` converted for numeric fields.
+        number-like strings such as ``1e-6`` converted for numeric fields (:func:`apply_overrides`).
 
         Arguments:
             *assignments: ``"section.field=value"`` strings, e.g. ``"integrator.rtol=1e-8"``.
@@ -610,31 +785,23 @@ class Config:
             ValueError: for an unknown key (listing the allowed ones) or a bad value (naming the
                 field and what is allowed).
         """
-        allowed = [
-            f"{name}.{f.name}"
-            for name, cls in _SECTIONS.items()
-            for f in dataclasses.fields(cls)  # type: ignore[arg-type]
-        ]
-        cfg = self
-        for assignment in assignments:
-            key, sep, text = assignment.partition("=")
-            key = key.strip()
-            if not sep or key not in allowed:
-                raise ValueError(
-                    f"bad override {assignment!r}: expected KEY=VALUE with KEY one of: {', '.join(allowed)}"
-                )
-            value = parse_value(key, text)
-            name, field = key.split(".")
-            section = getattr(cfg, name)
-            value = coerce_text(typing.get_type_hints(type(section))[field], value)
-            section = dataclasses.replace(section, **{field: value})
-            cfg = dataclasses.replace(cfg, **{name: section})
-        return cfg
+        allowed = [f"{name}.{field}" for name, section in _SECTIONS.items() for field in section.field_names()]
+        sections = apply_overrides(
+            {name: getattr(self, name) for name in _SECTIONS},
+            assignments,
+            f"KEY=VALUE with KEY one of: {', '.join(allowed)}",
+        )
+        return dataclasses.replace(self, **sections)
 
 
 def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--preset PATH`` and repeatable ``--set KEY=VALUE`` to ``parser``."""
-    parser.add_argument("--preset", metavar="PATH", default=None, help="YAML config preset (default: built-in)")
+    """Add ``--preset PRESET`` (a path or a preset's name, :meth:`Config.load`) and repeatable ``--set KEY=VALUE`` to ``parser``."""
+    parser.add_argument(
+        "--preset",
+        metavar="PRESET",
+        default=None,
+        help=f"YAML config preset: a path, or one of {', '.join(preset_names('config'))} (default: the defaults)",
+    )
     parser.add_argument(
         "--set",
         metavar="KEY=VALUE",

@@ -33,7 +33,7 @@ import dataclasses
 import math
 import time
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -41,10 +41,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-import yaml
 
 from diffmjx import checkpoint, ilqr
-from diffmjx.config import Config, Section, knob, preset_path, section_from_dict
+from diffmjx.config import Config, Preset, Section, knob
 from diffmjx.dynamics import ctrl_bounds  # public here too (diffmjx.mpc.ctrl_bounds)
 from diffmjx.integrate import rollout
 from diffmjx.jacobians import forward_config
@@ -64,8 +63,12 @@ __all__ = [
 
 
 @dataclasses.dataclass(frozen=True)
-class PlannerConfig(Section):
+class PlannerConfig(Section, Preset):
     """Knobs of the planners (defaults: the paper's gradient MPC, App. E.3).
+
+    Presets (:meth:`load`, :meth:`from_yaml`, :meth:`to_yaml`): a path, or the name of
+    ``diffmjx/presets/planner_<name>.yaml`` (``paper``, ``quick``), its fields under ``planner:`` or at
+    the top level.
 
     Attributes:
         kind: ``gradient``, ``sampling``, ``hybrid`` or ``ilqr``.
@@ -88,6 +91,7 @@ class PlannerConfig(Section):
     """
 
     _section: typing.ClassVar[str] = "planner"
+    _preset_kind: typing.ClassVar[str] = "planner"
     kind: str = knob("gradient", choices=("gradient", "sampling", "hybrid", "ilqr"))
     horizon: int = knob(256, ge=1)
     execute: int = knob(16, ge=1)
@@ -106,16 +110,6 @@ class PlannerConfig(Section):
         super().__post_init__()
         if self.execute > self.horizon:
             raise ValueError(f"planner.execute={self.execute} is out of range; it must be <= planner.horizon={self.horizon}")
-
-    @classmethod
-    def load(cls, preset: str | Path | None = None, overrides: Sequence[str] = ()) -> "PlannerConfig":
-        """Defaults, a YAML preset (a path, or the name of ``diffmjx/presets/planner_<name>.yaml``:
-        ``paper``, ``quick``), then ``overrides``."""
-        cfg = cls()
-        if preset is not None:
-            data = yaml.safe_load(preset_path(preset, "planner").read_text()) or {}
-            cfg = section_from_dict(cls, "planner", data.get("planner", data))
-        return cfg.override(*overrides)
 
 
 class Planner(NamedTuple):

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 import diffmjx
 from diffmjx.config import (
@@ -240,3 +241,102 @@ def test_kink_step_auto_turns_kink_control_on_for_checkpoint_only():
     for bad in ("fast", "-1e-7", "0"):
         with pytest.raises(ValueError, match=r"integrator\.kink_step.*auto"):
             diffmjx.Config().override(f"integrator.kink_step={bad}")
+
+
+def _preset_classes() -> dict[str, type]:
+    """The configs with presets, by kind (imported here: the planner and sysid sit above the core)."""
+    from diffmjx.mpc import PlannerConfig
+    from diffmjx.sysid import FitConfig, SysidConfig
+
+    return {"config": Config, "planner": PlannerConfig, "sysid": SysidConfig, "fit": FitConfig}
+
+
+SHIPPED_PRESETS = {
+    "config": ("cfd_billiard", "cfd_mpc", "cfd_sysid", "default", "paper"),
+    "planner": ("paper", "quick"),
+    "sysid": ("paper", "quick"),
+    "fit": ("default",),
+}
+
+
+@pytest.mark.parametrize(("kind", "name"), [(k, n) for k, names in SHIPPED_PRESETS.items() for n in names])
+def test_every_config_loads_its_presets_by_name_and_by_path(kind: str, name: str) -> None:
+    """One mechanism (``diffmjx.config.Preset``): a shipped preset by name, by path as text or as a
+    ``Path``, and through ``from_yaml`` gives equal configs, which round-trip through YAML."""
+    from diffmjx.config import PRESETS, preset_names, preset_path
+
+    cls = _preset_classes()[kind]
+    assert preset_names(kind) == SHIPPED_PRESETS[kind]
+    path = PRESETS / (f"{name}.yaml" if kind == "config" else f"{kind}_{name}.yaml")
+    assert preset_path(name, kind) == path
+    cfg = cls.load(name)
+    assert cls.load(path) == cls.load(str(path)) == cls.from_yaml(path) == cfg
+    assert cls.from_dict(yaml.safe_load(cfg.to_yaml())) == cfg
+
+
+def test_config_presets_by_name() -> None:
+    """``Config.load`` takes a shipped preset's name as the others do; the CLI's ``--preset`` too."""
+    assert Config.load("default") == Config()
+    assert Config.load("paper") == Config.paper()
+    assert Config.load("cfd_mpc", ["cfd.sharpness=500"]).cfd.sharpness == 500.0
+    with pytest.raises(ValueError, match="unknown config preset 'fast'; choose one of: cfd_billiard, .*paper or a path"):
+        Config.load("fast")
+    parser = argparse.ArgumentParser()
+    add_cli_arguments(parser)
+    assert config_from_args(parser.parse_args(["--preset", "paper"])) == Config.paper()
+
+
+@pytest.mark.parametrize(
+    ("kind", "text", "field", "allowed"),
+    [
+        ("config", "integrator:\n  rtl: 1.0e-3\n", "integrator.rtl", "integrator has: solver, adjoint"),
+        ("config", "physics:\n  gravity: 0\n", "'physics'", "integrator, solver, collision, cfd, muscle"),
+        ("planner", "planner:\n  rate: 0.1\n", "planner.rate", "planner has: kind, horizon"),
+        ("planner", "rate: 0.1\n", "planner.rate", "planner has: kind, horizon"),
+        ("planner", "planner:\n  horizon: 8\nmpc:\n  x: 1\n", "'mpc'", "choose one of: planner"),
+        ("sysid", "train:\n  rate: 0.1\n", "train.rate", "train has: learning_rate"),
+        ("sysid", "sim:\n  integrator:\n    rtl: 1.0e-3\n", "integrator.rtl", "integrator has: solver"),
+        ("sysid", "model: {}\n", "'model'", "choose one of: data, train, sim"),
+        ("fit", "stepz: 3\n", "fit.stepz", "fit has: method, horizon"),
+        ("fit", "fit:\n  stepz: 3\n", "fit.stepz", "fit has: method, horizon"),
+    ],
+    ids=lambda v: v.split(":")[0].replace("\n", "") if isinstance(v, str) else None,
+)
+def test_every_config_refuses_unknown_fields_in_a_file(tmp_path: Path, kind: str, text: str, field: str, allowed: str) -> None:
+    """An unknown section or field in a preset file raises, naming it, the allowed ones and the file."""
+    cls = _preset_classes()[kind]
+    path = tmp_path / "preset.yaml"
+    path.write_text(text)
+    for read in (cls.from_yaml, cls.load):
+        with pytest.raises(ValueError, match=re.escape(field)) as info:
+            read(path)
+        assert allowed in str(info.value) and str(path) in str(info.value)
+
+
+@pytest.mark.parametrize("kind", list(SHIPPED_PRESETS))
+def test_every_config_reads_an_empty_file_as_defaults_and_lists_its_presets(tmp_path: Path, kind: str) -> None:
+    cls = _preset_classes()[kind]
+    path = tmp_path / "empty.yaml"
+    path.write_text("")
+    assert cls.from_yaml(path) == cls.load(path) == cls.load() == cls()
+    with pytest.raises(ValueError, match=f"unknown {kind} preset 'fast'; choose one of: {', '.join(SHIPPED_PRESETS[kind])}"):
+        cls.load("fast")
+
+
+def test_paper_refuses_unknown_fields(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Config.paper()`` reads its preset as every preset is read: an unknown field raises."""
+    import diffmjx.config
+
+    path = tmp_path / "paper.yaml"
+    path.write_text("integrator:\n  adjoint: checkpoint\n  rtl: 1.0e-5\n")
+    monkeypatch.setattr(diffmjx.config, "PAPER_PRESET", path)
+    for base in (None, Config().override("cfd.enabled=true")):
+        with pytest.raises(ValueError, match=r"unknown config field integrator\.rtl; integrator has: solver") as info:
+            Config.paper(base)
+        assert str(path) in str(info.value)
+    path.write_text("integrator:\n  adjoint: checkpoint\nphysics: {}\n")
+    with pytest.raises(ValueError, match=r"unknown config section 'physics'"):
+        Config.paper()
+    path.write_text("integrator:\n  adjoint: checkpoint\n")  # a good one is laid over the base
+    over = Config.paper(Config().override("cfd.enabled=true", "integrator.rtol=1e-6"))
+    assert (over.integrator.adjoint, over.integrator.rtol, over.cfd.enabled) == ("checkpoint", 1e-6, True)

@@ -2,22 +2,22 @@
 
 :class:`TrainConfig` is a :class:`diffmjx.config.Section` like the simulation's, built, checked
 and overridden by the same public machinery (:func:`~diffmjx.config.knob`,
-:func:`~diffmjx.config.section_from_dict`, :func:`~diffmjx.config.parse_value`). Text appears only
-at the edges: YAML presets (``diffmjx/presets/sysid_<name>.yaml``, :meth:`SysidConfig.load`) and
-``section.field=value`` overrides (:meth:`SysidConfig.override`); inside the library the sections
-are typed values changed with ``dataclasses.replace``.
+:func:`~diffmjx.config.section_from_dict`, :func:`~diffmjx.config.apply_overrides`), and
+:class:`SysidConfig` reads and writes presets as :class:`diffmjx.Config` does
+(:class:`~diffmjx.config.Preset`). Text appears only at the edges: YAML presets
+(``diffmjx/presets/sysid_<name>.yaml``, :meth:`SysidConfig.load`) and ``section.field=value``
+overrides (:meth:`SysidConfig.override`); inside the library the sections are typed values changed
+with ``dataclasses.replace``.
 """
 
 import dataclasses
-import typing
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+import functools
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
-import yaml
 
-from diffmjx.config import Config, Section, coerce_text, knob, parse_value, preset_path, section_from_dict
+from diffmjx.config import Config, Preset, Section, apply_overrides, knob, section_from_dict, sections_from_dict
 from diffmjx.sysid.data import DataConfig
 from diffmjx.sysid.model import _SHAPES, CubeParams, check_params
 from diffmjx.sysid.problem import BATCHINGS
@@ -136,12 +136,20 @@ _SIM_SECTIONS = tuple(f.name for f in dataclasses.fields(Config))
 _OWN_SECTIONS: dict[str, type[Section]] = {"data": DataConfig, "train": TrainConfig}
 
 
+def _sim_from(entries: Any) -> Config:
+    """The ``sim`` section: ``{section: {field: value}}``, or a :class:`diffmjx.Config` preset's name (``paper``) or path."""
+    if isinstance(entries, str):
+        return Config.load(entries)
+    return Config.from_dict({} if entries is None else entries)
+
+
 @dataclasses.dataclass(frozen=True)
-class SysidConfig:
+class SysidConfig(Preset):
     """Everything a system-identification run reads: ``data``, ``train`` and ``sim`` sections.
 
     ``sim`` is the simulation's :class:`diffmjx.Config` (integrator, solver, collision, CFD).
-    Overrides are ``data.<field>=v``, ``train.<field>=v`` and ``sim.<section>.<field>=v``; the
+    Presets (:meth:`load`): a path, or the name of ``diffmjx/presets/sysid_<name>.yaml``: ``quick``,
+    ``paper``. Overrides are ``data.<field>=v``, ``train.<field>=v`` and ``sim.<section>.<field>=v``; the
     DiffMJX sections may also be named without ``sim.`` (``integrator.solver=mjx_euler``).
 
     Attributes:
@@ -149,6 +157,8 @@ class SysidConfig:
         train: the training loop.
         sim: the simulation.
     """
+
+    _preset_kind: ClassVar[str] = "sysid"
 
     data: DataConfig = dataclasses.field(default_factory=DataConfig)
     train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
@@ -175,49 +185,22 @@ class SysidConfig:
     def from_dict(cls, d: Mapping[str, Any]) -> "SysidConfig":
         """Build from ``{data: {...}, train: {...}, sim: {section: {...}}}``; missing entries keep defaults.
 
-        ``sim: paper`` is the paper's simulation setting (:meth:`diffmjx.Config.paper`)."""
-        if not isinstance(d, Mapping):
-            raise ValueError(f"config must be a mapping of sections, got {type(d).__name__}")
-        out: dict[str, Any] = {}
-        for name, entries in d.items():
-            if name == "sim" and entries == "paper":
-                out["sim"] = Config.paper()
-            elif name == "sim":
-                out["sim"] = Config.from_dict({} if entries is None else entries)
-            elif name in _OWN_SECTIONS:
-                out[name] = section_from_dict(_OWN_SECTIONS[name], name, entries)
-            else:
-                raise ValueError(f"unknown config section {name!r}; choose one of: data, train, sim")
-        return cls(**out)
+        ``sim`` may also name a :class:`diffmjx.Config` preset: ``sim: paper`` is the paper's
+        simulation setting (:meth:`diffmjx.Config.paper`).
 
-    @classmethod
-    def from_yaml(cls, path: str | Path) -> "SysidConfig":
-        """Read a YAML preset; an empty file gives the defaults."""
-        data = yaml.safe_load(Path(path).read_text())
-        return cls.from_dict({} if data is None else data)
-
-    @classmethod
-    def load(cls, preset: str | Path | None = None, overrides: Sequence[str] = ()) -> "SysidConfig":
-        """Defaults, or a preset, with ``overrides`` applied in order.
-
-        Arguments:
-            preset: a YAML path, or a name: ``quick`` or ``paper`` for
-                ``diffmjx/presets/sysid_<name>.yaml``; None for the defaults.
-            overrides: ``"section.field=value"`` strings (see :meth:`override`).
-
-        Returns:
-            The validated :class:`SysidConfig`.
+        Raises:
+            ValueError: for an unknown section or field (naming it and listing the allowed ones) or a
+                bad value (naming the field).
         """
-        if preset is None:
-            return cls().override(*overrides)
-        return cls.from_yaml(preset_path(preset, "sysid")).override(*overrides)
+        builders = {name: functools.partial(section_from_dict, section, name) for name, section in _OWN_SECTIONS.items()}
+        return cls(**sections_from_dict(d, {**builders, "sim": _sim_from}))
 
     def override(self, *assignments: str) -> "SysidConfig":
         """A new config with ``section.field=value`` assignments applied in order (validated at the end).
 
         Values are parsed as YAML (``true``, ``null``, ``[side_length, friction]``,
         ``{side_length: 0.06}``); each is written into its section with ``dataclasses.replace``, which
-        checks it.
+        checks it (:func:`diffmjx.config.apply_overrides`).
 
         Arguments:
             *assignments: ``data.<field>=v``, ``train.<field>=v``, ``sim.<section>.<field>=v`` or
@@ -235,23 +218,13 @@ class SysidConfig:
             "train": self.train,
             **{name: getattr(self.sim, name) for name in _SIM_SECTIONS},
         }
-        for assignment in assignments:
-            key, sep, text = assignment.partition("=")
-            key = key.strip()
-            head, _, rest = key.partition(".")
-            if head == "sim":  # sim.<section>.<field>: a DiffMJX section only
-                head, _, rest = rest.partition(".")
-                head = head if head in _SIM_SECTIONS else ""
-            section = sections.get(head)
-            if not sep or section is None or rest not in section.field_names():
-                allowed = [f"{s}.{f}" for s, c in _OWN_SECTIONS.items() for f in c.field_names()]
-                raise ValueError(
-                    f"bad override {assignment!r}: expected KEY=VALUE with KEY one of: {', '.join(allowed)}, "
-                    f"or sim.<section>.<field> for the simulation ({', '.join(_SIM_SECTIONS)})"
-                )
-            value = parse_value(f"{head}.{rest}", text)
-            value = coerce_text(typing.get_type_hints(type(section))[rest], value)
-            sections[head] = dataclasses.replace(section, **{rest: value})
+        prefixes = {name: name for name in sections} | {f"sim.{name}": name for name in _SIM_SECTIONS}
+        allowed = [f"{s}.{f}" for s, c in _OWN_SECTIONS.items() for f in c.field_names()]
+        expected = (
+            f"KEY=VALUE with KEY one of: {', '.join(allowed)}, "
+            f"or sim.<section>.<field> for the simulation ({', '.join(_SIM_SECTIONS)})"
+        )
+        sections = apply_overrides(sections, assignments, expected, prefixes)
         sim = dataclasses.replace(self.sim, **{name: sections[name] for name in _SIM_SECTIONS})
         return SysidConfig(data=sections["data"], train=sections["train"], sim=sim)  # type: ignore[arg-type]
 
@@ -262,13 +235,6 @@ class SysidConfig:
             "train": self.train.to_dict(),
             "sim": self.sim.to_dict(),
         }
-
-    def to_yaml(self, path: str | Path | None = None) -> str:
-        """Dump as YAML, also writing it to ``path`` if given; read back by :meth:`from_yaml`."""
-        text = yaml.safe_dump(self.to_dict(), sort_keys=False)
-        if path is not None:
-            Path(path).write_text(text)
-        return text
 
 
 def sim_overrides(cfg: Config) -> dict[str, Any]:

@@ -37,7 +37,7 @@ import mujoco
 import numpy as np
 
 from diffmjx import checkpoint
-from diffmjx.config import Config, Section, knob, preset_path, section_from_dict
+from diffmjx.config import Config, Preset, Section, knob
 from diffmjx.sysid.parameter import Parameter, ParameterSet
 from diffmjx.sysid.problem import BATCHINGS, ORIENTATIONS, Problem, Weights
 from diffmjx.sysid.recording import Recording
@@ -52,8 +52,11 @@ _CKPT_HINT = "delete it or pass another checkpoint_path"
 
 
 @dataclasses.dataclass(frozen=True)
-class FitConfig(Section):
+class FitConfig(Section, Preset):
     """Knobs of :func:`identify`.
+
+    Presets (:meth:`load`, :meth:`from_yaml`, :meth:`to_yaml`): a path, or the name of
+    ``diffmjx/presets/fit_<name>.yaml`` (``default``), its fields at the top level or under ``fit:``.
 
     Attributes:
         method: ``lm`` (Levenberg–Marquardt on forward-mode Jacobians) or ``adam``.
@@ -81,6 +84,7 @@ class FitConfig(Section):
     """
 
     _section: ClassVar[str] = "fit"
+    _preset_kind: ClassVar[str] = "fit"
 
     method: str = knob("lm", choices=METHODS)
     horizon: int = knob(10, ge=1)
@@ -107,17 +111,6 @@ class FitConfig(Section):
     @property
     def weights(self) -> Weights:
         return Weights(self.position, self.orientation, self.velocity, self.sensor, self.orientation_metric)
-
-    @classmethod
-    def load(cls, preset: str | Path | None = None, overrides: Sequence[str] = ()) -> "FitConfig":
-        """Defaults, or a preset (``diffmjx/presets/fit_<name>.yaml`` or a path), with overrides."""
-        import yaml
-
-        base = cls() if preset is None else section_from_dict(cls, "fit", yaml.safe_load(preset_path(preset, "fit").read_text()))
-        return base.override(*overrides)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
 class History(NamedTuple):
