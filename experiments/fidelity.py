@@ -37,15 +37,18 @@ summary and figure are redrawn from the merged rows.
 each control period against central differences of the 1e-12 solve (writes
 ``fidelity_timeline_<family>_<shot>.{csv,png}``; box-box shot 9 takes about 12 min).
 
-The scenes, shots and measurement live in the library, :mod:`diffmjx.scenes.fidelity`: run them on
-your own model (:func:`~diffmjx.scenes.fidelity.truth` and :func:`~diffmjx.scenes.fidelity.measure`
-take any ``mjx.Model``, initial states and loss weights). This module runs them over families and
-configurations, saves the stages, writes the tables and draws the figures.
+The scenes, shots and measurement live in the library, :mod:`diffmjx.scenes.fidelity` (a public
+API: the tests use it, and :func:`~diffmjx.scenes.fidelity.truth` and
+:func:`~diffmjx.scenes.fidelity.measure` take any ``mjx.Model``, initial states and loss weights, so
+a user can check their own configuration with them). This module is the study: it runs them over
+families and configurations, saves the stages, writes the tables, prints, draws the figures and
+shows the progress bars (the library functions draw none).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
 from pathlib import Path
 
 import jax
@@ -82,6 +85,7 @@ CONFIGS = {
                                 "integrator.atol=1e-6", "solver.impedance_floor=0", "integrator.kink_step=null"),
 }  # fmt: skip
 QUICK_CONFIGS = ("defaults", "checkpoint 1e-8 floor 0")
+_REFERENCE_PROGRESS = partial(tqdm, desc="reference solves", leave=False)  # one bar per stage, then gone
 
 
 def _fmt(v) -> str:
@@ -101,7 +105,8 @@ def run_timeline(base: diffmjx.Config, out: Path, spec: str, seed: int, fresh: b
     state = {key: v[k] for key, v in states.items()}
     mx = model(sc)
     key = (sc.xml, {k: v.tolist() for k, v in state.items()}, sc.horizon, FD_STEPS, base)
-    res = common.stage("fidelity-timeline", key, lambda: timeline(mx, base, state, sc.horizon), fresh)
+    per_period = partial(tqdm, desc="AD per period")
+    res = common.stage("fidelity-timeline", key, lambda: timeline(mx, base, state, sc.horizon, per_period), fresh)
     rows = [dict(family=family, shot=k, motion=state["motion"], period=i + 1, t=round((i + 1) * 0.01, 6),
                  rel_error=res["rel_error"][i], truth_agreement=res["truth_agreement"][i],
                  truth_norm=res["truth_norm"][i]) for i in range(sc.horizon)]  # fmt: skip
@@ -148,7 +153,7 @@ def run(base: diffmjx.Config, out: Path, families, configs, n_shots: int, seed: 
             # the reference's values do not depend on how the solve is differentiated
             solve = dataclasses.replace(cfg.solver, gradient="unroll")
             ref = common.stage("fidelity-truth", (model_key, solve, cfg.collision, cfg.cfd),
-                               lambda: truth(mx, cfg, states, sc.horizon), fresh)  # fmt: skip # noqa: B023 (called within this iteration)
+                               lambda: truth(mx, cfg, states, sc.horizon, _REFERENCE_PROGRESS), fresh)  # fmt: skip # noqa: B023 (called within this iteration)
             res = common.stage("fidelity-grad", (model_key, cfg, cfg.integrator.kink_step_used(), jax.__version__),
                                lambda: measure(mx, cfg, states, ref, sc.horizon), fresh)  # fmt: skip # noqa: B023 (called within this iteration)
             ok = ref["agreement"] <= TRUTH_AGREEMENT

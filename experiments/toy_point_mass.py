@@ -28,8 +28,11 @@ length ``t_c = pi / omega_d``, exit with speed ``e = exp(-zeta pi / sqrt(1 - zet
 ``q(T) = e (T - q0 - t_c)`` once the contact has ended).  These closed forms are
 differentiated with ``jax.grad``.
 
-The model, its closed forms and the sweep live in :mod:`diffmjx.scenes.point_mass`; this module
-sweeps ``q0`` (and the penalty stiffness), writes the CSV and draws the figure.
+The model, its closed forms and the sweep live in :mod:`diffmjx.scenes.point_mass` (a public API:
+the tests check them and may import only the library), the contact models as typed objects
+(``PENALTY``, ``ELASTIC``, ``ELASTIC_MIRROR``); a model's ``name`` appears only in this module's
+output (the CSV's ``model`` column, the labels and the table). This module is the study: it sweeps
+``q0`` (and the penalty stiffness), writes the CSV, draws the figure and prints the table.
 
 Run:  ``python -m experiments.toy_point_mass [--quick] [--out docs/results]``
 """
@@ -48,9 +51,12 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 
 from diffmjx.scenes.point_mass import (  # noqa: E402
+    ELASTIC,
+    ELASTIC_MIRROR,
     FD_EPS,
     KINK_MARGIN,
     MODELS,
+    PENALTY,
     SETTINGS,
     STIFFNESS,
     ZETA,
@@ -69,7 +75,7 @@ Q0_RANGE = (0.0, 3.0)
 # Output
 # ---------------------------------------------------------------------------------------
 
-COLORS = {"penalty": "tab:blue", "elastic": "tab:red", "elastic_mirror": "tab:green"}
+COLORS = {PENALTY: "tab:blue", ELASTIC: "tab:red", ELASTIC_MIRROR: "tab:green"}
 # Penalty AD gradients at h = 0.1 reach O(100): symmetric-log axes, linear for |y| < 2.
 SYMLOG_LINTHRESH = 2.0
 
@@ -85,13 +91,15 @@ def make_plot(q0s, results: dict, path: Path) -> None:
         ax_l, ax_g = axes[0, col], axes[1, col]
         for model in MODELS:
             r = results[(model, h)]
-            lw = 1.0 if model == "elastic_mirror" else 1.4
-            ax_l.plot(q0s, r["loss"], color=COLORS[model], lw=lw, label=f"{model} (sim)")
-            ax_g.plot(q0s, r["grad_ad"], color=COLORS[model], lw=lw, label=f"{model} (AD)")
-        for model, label in (("penalty", "penalty"), ("elastic", "elastic")):
+            lw = 1.0 if model == ELASTIC_MIRROR else 1.4
+            ax_l.plot(q0s, r["loss"], color=COLORS[model], lw=lw, label=f"{model.name} (sim)")
+            ax_g.plot(q0s, r["grad_ad"], color=COLORS[model], lw=lw, label=f"{model.name} (AD)")
+        for model in (PENALTY, ELASTIC):  # elastic_mirror's continuous solution is elastic's
             r = results[(model, h)]
-            ax_l.plot(q0s, r["loss_true"], color=COLORS[model], ls="--", lw=1.0, label=f"{label} (true, continuous)")
-            ax_g.plot(q0s, r["grad_true"], color=COLORS[model], ls="--", lw=1.0, label=f"{label} (true)")
+            ax_l.plot(
+                q0s, r["loss_true"], color=COLORS[model], ls="--", lw=1.0, label=f"{model.name} (true, continuous)"
+            )
+            ax_g.plot(q0s, r["grad_true"], color=COLORS[model], ls="--", lw=1.0, label=f"{model.name} (true)")
         ax_l.set_title(f"h = {h:g}, N = {n}")
         for ax, key, lim in ((ax_l, "loss", (0.0, 1.3)), (ax_g, "grad_ad", (-1.4, 1.4))):
             big = max(np.abs(results[(m, h)][key]).max() for m in MODELS) > 3.0
@@ -124,7 +132,7 @@ def write_csv(q0s, results: dict, path: Path) -> None:
                 for i, q0 in enumerate(q0s):
                     w.writerow(
                         [
-                            model,
+                            model.name,
                             f"{h:g}",
                             n,
                             f"{q0:.10g}",
@@ -139,7 +147,7 @@ def write_csv(q0s, results: dict, path: Path) -> None:
 def run(quick: bool, out_dir: Path) -> dict:
     """Run the study, write CSV + PNG to ``out_dir`` and return the summary numbers.
 
-    Returns ``{"params": ..., "summary": {model: {h: stats}}, "stiffness_sweep":
+    Returns ``{"params": ..., "summary": {model name: {h: stats}}, "stiffness_sweep":
     {k: {h: median_abs_err}}, "files": [...]}``.
     """
     out_dir = Path(out_dir)
@@ -149,18 +157,18 @@ def run(quick: bool, out_dir: Path) -> dict:
 
     results, summary = {}, {}
     for model in MODELS:
-        summary[model] = {}
+        summary[model.name] = {}
         for h, n in SETTINGS:
             res = sweep(q0s, model, h, n)
             results[(model, h)] = res
-            summary[model][h] = summarize(q0s, res, model)
+            summary[model.name][h] = summarize(q0s, res, model)
 
     stiff = {}
     for k in STIFFNESS_SWEEP:
         stiff[k] = {}
         for h, n in SETTINGS:
-            res = results[("penalty", h)] if k == STIFFNESS else sweep(q0s, "penalty", h, n, k=k, with_fd=False)
-            stiff[k][h] = summarize(q0s, res, "penalty", k=k)["median_abs_err"]
+            res = results[(PENALTY, h)] if k == STIFFNESS else sweep(q0s, PENALTY, h, n, k=k, with_fd=False)
+            stiff[k][h] = summarize(q0s, res, PENALTY, k=k)["median_abs_err"]
 
     csv_path, png_path = out_dir / "toy_point_mass.csv", out_dir / "toy_point_mass.png"
     write_csv(q0s, results, csv_path)

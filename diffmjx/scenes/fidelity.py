@@ -25,18 +25,28 @@ it, with run and JIT times; :func:`timeline` where along one shot an error enter
 
 The study ``experiments.fidelity`` runs it over every family and a set of configurations
 (docs/gradcheck.md, "Fidelity suite").
+
+Why this is library code and what is not: the scene generator and the measurement are a public
+API because they are the tool a user checks their own configuration with (:func:`truth` and
+:func:`measure` take any ``mjx.Model`` with one free body, not only these scenes) and because the
+tests use them (``tests/test_fidelity.py``, ``tests/test_box_box.py``), which may import only the
+library. Everything that is the study itself lives in ``experiments/fidelity.py``: the named
+configurations, the loops over families, configurations and seeds, the saved stages, the CSV
+tables, the printing, the figures and the progress bars. The functions here print nothing and
+draw no progress bar; :func:`truth` and :func:`timeline` take a ``progress`` wrapper of their
+loop (e.g. ``functools.partial(tqdm, desc="reference solves")``) for a caller that wants one.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable, Iterable
 
 import jax
 import jax.numpy as jnp
 import mujoco
 import numpy as np
-from tqdm import tqdm
 
 from diffmjx._mjx import mjx
 from diffmjx.config import Config
@@ -56,6 +66,7 @@ __all__ = [
     "loss_fn",
     "measure",
     "model",
+    "reference_config",
     "scene",
     "shots",
     "timeline",
@@ -103,7 +114,15 @@ _TARGET_SIZES = {"sphere": (0.08,), "capsule": (0.05, 0.15), "box": (0.15, 0.15,
 
 @dataclasses.dataclass(frozen=True)
 class Scene:
-    """A random scene of one family: its XML and the numbers shots need."""
+    """A random scene of one family (made by :func:`scene`): its XML and the numbers shots need.
+
+    Attributes:
+        family: the key of :data:`FAMILIES` it was drawn from.
+        xml: the MJCF (one free body named ``thrown``; :func:`model` compiles it).
+        reach: bounding radius of the thrown geom (m).
+        top: height of the target's top under the thrown body (m); 0 over the plane.
+        horizon: control periods of a shot.
+    """
 
     family: str
     xml: str
@@ -117,7 +136,18 @@ def _fmt(v) -> str:
 
 
 def scene(family: str, seed: int) -> Scene:
-    """The random scene of ``family`` for ``seed``: sizes, density, friction, contact time constant."""
+    """The random scene of ``family`` for ``seed``: sizes, density, friction, contact time constant.
+
+    Arguments:
+        family: a key of :data:`FAMILIES`; ``readme`` is the shipped cube toss (the seed unused).
+        seed: seed of the draw; the same ``(family, seed)`` always gives the same scene.
+
+    Returns:
+        The :class:`Scene`.
+
+    Raises:
+        ValueError: ``family`` is not a key of :data:`FAMILIES`.
+    """
     if family not in FAMILIES:
         raise ValueError(f"fidelity family {family!r} is not known; choose one of: {', '.join(FAMILIES)}")
     if FAMILIES[family] is None:
@@ -162,8 +192,17 @@ def _random_quat(rng) -> np.ndarray:
 
 
 def shots(sc: Scene, n: int, seed: int) -> dict[str, np.ndarray]:
-    """``n`` random initial states of scene ``sc``: ``qpos`` (n, 7), ``qvel`` (n, 6), loss weights
-    ``w`` (n, 3) and ``motion`` (n,), the motion kinds in turn."""
+    """``n`` random initial states of scene ``sc``, the kinds of :data:`MOTIONS` in turn.
+
+    Arguments:
+        sc: the :class:`Scene` (from :func:`scene`).
+        n: number of shots; the ``readme`` family has one, whatever ``n``.
+        seed: seed of the draw (with the family's index).
+
+    Returns:
+        ``qpos`` (n, 7), ``qvel`` (n, 6), loss weights ``w`` (n, 3, unit vectors) and ``motion``
+        (n,), the kind of each shot.
+    """
     if sc.family == "readme":  # the README's "Use" snippet: one shot
         qpos = np.r_[0.0, 0.0, CUBE_TOSS["qz0"], 1.0, 0.0, 0.0, 0.0]
         return {"qpos": qpos[None], "qvel": np.r_[0.0, 0.0, CUBE_TOSS["u0"], 0, 0, 0][None],
@@ -201,7 +240,17 @@ def shots(sc: Scene, n: int, seed: int) -> dict[str, np.ndarray]:
 
 
 def loss_fn(mx, cfg: Config, horizon: int = HORIZON):
-    """``(qpos0, qvel0, w) -> (w . position(T), (accepted, rejected, budget exhausted))``."""
+    """The suite's loss: the thrown body's weighted position after ``horizon`` control periods.
+
+    Arguments:
+        mx: ``mjx.Model`` with one free body (its position is ``qpos[:3]``), zero controls.
+        cfg: the :class:`diffmjx.Config` of the rollout.
+        horizon: control periods.
+
+    Returns:
+        ``loss(qpos0, qvel0, w) -> (w . position(T), (accepted, rejected, budget exhausted))``, the
+        step statistics summed over the rollout.
+    """
     ctrls = jnp.zeros((horizon, mx.nu))
 
     def loss(qpos0, qvel0, w):
@@ -214,7 +263,14 @@ def loss_fn(mx, cfg: Config, horizon: int = HORIZON):
 
 
 def model(sc: Scene) -> mjx.Model:
-    """The ``mjx.Model`` of scene ``sc``."""
+    """The ``mjx.Model`` of scene ``sc`` (its MJCF compiled by MuJoCo and put on the device).
+
+    Arguments:
+        sc: the :class:`Scene`.
+
+    Returns:
+        The ``mjx.Model``.
+    """
     mj = mujoco.MjModel.from_xml_string(sc.xml)
     return mjx.put_model(mj)
 
@@ -222,7 +278,15 @@ def model(sc: Scene) -> mjx.Model:
 def reference_config(cfg: Config) -> Config:
     """``cfg``'s physics solved for the suite's reference: :func:`diffmjx.converged` at
     rtol = atol = :data:`REF_TOL` with at least 4096 steps per period, through checkpointed AD
-    (whose forward is the plain solve)."""
+    (whose forward is the plain solve).
+
+    Arguments:
+        cfg: the :class:`diffmjx.Config` whose physics (impedance floor, collisions, CFD) the
+            reference keeps.
+
+    Returns:
+        The reference :class:`diffmjx.Config`.
+    """
     return converged(dataclasses.replace(cfg, integrator=dataclasses.replace(cfg.integrator, adjoint="checkpoint")),
                      REF_TOL, max_steps=4096)  # fmt: skip
 
@@ -239,9 +303,22 @@ def _reference_value(mx, cfg: Config, horizon: int):
     return value
 
 
-def truth(mx, cfg: Config, states: dict, horizon: int = HORIZON) -> dict:
-    """Central differences (:func:`diffmjx.central_differences`, two steps) of the 1e-12 solve with
-    ``cfg``'s model settings.
+def _no_progress(iterable: Iterable) -> Iterable:
+    return iterable
+
+
+def truth(mx, cfg: Config, states: dict, horizon: int = HORIZON,
+          progress: Callable[[Iterable], Iterable] | None = None) -> dict:  # fmt: skip
+    """Central differences (:func:`diffmjx.central_differences`, steps :data:`FD_STEPS`) of the
+    :data:`REF_TOL` solve (:func:`reference_config`) with ``cfg``'s model settings.
+
+    Arguments:
+        mx: ``mjx.Model`` with one free body.
+        cfg: the :class:`diffmjx.Config` whose physics the reference solves.
+        states: the shots, as :func:`shots` returns them (``qpos``, ``qvel``, ``w``; batched).
+        horizon: control periods of the loss (:func:`loss_fn`).
+        progress: wraps the loop over shots (one reference sweep each, seconds to minutes), e.g.
+            ``functools.partial(tqdm, desc="reference solves")``; None: no wrapper.
 
     Returns:
         ``grad`` (n, 6), the gradient of every shot with respect to its initial velocity, and
@@ -251,7 +328,7 @@ def truth(mx, cfg: Config, states: dict, horizon: int = HORIZON) -> dict:
     """
     value = _reference_value(mx, cfg, horizon)
     sweeps = []
-    for i in tqdm(range(len(states["qvel"])), desc="reference solves", leave=False):
+    for i in (progress or _no_progress)(range(len(states["qvel"]))):
         args = (jnp.asarray(states["qpos"][i]), jnp.asarray(states["w"][i]))
         sweeps.append(central_differences(value, np.asarray(states["qvel"][i]), FD_STEPS, args=args, workers=2)[0])
     g, check = np.stack(sweeps, axis=1)  # (n, 6) each
@@ -264,6 +341,13 @@ def truth(mx, cfg: Config, states: dict, horizon: int = HORIZON) -> dict:
 
 def measure(mx, cfg: Config, states: dict, ref: dict, horizon: int = HORIZON) -> dict:
     """AD gradients of every shot with ``cfg``; errors against ``ref`` (:func:`truth`); timings.
+
+    Arguments:
+        mx: ``mjx.Model`` with one free body.
+        cfg: the :class:`diffmjx.Config` whose gradient is measured.
+        states: the shots, as :func:`shots` returns them (batched).
+        ref: :func:`truth` of the same shots (its ``grad``).
+        horizon: control periods of the loss (:func:`loss_fn`).
 
     Returns:
         ``grad`` (n, 6); ``rel_error`` ``|g - g*| / |g*|`` and ``wrong_sign`` (``g . g* <= 0``) per
@@ -289,14 +373,25 @@ def measure(mx, cfg: Config, states: dict, ref: dict, horizon: int = HORIZON) ->
             "exhausted": np.array([bool(s[2]) for s in stats]), "run_s": np.array(run_s), "jit_s": jit_s}  # fmt: skip
 
 
-def timeline(mx, cfg: Config, state: dict, horizon: int = HORIZON) -> dict:
+def timeline(mx, cfg: Config, state: dict, horizon: int = HORIZON,
+             progress: Callable[[Iterable], Iterable] | None = None) -> dict:  # fmt: skip
     """Where along one shot a gradient error enters: for every control period k, AD of
     ``w . position(k)`` with ``cfg`` against central differences (two steps) of the 1e-12 solve.
 
-    ``state``: one shot (``qpos``, ``qvel``, ``w`` of :func:`shots`, unbatched). The error of a
-    force jump that no gradient sees appears at the period that holds the jump and is carried on
-    from there; a kink resolved by the integration leaves no step. Returns arrays per period:
-    ``rel_error``, ``truth_agreement``, ``truth_norm``.
+    The error of a force jump that no gradient sees appears at the period that holds the jump and
+    is carried on from there; a kink resolved by the integration leaves no step.
+
+    Arguments:
+        mx: ``mjx.Model`` with one free body.
+        cfg: the :class:`diffmjx.Config` whose gradient is measured.
+        state: one shot (``qpos``, ``qvel``, ``w`` of :func:`shots`, unbatched).
+        horizon: control periods.
+        progress: wraps the loop over periods (one AD gradient each), e.g.
+            ``functools.partial(tqdm, desc="AD per period")``; None: no wrapper.
+
+    Returns:
+        Arrays per period: ``rel_error`` (AD against the truth), ``truth_agreement`` (of the two
+        difference steps) and ``truth_norm``.
     """
     qpos0, w = jnp.asarray(state["qpos"]), jnp.asarray(state["w"])
     ctrls = jnp.zeros((horizon, mx.nu))
@@ -312,7 +407,7 @@ def timeline(mx, cfg: Config, state: dict, horizon: int = HORIZON) -> dict:
                                    workers=2)  # fmt: skip
     g, check = sweep[0].T, sweep[1].T  # (horizon, 6)
     at = jax.jit(jax.grad(lambda v, k: positions(cfg)(v)[k]))
-    ad = np.stack([np.asarray(at(jnp.asarray(state["qvel"]), k)) for k in tqdm(range(horizon), desc="AD per period")])
+    ad = np.stack([np.asarray(at(jnp.asarray(state["qvel"]), k)) for k in (progress or _no_progress)(range(horizon))])
     norm = np.linalg.norm(g, axis=1)
     return {"rel_error": np.linalg.norm(ad - g, axis=1) / norm,
             "truth_agreement": np.linalg.norm(g - check, axis=1) / norm, "truth_norm": norm}  # fmt: skip
