@@ -166,7 +166,7 @@ def _check_objects(cfg: Config, solver, stepsize_controller, adjoint) -> None:
         if obj is not None and not isinstance(obj, kinds[name]):
             raise ValueError(f"{name}={obj!r} is not a diffrax.{kinds[name].__name__}")
     passed = [k for k, v in given.items() if v is not None]
-    if passed and cfg.integrator.solver.startswith("mjx_"):
+    if passed and cfg.integrator.fixed_step:
         raise ValueError(
             f"integrator.solver={cfg.integrator.solver!r} is one of MJX's fixed-step integrators, which take no "
             f"Diffrax {', '.join(passed)}; choose a Diffrax integrator.solver or drop the objects"
@@ -196,7 +196,7 @@ def validate(m, cfg: Config, *, solver=None, stepsize_controller=None, adjoint=N
         else ic.step_control == "pid"
     )
     embedded = isinstance(solver, diffrax.AbstractAdaptiveSolver) if solver is not None else ic.solver != "euler"
-    if adaptive and embedded is False and not ic.solver.startswith("mjx_"):
+    if adaptive and embedded is False and not ic.fixed_step:
         what = f"solver={solver!r}" if solver is not None else f"integrator.solver={ic.solver!r}"
         raise ValueError(
             f"an adaptive step-size controller (integrator.step_control='pid') needs an embedded error estimate, "

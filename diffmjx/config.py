@@ -37,6 +37,7 @@ __all__ = [
     "BUDGET_POLICIES",
     "CONTINUOUS_ADJOINTS",
     "DEFAULT_PRESET",
+    "FIXED_STEP_SOLVERS",
     "GRADIENTS",
     "PAPER_PRESET",
     "PRESET_KINDS",
@@ -68,6 +69,7 @@ SOLVERS = (
     "tsit5", "dopri5", "dopri8", "bosh3", "heun", "midpoint", "ralston", "euler",
     "mjx_euler", "mjx_rk4", "mjx_implicitfast",
 )  # fmt: skip
+FIXED_STEP_SOLVERS = ("mjx_euler", "mjx_rk4", "mjx_implicitfast")  # MJX's own integrators
 ADJOINTS = ("checkpoint", "backsolve", "interpolated", "sensitivity", "forward")
 CONTINUOUS_ADJOINTS = ("backsolve", "interpolated", "sensitivity")  # optimise-then-discretise: the continuous equations
 STEP_CONTROLS = ("pid", "constant")
@@ -529,6 +531,12 @@ class IntegratorConfig(Section):
     on_budget_exhausted: str = knob("flag", choices=BUDGET_POLICIES)
     kink_step: float | str | None = knob("auto", check=_check_kink_step)
     dto_tighten: float = knob(10.0, ge=1)
+
+    @property
+    def fixed_step(self) -> bool:
+        """Whether ``solver`` is one of MJX's fixed-step integrators (``mjx_*``) rather than a Diffrax
+        tableau: the one place the solver's name is read (:func:`diffmjx.method.integration_method`)."""
+        return self.solver in FIXED_STEP_SOLVERS
 
     def tolerances(self, *, backsolve: bool | None = None) -> tuple[float, float]:
         """``(rtol, atol)`` of the forward solve: ``rtol`` and ``atol`` divided by ``dto_tighten``

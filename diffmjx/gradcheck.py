@@ -190,7 +190,7 @@ def tightened(cfg):
         The tightened :class:`diffmjx.Config`; physics (impedance floor, collisions, CFD) unchanged.
     """
     ic = cfg.integrator
-    if ic.solver.startswith("mjx_"):
+    if ic.fixed_step:
         return dataclasses.replace(cfg, integrator=dataclasses.replace(ic, substeps=10 * ic.substeps))
     tight = dataclasses.replace(
         ic,

@@ -61,7 +61,7 @@ def forward_config(cfg: Config | None) -> Config:
     """``cfg`` with a gradient mode ``jax.jacfwd`` can differentiate (``Config()`` if None): its
     own if forward-mode (``forward``, ``sensitivity``) or fixed-step MJX, else ``forward``."""
     cfg = Config() if cfg is None else cfg
-    if cfg.integrator.adjoint in FORWARD_MODES or cfg.integrator.solver.startswith("mjx_"):
+    if cfg.integrator.adjoint in FORWARD_MODES or cfg.integrator.fixed_step:
         return cfg
     # a reverse-mode adjoint (checkpoint, backsolve, interpolated) cannot be pushed forward: the
     # Jacobian of the same period in forward mode (discretise-then-optimise, kink control as set)

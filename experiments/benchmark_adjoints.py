@@ -33,7 +33,7 @@ import numpy as np
 from tqdm import tqdm
 
 import diffmjx
-from diffmjx import integrate
+from diffmjx import term
 from diffmjx.gradcheck import relative_errors
 from diffmjx.scenes import CUBE_TOSS, cube_toss_data, cube_toss_loss, load
 from experiments import common
@@ -45,18 +45,18 @@ TIMING_ROUNDS = 15  # interleaved rounds of one forward and one value-and-gradie
 def _count_evaluations(fn, *args) -> int:
     """Vector-field evaluations one call of ``fn(*args)`` makes (traced with a counting callback)."""
     count = [0]
-    original = integrate.vector_field
+    original = term.vector_field
 
     def counted(*a, **k):
         out = original(*a, **k)
         jax.debug.callback(lambda: count.__setitem__(0, count[0] + 1))
         return out
 
-    integrate.vector_field = counted
+    term.vector_field = counted
     try:  # a fresh function object: JAX must trace anew, and the timed programs keep their traces
         jax.block_until_ready(jax.jit(lambda *a: fn(*a))(*args))
     finally:
-        integrate.vector_field = original
+        term.vector_field = original
     return count[0]
 
 

@@ -190,14 +190,14 @@ def test_diffrax_args_are_only_the_traced_leaves():
     """The backsolve adjoint integrates an adjoint for every inexact leaf of Diffrax's args, so
     only traced leaves go there: a model the caller's jit closes over stays a constant, a leaf a
     parameter map replaced travels, and unpacking gives the tree back leaf for leaf."""
-    from diffmjx.integrate import _traced_args
+    from diffmjx.term import traced_args
 
     _, mx = load("cube_toss")
     seen = {}
 
     def f(mass):
         m = mx.replace(body_mass=mx.body_mass.at[1].set(mass))
-        args, unpack = _traced_args((m, {"ctrl": np.zeros(0)}))
+        args, unpack = traced_args((m, {"ctrl": np.zeros(0)}))
         seen["n"] = len(args)
         back, _ = unpack(args)
         for a, b in zip(jax.tree.leaves(back), jax.tree.leaves(m), strict=True):
@@ -208,7 +208,7 @@ def test_diffrax_args_are_only_the_traced_leaves():
     assert seen["n"] == 1  # body_mass only: the other 123 model leaves and ctrl are constants
 
     def passed(m):  # a model passed to jit as an argument: every leaf is traced, every leaf travels
-        seen["all"] = len(_traced_args(m)[0]) == len(jax.tree.leaves(m))
+        seen["all"] = len(traced_args(m)[0]) == len(jax.tree.leaves(m))
         return 0.0
 
     jax.jit(passed)(mx)

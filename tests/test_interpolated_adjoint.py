@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import diffmjx
-from diffmjx.integrate import _kinks
+from diffmjx.adjoints import AdjointState, InterpolatedAdjoint, kinks
 from diffmjx.scenes import cube_toss_data, load
 
 HORIZON = 15  # through touchdown (about 0.06 s), the first bounce and sliding
@@ -66,10 +66,10 @@ def test_config_names_the_interpolated_adjoint():
     and the object cannot be handed to Diffrax itself."""
     method = diffmjx.diffrax_method(CFG.override("integrator.adjoint=interpolated", "integrator.backsolve_rtol=1e-6"))
     adjoint = method.adjoint
-    assert isinstance(adjoint, diffmjx.integrate.InterpolatedAdjoint)
+    assert isinstance(adjoint, InterpolatedAdjoint)
     assert adjoint.stepsize_controller.rtol == 1e-6 and method.stepsize_controller.rtol == CFG.integrator.rtol
     a_y, a_args = jnp.array([3.0, 4.0]), [jnp.array([1e6])]
-    state = diffmjx.integrate._AdjointState(a_y, a_args)
+    state = AdjointState(a_y, a_args)
     assert float(adjoint.stepsize_controller.norm(state)) == pytest.approx(np.sqrt(12.5))
     assert CFG.override("integrator.adjoint=interpolated").integrator.tolerances() == (1e-7, 1e-7)
     with pytest.raises(NotImplementedError, match="diffmjx.step and diffmjx.rollout"):
@@ -94,7 +94,7 @@ def _ramp():
     ],
 )
 def test_kinks_are_located_on_the_dense_solution(code, expected):
-    found = np.asarray(jax.jit(lambda: _kinks(_ramp(), lambda t, y, args: code(y), None))())
+    found = np.asarray(jax.jit(lambda: kinks.locate(_ramp(), lambda t, y, args: code(y), None))())
     assert found.shape == (8,)
     np.testing.assert_allclose(found[: len(expected)], expected, rtol=0, atol=1e-13)
     assert np.all(np.isinf(found[len(expected) :]))

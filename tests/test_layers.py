@@ -32,6 +32,11 @@ LAYERS = (
     ("checks",),  # up-front validation
     ("cfd",),  # contacts from distance
     ("dynamics",),  # the vector field: forward
+    ("term", "stepsize"),  # one period's Diffrax term; its step-size controller (warm start, kink control)
+    ("adjoints",),  # gradient modes of a period's solve
+    ("period",),  # one Diffrax period
+    ("fixed_step",),  # MJX's fixed-step integrators
+    ("method",),  # config -> integration method
     ("integrate",),  # step, rollout
     ("jacobians",),  # per-period Jacobians along a rollout (linearize)
     ("ilqr",),  # iLQR iterations on those Jacobians
@@ -40,7 +45,7 @@ LAYERS = (
     ("mpc", "sysid"),  # applications over the core
     ("__init__",),  # the public API
 )
-NESTED = ("scenes", "sysid")
+NESTED = ("adjoints", "scenes", "sysid")
 
 
 def _module_name(root: Path, path: Path) -> str:

@@ -13,7 +13,8 @@ import jax.numpy as jnp
 import pytest
 
 import diffmjx
-from diffmjx.integrate import _sensitivity_solve
+from diffmjx.adjoints import PeriodSolve, SensitivityAdjoint
+from diffmjx.adjoints.sensitivity import sensitivity_solve
 from diffmjx.scenes import cube_toss_data, load
 
 HORIZON = 15  # through touchdown (about 0.06 s), the first bounce and sliding (as the interpolated adjoint's test)
@@ -33,8 +34,8 @@ def _final_y(mx, cfg):
 
 
 def _solve_dict(code=None, ignored=(False,)):
-    return dict(solver=diffrax.Tsit5(), t0=0.0, t1=1.0, dt0=0.1, max_steps=256, throw=False, ignored=ignored, code=code,
-                controller=diffrax.PIDController(rtol=1e-8, atol=1e-8))  # fmt: skip
+    return PeriodSolve(solver=diffrax.Tsit5(), t0=0.0, t1=1.0, dt0=0.1, max_steps=256, throw=False, ignored=ignored,
+                       code=code, controller=diffrax.PIDController(rtol=1e-8, atol=1e-8))  # fmt: skip
 
 
 def test_linear_ode_derivatives_are_exact():
@@ -43,7 +44,7 @@ def test_linear_ode_derivatives_are_exact():
     term = diffrax.ODETerm(lambda t, y, args: -args[0] * y)
 
     def y1(y0, k):
-        return _sensitivity_solve((y0, [k]), term, _solve_dict())[0]
+        return sensitivity_solve((y0, [k]), term, _solve_dict())[0]
 
     y0, k = jnp.array([2.0]), jnp.array(0.7)
     (value, (t_y0, t_k)) = y1(y0, k), jax.jacfwd(y1, argnums=(0, 1))(y0, k)
@@ -65,7 +66,7 @@ def test_kinks_in_time_are_split_at():
 
     def y1(k, ignored_arg):
         solve = _solve_dict(code=code, ignored=(False, True))
-        return _sensitivity_solve((jnp.array([1.0]), [k, ignored_arg]), term, solve)[0][0]
+        return sensitivity_solve((jnp.array([1.0]), [k, ignored_arg]), term, solve)[0][0]
 
     g_k, g_other = jax.grad(y1, argnums=(0, 1))(jnp.array(2.0), jnp.array(5.0))
     assert abs(float(g_k) - 0.245) < 1e-12, float(g_k)
@@ -92,7 +93,7 @@ def test_config_names_the_sensitivity_adjoint():
     control (as backsolve's), and the object cannot be handed to Diffrax itself."""
     cfg = CFG.override("integrator.adjoint=sensitivity")
     method = diffmjx.diffrax_method(cfg)
-    assert isinstance(method.adjoint, diffmjx.integrate.SensitivityAdjoint)
+    assert isinstance(method.adjoint, SensitivityAdjoint)
     assert method.stepsize_controller.rtol == CFG.integrator.rtol
     assert cfg.integrator.tolerances() == (1e-7, 1e-7)
     assert cfg.integrator.kink_step_used() is None

@@ -75,7 +75,7 @@ def resolve_batching(batching: str, cfg: Config) -> str:
     if batching != "auto":
         return batching
     ic = cfg.integrator
-    adaptive = ic.step_control == "pid" and not ic.solver.startswith("mjx_")
+    adaptive = ic.step_control == "pid" and not ic.fixed_step
     return "map" if adaptive and jax.default_backend() == "cpu" else "vmap"
 
 
