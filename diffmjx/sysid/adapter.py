@@ -26,10 +26,11 @@ from diffmjx.sysid.recording import Recording, RecordingError
 __all__ = ["from_mujoco_sysid", "to_mujoco_sysid"]
 
 
-def _sysid():
-    from diffmjx.sysid.peer import _sysid as load
+def _mujoco_sysid():
+    """``mujoco.sysid`` (imported on first use: :mod:`diffmjx.sysid.peer` holds the install hint)."""
+    from diffmjx.sysid.peer import mujoco_sysid
 
-    return load()
+    return mujoco_sysid()
 
 
 def _times(ts) -> np.ndarray:
@@ -47,7 +48,7 @@ def _period(times: np.ndarray, where: str) -> float:
 
 
 def _one(model, control, measured, initial_state, name: str, variant: int) -> Recording:
-    sysid = _sysid()
+    sysid = _mujoco_sysid()
     nq, nv, nu, ns = model.nq, model.nv, model.nu, model.nsensordata
     where = f"mujoco.sysid trajectory {name!r}"
     ct = _times(control)
@@ -110,7 +111,7 @@ def from_mujoco_sysid(data, *, name: str | None = None, variant: int = 0) -> lis
         RecordingError: a series that is not evenly spaced, a missing joint position, sizes that do
             not match the model (named).
     """
-    sysid = _sysid()
+    sysid = _mujoco_sysid()
     items = data if isinstance(data, (list, tuple)) else [data]
     out = []
     for k, item in enumerate(items):
@@ -133,7 +134,7 @@ def to_mujoco_sysid(recording: Recording, model, t0: float = 0.0):
     ``mujoco.sysid``'s residual reads them), the controls ``T + 1`` rows (the last repeated, dropped by
     ``mujoco.sysid``), the initial state sample 0.
     """
-    sysid = _sysid()
+    sysid = _mujoco_sysid()
     rec = recording.check(model)
     t_count = rec.T
     times = t0 + np.arange(t_count + 1) * rec.dt

@@ -19,17 +19,17 @@ import numpy as np
 
 from diffmjx.config import Config, Preset, Section, apply_overrides, knob, section_from_dict, sections_from_dict
 from diffmjx.sysid.data import DataConfig
-from diffmjx.sysid.model import _SHAPES, CubeParams, check_params
+from diffmjx.sysid.model import PARAM_SHAPES, CubeParams, check_params
 from diffmjx.sysid.problem import BATCHINGS
 
-__all__ = ["FREE_PARAMS", "SysidConfig", "TrainConfig", "sim_overrides"]
+__all__ = ["FREE_PARAMS", "SysidConfig", "TrainConfig", "check_free", "sim_overrides"]
 
 FREE_PARAMS = CubeParams._fields
 """Parameters that can be identified (the fields of :class:`~diffmjx.sysid.CubeParams`)."""
 
 
 
-def _check_free(key: str, value: Any) -> tuple[str, ...]:
+def check_free(key: str, value: Any) -> tuple[str, ...]:
     """``train.free``: a non-empty set of parameter names, returned in :data:`FREE_PARAMS` order."""
     if isinstance(value, str):
         value = (value,)
@@ -67,8 +67,8 @@ def _check_inits(key: str, value: Any) -> tuple[tuple[str, Any], ...]:
             a = np.asarray(v, dtype=np.float64)
         except (TypeError, ValueError):
             a = None
-        if a is None or isinstance(v, bool) or a.shape != _SHAPES[name]:
-            expected = "a number" if _SHAPES[name] == () else f"a list of {_SHAPES[name][0]} numbers"
+        if a is None or isinstance(v, bool) or a.shape != PARAM_SHAPES[name]:
+            expected = "a number" if PARAM_SHAPES[name] == () else f"a list of {PARAM_SHAPES[name][0]} numbers"
             raise ValueError(f"{key}.{name}={v!r} is invalid; expected {expected}")
         out[name] = float(a) if a.shape == () else tuple(float(x) for x in a)
     try:
@@ -111,7 +111,7 @@ class TrainConfig(Section):
     horizon: int = knob(4, ge=1)
     epochs: int = knob(1, ge=1)
     steps_per_epoch: int | None = knob(None, ge=1)
-    free: tuple[str, ...] = knob(("side_length",), check=_check_free)
+    free: tuple[str, ...] = knob(("side_length",), check=check_free)
     inits: tuple[tuple[str, Any], ...] = knob((), check=_check_inits)
     seed: int = knob(0, ge=0)
     checkpoint_dir: str | None = knob(None)
@@ -179,7 +179,7 @@ class SysidConfig(Preset):
         """Newton iterations of the model: ``train.iterations``, or 4 for ``mjx_*`` solvers and 2 otherwise."""
         if self.train.iterations is not None:
             return self.train.iterations
-        return 4 if self.sim.integrator.solver.startswith("mjx_") else 2
+        return 4 if self.sim.integrator.fixed_step else 2
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "SysidConfig":

@@ -15,12 +15,25 @@ way. :func:`process_settings` checks settings without starting anything.
 """
 
 import os
-from collections.abc import Mapping
-from typing import NamedTuple
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
-__all__ = ["ENV_COORDINATOR", "ENV_NUM_PROCESSES", "ENV_PROCESS_ID", "Processes", "initialize", "process_settings"]
+__all__ = [
+    "ENV_COORDINATOR",
+    "ENV_NUM_PROCESSES",
+    "ENV_PROCESS_ID",
+    "Processes",
+    "batch_sharding",
+    "initialize",
+    "process_settings",
+    "replicate",
+    "sharded_rows",
+]
 
 ENV_COORDINATOR = "DIFFMJX_COORDINATOR"
 """Environment variable: ``host:port`` of process 0, where the coordinator listens (all processes the same)."""
@@ -173,3 +186,38 @@ def initialize(
     # raises RuntimeError if this process has computed anything with JAX already
     jax.distributed.initialize(coordinator_address=address, num_processes=count, process_id=pid)
     return Processes(jax.process_index(), jax.process_count(), address)
+
+
+def batch_sharding(batch_size: int, devices: Sequence | None = None) -> tuple[NamedSharding, NamedSharding]:
+    """Shardings of a minibatch over ``devices`` (default: all visible, every process's when several
+    run, :mod:`diffmjx.sysid.distributed`): a 1-D mesh ``("batch",)``.
+
+    Returns:
+        ``(batch, replicated)``: ``NamedSharding(mesh, P("batch"))`` for arrays whose first axis is
+        the batch, and ``NamedSharding(mesh, P())`` for everything else.
+
+    Raises:
+        ValueError: ``batch_size`` is not a multiple of the device count.
+    """
+    devices = list(jax.devices() if devices is None else devices)
+    if batch_size % len(devices):
+        raise ValueError(
+            f"train.batch_size={batch_size} is not divisible by the {len(devices)} visible devices; minibatches are "
+            f"sharded over the batch axis, so choose a multiple of {len(devices)}"
+        )
+    mesh = Mesh(np.asarray(devices), ("batch",))
+    return NamedSharding(mesh, P("batch")), NamedSharding(mesh, P())
+
+
+def sharded_rows(data: np.ndarray, idx: np.ndarray, sharding: NamedSharding) -> jax.Array:
+    """The global array ``data[idx]`` laid out by ``sharding``; each process gathers and copies only
+    the rows its own devices hold."""
+    return jax.make_array_from_callback(
+        (len(idx), *data.shape[1:]), sharding, lambda index: data[idx[index[0]]][(slice(None), *index[1:])]
+    )
+
+
+def replicate(tree: Any, sharding: NamedSharding) -> Any:
+    """Every leaf of ``tree`` on every device of ``sharding``, each process copying its own value to its
+    own devices: no exchange between processes (they compute the same values from the same config)."""
+    return jax.tree.map(lambda x: jax.make_array_from_callback(np.shape(x), sharding, lambda i: np.asarray(x)[i]), tree)

@@ -20,9 +20,9 @@ from jax.experimental import multihost_utils
 from diffmjx.config import Config
 from diffmjx.sysid.config import SysidConfig
 from diffmjx.sysid.data import Toss
+from diffmjx.sysid.distributed import batch_sharding, replicate, sharded_rows
 from diffmjx.sysid.loss import predict_segments
-from diffmjx.sysid.model import CubeParams, _base
-from diffmjx.sysid.train import _replicate, _rows, batch_sharding
+from diffmjx.sysid.model import CubeParams, options_model
 
 __all__ = ["pad_tosses", "rollout_tosses", "trajectory_error"]
 
@@ -93,14 +93,14 @@ def rollout_tosses(
     params = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), params)
     horizon = qpos.shape[1] - 1
     if devices is None:
-        pq, pv = _toss_rollout(params, _base(iterations), qpos[:, 0], qvel[:, 0], horizon=horizon, cfg=sim)
+        pq, pv = _toss_rollout(params, options_model(iterations), qpos[:, 0], qvel[:, 0], horizon=horizon, cfg=sim)
     else:
         devices = list(devices)
         k = qpos.shape[0]
         idx = np.minimum(np.arange(-(-k // len(devices)) * len(devices)), k - 1)  # pad with the last toss
         batch, replicated = batch_sharding(len(idx), devices)
-        p, base = _replicate((params, _base(iterations)), replicated)
-        out = _toss_rollout(p, base, _rows(qpos[:, 0], idx, batch), _rows(qvel[:, 0], idx, batch),
+        p, base = replicate((params, options_model(iterations)), replicated)
+        out = _toss_rollout(p, base, sharded_rows(qpos[:, 0], idx, batch), sharded_rows(qvel[:, 0], idx, batch),
                             horizon=horizon, cfg=sim)  # fmt: skip
         pq, pv = (_gather(x)[:k] for x in out)
     pq = np.concatenate([qpos[:, :1], np.asarray(pq)], axis=1)

@@ -20,6 +20,10 @@ not determine (their intervals are infinite).
 
 Knobs: :class:`FitConfig` (section ``fit``, YAML presets ``diffmjx/presets/fit_<name>.yaml``,
 ``fit.field=value`` overrides) and the simulation's :class:`diffmjx.Config`.
+
+Why one file of this length: :func:`identify` and the two optimiser loops it drives (``lm``, ``adam``),
+their checkpoints and the confidence intervals share the fit's private state; each loop is one class
+of at most about 110 lines.
 """
 
 
@@ -544,14 +548,14 @@ class _Adam:
     def loss(self, theta) -> float:
         """The loss on every segment: the step's own program (placed as :meth:`run` places its
         arguments, so it is not compiled again) when a step takes them all."""
-        from diffmjx.sysid.train import _replicate, _rows, batch_sharding
+        from diffmjx.sysid.distributed import batch_sharding, replicate, sharded_rows
 
         if all(n == g.size for g, n in zip(self.groups, self.sizes)):
             placed = []
             for g in self.groups:
                 batch, replicated = batch_sharding(g.size)
-                placed.append(tuple(None if a is None else _rows(a, np.arange(g.size), batch) for a in g.arrays()))
-            theta, state = _replicate((theta, self.init(theta)), replicated)
+                placed.append(tuple(None if a is None else sharded_rows(a, np.arange(g.size), batch) for a in g.arrays()))
+            theta, state = replicate((theta, self.init(theta)), replicated)
             return float(self._step(theta, state, jnp.asarray(self.fit.learning_rate), self.coords, self.bases,
                                     placed)[2])  # fmt: skip
         if self._full is None:

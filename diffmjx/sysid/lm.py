@@ -44,7 +44,7 @@ import optimistix as optx
 from diffmjx import checkpoint
 from diffmjx.sysid.config import FREE_PARAMS, SysidConfig
 from diffmjx.sysid.loss import segment_residuals
-from diffmjx.sysid.model import CubeParams, _base, from_unconstrained, to_unconstrained
+from diffmjx.sysid.model import CubeParams, from_unconstrained, options_model, to_unconstrained
 
 __all__ = ["LMHistory", "LMResult", "fit_lm"]
 
@@ -146,7 +146,7 @@ def fit_lm(
     z0 = to_unconstrained(init)
     theta = {k: jnp.asarray(getattr(z0, k)) for k in tc.free}
     fixed = {k: jnp.asarray(getattr(z0, k)) for k in FREE_PARAMS if k not in tc.free}
-    base = _base(cfg.iterations)
+    base = options_model(cfg.iterations)
     vw = float(tc.velocity_weight)
 
     def fn(th, args):

@@ -43,6 +43,7 @@ __all__ = [
     "CUBE_GEOM",
     "CUBE_SCENE",
     "FLOOR_GEOM",
+    "PARAM_SHAPES",
     "CubeParams",
     "check_params",
     "cube_mjmodel",
@@ -50,6 +51,7 @@ __all__ = [
     "cube_parameters",
     "cube_values",
     "from_unconstrained",
+    "options_model",
     "to_unconstrained",
 ]
 
@@ -111,7 +113,8 @@ _BOUNDS = (
     ("solimp", 4, 1.0, math.inf, True, False, "power"),
     ("friction", None, 0.0, math.inf, False, False, "sliding"),
 )
-_SHAPES = {"side_length": (), "mass": (), "solref": (2,), "solimp": (5,), "friction": ()}
+PARAM_SHAPES = {"side_length": (), "mass": (), "solref": (2,), "solimp": (5,), "friction": ()}
+"""The shape of each :class:`CubeParams` field."""
 
 
 def _is_traced(p) -> bool:
@@ -132,7 +135,7 @@ def check_params(params: CubeParams, *, strict: bool = False) -> None:
     """
     if not isinstance(params, CubeParams):
         raise ValueError(f"params must be a CubeParams, got {type(params).__name__}")
-    for name, shape in _SHAPES.items():
+    for name, shape in PARAM_SHAPES.items():
         value = np.asarray(getattr(params, name), dtype=np.float64)
         if value.shape != shape:
             raise ValueError(f"CubeParams.{name} has shape {value.shape}; expected {shape}")
@@ -210,7 +213,7 @@ def _parameter_set() -> ParameterSet:
 
 
 @functools.cache
-def _base(iterations: int) -> _mjx.Model:
+def options_model(iterations: int) -> _mjx.Model:
     """The options model of :func:`cube_mjx_model` (parameters are written in): one per iteration
     count, so every run with the same options passes the same pytree structure and hits the same program.
     On this process's first device (MJX's default, ``jax.devices()[0]``, belongs to process 0 when

@@ -36,6 +36,9 @@ Sharp bits:
   not a derivative. Keep ``eps`` small, but large against the solver's rounding noise.
 - ``mujoco.sysid.optimize`` makes MuJoCo's backend print every iteration (its ``verbose`` is not
   forwarded); :func:`fit_mujoco_sysid` swallows standard output unless ``verbose``.
+
+Why one file of this length: the peer fit through ``mujoco.sysid`` end to end (its model, driver
+and bounds), kept apart so that nothing of DiffMJX enters the comparison.
 """
 
 import contextlib
@@ -48,12 +51,12 @@ import mujoco
 import numpy as np
 
 from diffmjx.impedance import MAXIMP, MINIMP
-from diffmjx.sysid.config import FREE_PARAMS, _check_free
+from diffmjx.sysid.config import FREE_PARAMS, check_free
 from diffmjx.sysid.data import DT
 from diffmjx.sysid.loss import state_residuals
-from diffmjx.sysid.model import _SHAPES, CubeParams, check_params, cube_mjmodel
+from diffmjx.sysid.model import PARAM_SHAPES, CubeParams, check_params, cube_mjmodel
 
-__all__ = ["PEER_BOUNDS", "PeerFit", "PeerResult", "fit_mujoco_sysid", "identify_mujoco_sysid"]
+__all__ = ["PEER_BOUNDS", "PeerFit", "PeerResult", "fit_mujoco_sysid", "identify_mujoco_sysid", "mujoco_sysid"]
 
 _MARGIN = 1e-6  # keeps solimp's clamped components strictly inside MuJoCo's [1e-4, 0.9999]
 
@@ -99,7 +102,7 @@ class PeerResult(NamedTuple):
     iterations: int | None
 
 
-def _sysid():
+def mujoco_sysid():
     """``mujoco.sysid``, or ImportError with the install hint when its extras are missing."""
     try:
         from mujoco import sysid
@@ -201,8 +204,8 @@ def fit_mujoco_sysid(
             ones), ``init`` invalid or outside :data:`PEER_BOUNDS`, bad segment shapes or a bad
             option.
     """
-    sysid = _sysid()
-    free = _check_free("free", free)
+    sysid = mujoco_sysid()
+    free = check_free("free", free)
     check_params(init)
     qpos, qvel = _check_segments(qpos, qvel)
     if not (np.isfinite(velocity_weight) and velocity_weight >= 0):
@@ -226,7 +229,7 @@ def fit_mujoco_sysid(
         pdict.add(sysid.Parameter(name, np.ones_like(lo), lo / scale[name], hi / scale[name], frozen=name not in free))
 
     def physical(p) -> CubeParams:
-        return CubeParams(**{n: (p[n].value * scale[n]).reshape(_SHAPES[n]).astype(np.float64) for n in FREE_PARAMS})
+        return CubeParams(**{n: (p[n].value * scale[n]).reshape(PARAM_SHAPES[n]).astype(np.float64) for n in FREE_PARAMS})
 
     def build(p):
         return cube_mjmodel(physical(p), iterations=iterations)
@@ -339,7 +342,7 @@ def identify_mujoco_sysid(
     from diffmjx.sysid.parameter import ParameterSet
     from diffmjx.sysid.problem import cut, sensor_model, state_residuals
 
-    sysid = _sysid()
+    sysid = mujoco_sysid()
     fit = FitConfig() if fit is None else fit
     m0, spec = load_model(model)
     ps = ParameterSet(m0, params, (), spec)

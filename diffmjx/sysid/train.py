@@ -35,15 +35,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from jax.experimental import multihost_utils
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
 
 from diffmjx import checkpoint
 from diffmjx.config import Config
 from diffmjx.sysid.config import FREE_PARAMS, SysidConfig
 from diffmjx.sysid.data import Segments, load_split, segments
+from diffmjx.sysid.distributed import batch_sharding, replicate, sharded_rows
 from diffmjx.sysid.loss import segment_loss
-from diffmjx.sysid.model import _SHAPES, CubeParams, _base, from_unconstrained, to_unconstrained
+from diffmjx.sysid.model import PARAM_SHAPES, CubeParams, from_unconstrained, options_model, to_unconstrained
 
 __all__ = ["ADAM", "History", "Loop", "TrainResult", "adam_loop", "batch_sharding", "train"]
 
@@ -70,41 +69,6 @@ class TrainResult(NamedTuple):
     history: History
     resumed_epochs: int  # whole epochs read from a checkpoint (0: started fresh)
     resumed_steps: int = 0  # steps read from a checkpoint (0: started fresh)
-
-
-def batch_sharding(batch_size: int, devices: Sequence | None = None) -> tuple[NamedSharding, NamedSharding]:
-    """Shardings of a minibatch over ``devices`` (default: all visible, every process's when several
-    run, :mod:`diffmjx.sysid.distributed`): a 1-D mesh ``("batch",)``.
-
-    Returns:
-        ``(batch, replicated)``: ``NamedSharding(mesh, P("batch"))`` for arrays whose first axis is
-        the batch, and ``NamedSharding(mesh, P())`` for everything else.
-
-    Raises:
-        ValueError: ``batch_size`` is not a multiple of the device count.
-    """
-    devices = list(jax.devices() if devices is None else devices)
-    if batch_size % len(devices):
-        raise ValueError(
-            f"train.batch_size={batch_size} is not divisible by the {len(devices)} visible devices; minibatches are "
-            f"sharded over the batch axis, so choose a multiple of {len(devices)}"
-        )
-    mesh = Mesh(np.asarray(devices), ("batch",))
-    return NamedSharding(mesh, P("batch")), NamedSharding(mesh, P())
-
-
-def _rows(data: np.ndarray, idx: np.ndarray, sharding: NamedSharding) -> jax.Array:
-    """The global array ``data[idx]`` laid out by ``sharding``; each process gathers and copies only
-    the rows its own devices hold."""
-    return jax.make_array_from_callback(
-        (len(idx), *data.shape[1:]), sharding, lambda index: data[idx[index[0]]][(slice(None), *index[1:])]
-    )
-
-
-def _replicate(tree: Any, sharding: NamedSharding) -> Any:
-    """Every leaf of ``tree`` on every device of ``sharding``, each process copying its own value to its
-    own devices: no exchange between processes (they compute the same values from the same config)."""
-    return jax.tree.map(lambda x: jax.make_array_from_callback(np.shape(x), sharding, lambda i: np.asarray(x)[i]), tree)
 
 
 def _check_processes_agree(fingerprint: str, done: int) -> None:
@@ -170,7 +134,7 @@ def _fingerprint(cfg: SysidConfig, qpos: np.ndarray, qvel: np.ndarray) -> str:
 
 def _history(hist: dict) -> History:
     params = CubeParams(
-        **{n: np.asarray(hist.get(f"params/{n}", []), np.float64).reshape((-1, *_SHAPES[n])) for n in FREE_PARAMS}
+        **{n: np.asarray(hist.get(f"params/{n}", []), np.float64).reshape((-1, *PARAM_SHAPES[n])) for n in FREE_PARAMS}
     )
     return History(
         step=np.asarray(hist["step"], np.int64),
@@ -278,7 +242,7 @@ def adam_loop(
                                  f"train.epochs={epochs}")  # fmt: skip
     if jax.process_count() > 1:
         _check_processes_agree(fingerprint, done)
-    theta, opt_state = _replicate((theta, opt_state), replicated)
+    theta, opt_state = replicate((theta, opt_state), replicated)
     writer = jax.process_index() == 0  # the one process that writes checkpoints and shows progress
     bar = tqdm(total=epochs * steps, initial=done, desc=desc, disable=not (progress and writer), leave=False)
     resumed, ran = done, 0
@@ -290,7 +254,7 @@ def adam_loop(
             for k in range(steps):
                 if epoch * steps + k < done or (stop_after is not None and ran >= stop_after) or stop:
                     continue  # done before a resume, or beyond this piece
-                batches = [tuple(_rows(a, order[k * b : (k + 1) * b], sh) for a in arrays)
+                batches = [tuple(sharded_rows(a, order[k * b : (k + 1) * b], sh) for a in arrays)
                            for arrays, order, b, (sh, _) in zip(data, orders, sizes, shardings)]  # fmt: skip
                 t = time.perf_counter()
                 new_theta, new_state, loss, grad = step(theta, opt_state, batches)
@@ -402,8 +366,8 @@ def train(
     fixed = {k: jnp.asarray(getattr(z0, k)) for k in FREE_PARAMS if k not in tc.free}
     batch, replicated = batch_sharding(tc.batch_size, devices)
     step_fn = _step_fn(cfg.sim, tc.batching, batch.mesh.size)  # map: each device over its own rows
-    fixed, base, lr, vw = _replicate(
-        (fixed, _base(cfg.iterations), np.float64(tc.learning_rate), np.float64(tc.velocity_weight)), replicated
+    fixed, base, lr, vw = replicate(
+        (fixed, options_model(cfg.iterations), np.float64(tc.learning_rate), np.float64(tc.velocity_weight)), replicated
     )
 
     def step(theta, opt_state, batches):
