@@ -43,7 +43,7 @@ import jax.numpy as jnp
 
 from diffmjx import _mjx, collision, solver
 from diffmjx.config import CFDConfig, Config
-from diffmjx.constraint import contact_rows, make_constraint, stiffness_damping
+from diffmjx.constraint import contact_rows, make_constraint, row_D, row_impedance, row_weight, stiffness_damping
 from diffmjx.impedance import MAXIMP, MINIMP, MINVAL, mujoco_impedance, spline
 
 __all__ = [
@@ -128,8 +128,7 @@ def distance_rows(m, d, cfd: CFDConfig, floor: float = MINIMP):
     active = r < w_c
     solref, solimp = c.solref[con], c.solimp[con]
     # recover MJX's row weight from R = w (1 - d) / d at the shifted distance MJX saw
-    imp_mjx = jnp.clip(jnp.vectorize(mujoco_impedance, signature="(),(5)->()")(r - w_c, solimp), MINIMP, MAXIMP)
-    weight = (1.0 / efc.D[rows]) * imp_mjx / (1.0 - imp_mjx)
+    weight = row_weight(efc.D[rows], row_impedance(r - w_c, solimp))
     imp = jnp.vectorize(lambda r, s, c: cfd_impedance(r, s, c, floor), signature="(),(5),(5)->()")(
         r, solimp, cfd_solimp
     )
@@ -138,7 +137,7 @@ def distance_rows(m, d, cfd: CFDConfig, floor: float = MINIMP):
     jv = efc.J[rows] @ d.qvel
     aref = -b * jv + k * imp * position_term(r, cfd.sharpness)
     # D = 1 / R with R = w (1 - d) / d >= MINVAL, written without dividing by d (0 with floor 0)
-    efc_cfd = jnp.minimum(imp / (weight * (1.0 - imp)), 1.0 / MINVAL)
+    efc_cfd = jnp.minimum(row_D(imp, weight), 1.0 / MINVAL)
     return _mjx.with_efc(
         shifted,
         efc_D=efc.D.at[rows].set(jnp.where(active, efc_cfd, efc.D[rows])),

@@ -10,7 +10,10 @@ only solves them.
   touchdown is continuous.
 
 The rows of contacts from distance are built from these (:func:`make_constraint`,
-:func:`contact_rows`, :func:`stiffness_damping`) in :mod:`diffmjx.cfd`.
+:func:`contact_rows`, :func:`row_impedance`, :func:`row_weight`, :func:`stiffness_damping`) in
+:mod:`diffmjx.cfd`. Every rewrite of a contact row's impedance goes through the same three steps:
+the impedance MJX used (:func:`row_impedance`), the row weight ``w`` it implies
+(:func:`row_weight`), and ``D = d / ((1 - d) w)`` for the new impedance ``d`` (:func:`row_D`).
 """
 
 from typing import NamedTuple
@@ -26,6 +29,9 @@ __all__ = [
     "ContactRows",
     "contact_rows",
     "make_constraint",
+    "row_D",
+    "row_impedance",
+    "row_weight",
     "stiffness_damping",
     "with_impedance_floor",
 ]
@@ -60,6 +66,32 @@ def contact_rows(m, c) -> ContactRows:
         rows.extend(range(adr, adr + n))
         con.extend([i] * n)
     return ContactRows(np.asarray(rows, dtype=np.int32), np.asarray(con, dtype=np.int32))
+
+
+def row_impedance(r, solimp, floor=MINIMP):
+    """MuJoCo's impedance of contact rows at violations ``r``, clipped to ``[floor, MAXIMP]`` as MJX clips it.
+
+    Arguments:
+        r: (n,) signed distances less the margins, in m.
+        solimp: (n, 5) the rows' contacts' solimp.
+        floor: the least impedance (MuJoCo's ``MINIMP`` by default; see
+            :func:`diffmjx.impedance.mujoco_impedance`).
+
+    Returns:
+        (n,) impedances.
+    """
+    imp = jnp.vectorize(mujoco_impedance, signature="(),(5),()->()")(r, solimp, floor)
+    return jnp.clip(imp, floor, MAXIMP)
+
+
+def row_weight(D, imp):
+    """The row weight ``w`` of rows whose ``D = d / ((1 - d) w)`` MJX built with impedance ``d = imp``."""
+    return (1.0 / D) * imp / (1.0 - imp)
+
+
+def row_D(imp, weight):
+    """``D = d / ((1 - d) w)``: a row's inverse regulariser for impedance ``d = imp`` and weight ``w``."""
+    return imp / (weight * (1.0 - imp))
 
 
 def stiffness_damping(m, solref, solimp):
@@ -132,8 +164,7 @@ def make_constraint(m, d):
     efc = _mjx.efc(d)
     r = c.dist[con] - c.includemargin[con]
     solimp = c.solimp[con]
-    imp = jnp.vectorize(mujoco_impedance, signature="(),(5)->()")(r, solimp)
-    imp = jnp.clip(imp, MINIMP, MAXIMP)
+    imp = row_impedance(r, solimp)
     # elliptic cones: a contact's first row is its normal; the others take solreffriction (if set)
     # and no position term
     friction_row = np.zeros(rows.size, dtype=bool)
@@ -142,8 +173,8 @@ def make_constraint(m, d):
     srf = c.solreffriction[con]
     own = jnp.asarray(friction_row) & jnp.any(srf != 0, axis=1)
     k, b = stiffness_damping(m, jnp.where(own[:, None], srf, c.solref[con]), solimp)
-    weight = sg((1.0 / efc.D[rows]) * imp / (1.0 - imp))  # MJX's row weight, held
-    d_live = imp / (weight * (1.0 - imp))
+    weight = sg(row_weight(efc.D[rows], imp))  # MJX's row weight, held
+    d_live = row_D(imp, weight)
     pos = jnp.where(~jnp.asarray(friction_row) & (r < 0), r, 0.0)
     aref_live = -b * sg(efc.J[rows] @ d.qvel) - k * imp * pos
     return _mjx.with_efc(
@@ -179,8 +210,6 @@ def with_impedance_floor(m, d, floor: float):
         return d
     efc = _mjx.efc(d)
     r, solimp = c.dist[con] - c.includemargin[con], c.solimp[con]
-    imp = jnp.vectorize(mujoco_impedance, signature="(),(5),()->()")
-    old = jnp.clip(imp(r, solimp, MINIMP), MINIMP, MAXIMP)
-    new = jnp.clip(imp(r, solimp, floor), floor, MAXIMP)
+    old, new = row_impedance(r, solimp), row_impedance(r, solimp, floor)
     scale = new * (1.0 - old) / ((1.0 - new) * old)
     return _mjx.with_efc(d, efc_D=efc.D.at[rows].set(efc.D[rows] * scale))
