@@ -31,6 +31,9 @@ converted in a compiled model) and filling equality constraints' anchors. Mass p
 from their geoms (the compiler's ``inertiafromgeom``) are :func:`geom_inertia` and
 :func:`combine_inertia`; a body's full inertia in physically consistent log-Cholesky coordinates is
 :func:`mass_properties_from_log_cholesky` and its inverse.
+
+Why one file of this length: it mirrors one C function, ``mj_setConst`` (with the compiler's geom
+inertias), field by field, so that the two can be read side by side.
 """
 
 from __future__ import annotations

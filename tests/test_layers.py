@@ -7,6 +7,8 @@ order happens to make it work at run time.
 """
 
 import ast
+import itertools
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +22,7 @@ PACKAGES = ("diffmjx", "cfd", "experiments")
 # package itself). A module may import modules of its own layer or of layers below it, never above.
 # A new module must be placed here; submodules of the packages in NESTED take their parent's layer.
 LAYERS = (
-    ("_mjx", "config", "runtime", "profiling", "checkpoint"),  # MJX internals, typed config, process settings, checkpoint files
+    ("_mjx", "knobs", "config", "runtime", "profiling", "checkpoint"),  # MJX internals, typed config, process settings, checkpoint files
     ("impedance",),  # MuJoCo's solimp spline
     ("constraint", "solver", "tendon", "manifold"),  # rows, their solve, tendon stage, joint manifold
     ("constants",),  # derived model constants (a traced mj_setConst)
@@ -42,6 +44,7 @@ LAYERS = (
     ("ilqr",),  # iLQR iterations on those Jacobians
     ("gradcheck", "reference"),  # gradient checks, C-engine references
     ("scenes",),  # scenes and their helpers
+    ("planners",),  # the MPC planner kinds and their knobs
     ("mpc", "sysid"),  # applications over the core
     ("__init__",),  # the public API
 )
@@ -180,6 +183,84 @@ def test_library_modules_import_down_the_layers():
     assert not problems, "\n".join(problems)
 
 
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+MODULE_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+
+
+def module_table(page: str, heading: str = "## Modules") -> str:
+    """The module table of a Markdown page: the text from ``heading`` to the next ``## `` heading
+    ("" if the page has no such heading)."""
+    start = page.find(f"\n{heading}\n")
+    if start < 0:
+        return ""
+    rest = page[start + len(heading) + 2 :]
+    end = rest.find("\n## ")
+    return rest if end < 0 else rest[:end]
+
+
+def architecture_problems(modules, table: str, layers=LAYERS, nested=NESTED, package: str = "diffmjx") -> list[str]:
+    """Messages for every module of ``package`` (full dotted names) whose name relative to it
+    (``__init__`` for the package itself) is not backticked in ``table``; every backticked dotted
+    name there that starts with a subpackage (``collision.``, ``sysid.``) and is no module; and
+    every row (its module in the second column) placed above a row of a higher layer."""
+    names = {"__init__" if m == package else m.removeprefix(f"{package}.") for m in modules}
+    mentioned = set(re.findall(r"`([^`]+)`", table))
+    out = [f"`{n}` has no row in the module table of docs/architecture.md" for n in sorted(names - mentioned)]
+    subpackages = {n.split(".")[0] for n in names if "." in n}
+    out += [
+        f"the module table of docs/architecture.md names `{t}`, which is no module of {package}"
+        for t in sorted(mentioned - names)
+        if MODULE_NAME.fullmatch(t) and "." in t and t.split(".")[0] in subpackages
+    ]
+    rows = [m.group(1) for line in table.splitlines() if (m := re.match(r"\|[^|]*\|\s*`([^`]+)`\s*\|", line))]
+    placed = [(r, layer_of(package if r == "__init__" else f"{package}.{r}", layers, nested, package)) for r in rows]
+    placed = [(r, i) for r, i in placed if i is not None]
+    out += [
+        f"`{b}` (layer {j}) follows `{a}` (layer {i}) in the module table of docs/architecture.md: order the rows as LAYERS"
+        for (a, i), (b, j) in itertools.pairwise(placed)
+        if j < i
+    ]
+    return out
+
+
+def test_architecture_page_has_a_row_for_every_module():
+    """``docs/architecture.md``'s module table names every module of ``diffmjx`` (``__init__`` for
+    the package), names no module that does not exist, and lists them in the order of :data:`LAYERS`.
+
+    Submodules of the nested packages (``adjoints``, ``collision``, ``scenes``, ``sysid``) each
+    need a row of their own, not only their package's: each has one concern a newcomer looks for
+    (``sysid.parameter`` is where a parameter field goes, ``adjoints.sensitivity`` one gradient
+    mode), and a package row alone would let a new submodule go unmentioned."""
+    graph = import_graph(ROOT, ("diffmjx",))
+    table = module_table(ARCHITECTURE.read_text())
+    assert table, "docs/architecture.md has no '## Modules' section"
+    problems = architecture_problems(set(graph), table)
+    assert not problems, "\n".join(problems)
+
+
+def test_architecture_check_names_missing_stale_and_misplaced_modules():
+    """The checker itself, on a made-up package and page: a module with no row is named, a
+    backticked subpackage name that is no module is named (a function of a plain module is not),
+    and a row above a lower layer's is reported."""
+    layers = (("config",), ("sysid",), ("__init__",))
+    modules = {"pkg", "pkg.config", "pkg.sysid", "pkg.sysid.train"}
+    page = "\n".join([
+        "# Page", "", "## Modules", "",
+        "| layer | module | what it is |", "|---|---|---|",
+        "| top | `__init__` | the API, with `config.knob` |",
+        "| base | `config` | knobs |",
+        "| apps | `sysid` | fits; see `sysid.gone` |",
+        "", "## Elsewhere", "", "`sysid.train` and `sysid.other` outside the table do not count",
+    ])  # fmt: skip
+    assert architecture_problems(modules, module_table(page), layers, ("sysid",), "pkg") == [
+        "`sysid.train` has no row in the module table of docs/architecture.md",
+        "the module table of docs/architecture.md names `sysid.gone`, which is no module of pkg",
+        "`config` (layer 0) follows `__init__` (layer 2) in the module table of docs/architecture.md: "
+        "order the rows as LAYERS",
+    ]
+    assert module_table("# Page\n") == ""
+
+
 def mjx_private_uses(path: Path) -> list[str]:
     """Where ``path`` names MJX internals: a ``mujoco.mjx._src`` import, an ``_impl`` attribute, or
     a ``tree_replace`` key into ``_impl`` (docstrings and comments do not count)."""
@@ -251,3 +332,18 @@ def test_cycle_check_fails_on_a_reintroduced_cycle(tmp_path):
     (tmp_path / "plugin" / "helper.py").write_text("")
     (tmp_path / "core" / "dynamics.py").write_text("def forward(): ...\n")
     assert find_cycle(import_graph(tmp_path, ("core", "plugin"))) is None
+
+
+LONG_MODULE = 420  # lines; a longer module of the library says why in its docstring
+LONG_REASON = "Why one file of this length"
+
+
+def test_long_library_modules_state_why():
+    """A module of ``diffmjx`` over about 400 lines is one concept that reads better whole, and its
+    docstring says so (a sentence starting "Why one file of this length"); otherwise split it."""
+    unexplained = []
+    for path in sorted((ROOT / "diffmjx").rglob("*.py")):
+        text = path.read_text()
+        if text.count("\n") > LONG_MODULE and LONG_REASON not in (ast.get_docstring(ast.parse(text)) or ""):
+            unexplained.append(f"{path.relative_to(ROOT)} ({text.count(chr(10))} lines)")
+    assert not unexplained, f"long modules without a stated reason: {', '.join(unexplained)}"

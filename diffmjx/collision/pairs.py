@@ -4,6 +4,9 @@ Each function returns ``(dist, pos, frame)`` per contact like MJX. Contacts MJX 
 with a distance blended towards 0 rather than set to MJX's sentinel: a contact row is active only
 for ``dist < 0`` (``mjx`` constraint rows use ``pos < 0``), so a contact fades in continuously from
 zero penetration instead of switching on at depth.
+
+Why one file of this length: one function per geom pair (each under about 60 lines) over shared
+smoothing helpers; a new pair is added here.
 """
 
 from __future__ import annotations

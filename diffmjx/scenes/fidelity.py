@@ -35,6 +35,9 @@ configurations, the loops over families, configurations and seeds, the saved sta
 tables, the printing, the figures and the progress bars. The functions here print nothing and
 draw no progress bar; :func:`truth` and :func:`timeline` take a ``progress`` wrapper of their
 loop (e.g. ``functools.partial(tqdm, desc="reference solves")``) for a caller that wants one.
+
+Why one file of this length: the scene generator and the measurement are one public tool
+(``scene``, ``shots``, ``truth``, ``measure``, ``timeline``), used together.
 """
 
 from __future__ import annotations

@@ -38,6 +38,9 @@ Why this is library code: the tests check the model, its closed forms and the sw
 smallest benchmark with an exact gradient for a user's own contact-gradient experiment. The study
 itself (the ``q0`` grid, the stiffness sweep, the CSV, the figure, the printed table and the
 command line) lives in ``experiments/toy_point_mass.py``.
+
+Why one file of this length: one toy problem, its three contact models with their closed-form
+solutions, and the sweep the tests and the study share.
 """
 
 from __future__ import annotations

@@ -34,6 +34,11 @@ dimension; ``uniform=True`` for one value over them) model the measurement
 
 Bounds are enforced by the coordinates (:class:`Transform`): both ends finite, a logistic map;
 one end, ``lower + (start - lower) exp(z)`` (relative steps); none, ``start + scale z``.
+
+Why one file of this length: :class:`Parameter`, the field table :data:`FIELDS`, resolution against a
+model, :class:`ParameterSet`'s traced map and the mass ties implement one contract (a parameter list
+resolved once, then mapped under ``jit``) and share private record types; split, those records would
+become public with no second user.
 """
 
 from __future__ import annotations

@@ -17,6 +17,9 @@ columns ``time`` or ``t``, ``qpos_0`` ..., ``qvel_0`` ..., ``act_0`` ..., ``ctrl
 ``sensordata_0`` ...; the last row's controls may be empty); :meth:`Recording.save` writes either.
 :func:`~diffmjx.sysid.from_mujoco_sysid` and :func:`~diffmjx.sysid.to_mujoco_sysid` convert
 ``mujoco.sysid``'s trajectory types, so a ``mujoco.sysid`` user brings their data unchanged.
+
+Why one file of this length: :class:`Recording` with its checks and loaders; every check names the
+array and its first bad sample, and those messages are much of it.
 """
 
 from __future__ import annotations
