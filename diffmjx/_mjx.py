@@ -253,11 +253,21 @@ def with_contact_dims(m: Model, d: Data, dims: np.ndarray) -> Data:
     nefc = ne + nf + nl + nc
     contact = mjx_io._make_data_contact_jax(dims, constraint.make_efc_address(m, dims, efc_type))
     dtype = d.qpos.dtype
-    rows = {k: jax.numpy.zeros((nefc,), dtype) for k in ("efc_pos", "efc_margin", "efc_frictionloss", "efc_D",
-                                                           "efc_aref", "efc_force")}  # fmt: skip
-    impl = d._impl.replace(ne=ne, nf=nf, nl=nl, nefc=nefc, ncon=dims.size, contact=contact,
-                           efc_type=np.asarray(efc_type, dtype=d._impl.efc_type.dtype),
-                           efc_J=jax.numpy.zeros((nefc, m.nv), dtype), **rows)  # fmt: skip
+    rows = {
+        k: jax.numpy.zeros((nefc,), dtype)
+        for k in ("efc_pos", "efc_margin", "efc_frictionloss", "efc_D", "efc_aref", "efc_force")
+    }
+    impl = d._impl.replace(
+        ne=ne,
+        nf=nf,
+        nl=nl,
+        nefc=nefc,
+        ncon=dims.size,
+        contact=contact,
+        efc_type=np.asarray(efc_type, dtype=d._impl.efc_type.dtype),
+        efc_J=jax.numpy.zeros((nefc, m.nv), dtype),
+        **rows,
+    )
     return d.replace(_impl=impl)
 
 

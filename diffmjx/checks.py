@@ -21,6 +21,7 @@ from diffmjx.impedance import MINIMP, MINVAL
 
 __all__ = ["TouchdownJumpWarning", "touchdown_jumps", "validate"]
 
+
 class TouchdownJumpWarning(UserWarning):
     """A model's contacts start with a force at touchdown, a jump that no gradient sees.
 
@@ -100,9 +101,21 @@ def _fingerprint(m) -> str:
     """A hash of the model fields :func:`touchdown_jumps` reads."""
     h = hashlib.sha256()
     h.update(m.names if isinstance(m.names, bytes) else bytes(m.names))
-    fields = ("geom_solimp", "geom_solmix", "geom_priority", "geom_type", "geom_contype", "geom_conaffinity",
-              "geom_bodyid", "body_parentid", "body_weldid", "pair_solimp", "pair_geom1", "pair_geom2",
-              "exclude_signature")  # fmt: skip
+    fields = (
+        "geom_solimp",
+        "geom_solmix",
+        "geom_priority",
+        "geom_type",
+        "geom_contype",
+        "geom_conaffinity",
+        "geom_bodyid",
+        "body_parentid",
+        "body_weldid",
+        "pair_solimp",
+        "pair_geom1",
+        "pair_geom2",
+        "exclude_signature",
+    )
     for f in fields:
         a = np.ascontiguousarray(np.asarray(getattr(m, f)))
         h.update(f"{f}{a.shape}{a.dtype}".encode())

@@ -84,9 +84,18 @@ __all__ = [
 ]
 
 SOLVERS = (
-    "tsit5", "dopri5", "dopri8", "bosh3", "heun", "midpoint", "ralston", "euler",
-    "mjx_euler", "mjx_rk4", "mjx_implicitfast",
-)  # fmt: skip
+    "tsit5",
+    "dopri5",
+    "dopri8",
+    "bosh3",
+    "heun",
+    "midpoint",
+    "ralston",
+    "euler",
+    "mjx_euler",
+    "mjx_rk4",
+    "mjx_implicitfast",
+)
 FIXED_STEP_SOLVERS = ("mjx_euler", "mjx_rk4", "mjx_implicitfast")  # MJX's own integrators
 ADJOINTS = ("checkpoint", "backsolve", "interpolated", "sensitivity", "forward")
 CONTINUOUS_ADJOINTS = ("backsolve", "interpolated", "sensitivity")  # optimise-then-discretise: the continuous equations
@@ -389,9 +398,7 @@ class Config(Preset):
     def __post_init__(self) -> None:
         for name, cls in _SECTIONS.items():
             if not isinstance(getattr(self, name), cls):
-                raise ValueError(
-                    f"{name} must be of type {cls.__name__}, got {getattr(self, name)!r}"
-                )
+                raise ValueError(f"{name} must be of type {cls.__name__}, got {getattr(self, name)!r}")
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], base: Config | None = None) -> Config:

@@ -61,11 +61,28 @@ __all__ = [
     "set_const",
 ]
 
-WRITTEN_LEAVES = frozenset({
-    "body_subtreemass", "dof_M0", "body_invweight0", "dof_invweight0", "tendon_invweight0", "actuator_acc0",
-    "tendon_length0", "stat.meanmass", "stat.meaninertia", "stat.meansize", "stat.extent", "stat.center",
-    "geom_rbound", "geom_aabb", "body_mass", "body_inertia", "body_ipos", "body_iquat",
-})  # fmt: skip
+WRITTEN_LEAVES = frozenset(
+    {
+        "body_subtreemass",
+        "dof_M0",
+        "body_invweight0",
+        "dof_invweight0",
+        "tendon_invweight0",
+        "actuator_acc0",
+        "tendon_length0",
+        "stat.meanmass",
+        "stat.meaninertia",
+        "stat.meansize",
+        "stat.extent",
+        "stat.center",
+        "geom_rbound",
+        "geom_aabb",
+        "body_mass",
+        "body_inertia",
+        "body_ipos",
+        "body_iquat",
+    }
+)
 """Leaves of ``mjx.Model`` that :func:`set_const` (and the mass-property ties) may change."""
 
 _G = _mjx.GeomType
@@ -149,11 +166,13 @@ def quat_to_mat(q):
     """Rotation matrix of a unit quaternion (w, x, y, z)."""
     q = q / jnp.linalg.norm(q)
     w, x, y, z = q[0], q[1], q[2], q[3]
-    return jnp.array([
-        [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
-        [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
-        [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
-    ])  # fmt: skip
+    return jnp.array(
+        [
+            [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+            [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+            [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+        ]
+    )
 
 
 def _mat_to_quat(r):
@@ -251,12 +270,15 @@ def log_cholesky_from_mass_properties(mass: float, com, inertia) -> np.ndarray:
     try:
         u = _upper_chol(j)
     except np.linalg.LinAlgError:
-        raise ValueError("mass properties are not physically consistent (pseudo-inertia not positive definite: "
-                         "a mass <= 0 or an inertia that breaks the triangle inequality)") from None
+        raise ValueError(
+            "mass properties are not physically consistent (pseudo-inertia not positive definite: "
+            "a mass <= 0 or an inertia that breaks the triangle inequality)"
+        ) from None
     alpha = np.log(u[3, 3])
     u = u / u[3, 3]
-    return np.array([alpha, np.log(u[0, 0]), np.log(u[1, 1]), np.log(u[2, 2]), u[0, 1], u[1, 2], u[0, 2],
-                     u[0, 3], u[1, 3], u[2, 3]])  # fmt: skip
+    return np.array(
+        [alpha, np.log(u[0, 0]), np.log(u[1, 1]), np.log(u[2, 2]), u[0, 1], u[1, 2], u[0, 2], u[0, 3], u[1, 3], u[2, 3]]
+    )
 
 
 def mass_properties_from_log_cholesky(theta):
@@ -265,12 +287,14 @@ def mass_properties_from_log_cholesky(theta):
     pseudo-inertia ``J = U U^T`` (Rucker and Wensing), physically consistent for every ``theta``."""
     a, d1, d2, d3, s12, s23, s13, t1, t2, t3 = (theta[i] for i in range(10))
     zero = jnp.zeros_like(a)
-    u = jnp.exp(a) * jnp.array([
-        [jnp.exp(d1), s12, s13, t1],
-        [zero, jnp.exp(d2), s23, t2],
-        [zero, zero, jnp.exp(d3), t3],
-        [zero, zero, zero, jnp.ones_like(a)],
-    ])  # fmt: skip
+    u = jnp.exp(a) * jnp.array(
+        [
+            [jnp.exp(d1), s12, s13, t1],
+            [zero, jnp.exp(d2), s23, t2],
+            [zero, zero, jnp.exp(d3), t3],
+            [zero, zero, zero, jnp.ones_like(a)],
+        ]
+    )
     j = u @ u.T
     mass = j[3, 3]
     com = j[:3, 3] / mass
@@ -444,9 +468,7 @@ def _statistics(m, d, dtype) -> dict:
     if m.ngeom:
         t = np.asarray(m.geom_type)
         size = m.geom_size
-        plane = jnp.where(
-            (size[:, 0] > 0) | (size[:, 1] > 0), 0.1 * jnp.maximum(size[:, 0], size[:, 1]), _PLANE_BOUND
-        )
+        plane = jnp.where((size[:, 0] > 0) | (size[:, 1] > 0), 0.1 * jnp.maximum(size[:, 0], size[:, 1]), _PLANE_BOUND)
         r = jnp.where(m.geom_rbound > 0, m.geom_rbound, jnp.where(t == _G.PLANE, plane, 0.0))
         if (t == _G.HFIELD).any():
             r = jnp.where(t == _G.HFIELD, _hfield_bound(m), r)
@@ -460,7 +482,9 @@ def _statistics(m, d, dtype) -> dict:
         extent = jnp.where(hi[0] > lo[0], jnp.maximum(1e-5, jnp.max(hi - lo)), jnp.asarray(m.stat.extent, dtype))
     else:
         extent = jnp.asarray(m.stat.extent, dtype)
-    out["stat.extent"] = jnp.maximum(extent, 2 * (meansize if meansize is not None else jnp.asarray(m.stat.meansize, dtype)))
+    out["stat.extent"] = jnp.maximum(
+        extent, 2 * (meansize if meansize is not None else jnp.asarray(m.stat.meansize, dtype))
+    )
     return out
 
 
@@ -491,6 +515,10 @@ def general_structure(m):
     nnz = np.array([len(r) for r in rows], dtype=np.asarray(m.M_rownnz).dtype)
     adr = np.concatenate([[0], np.cumsum(nnz)[:-1]]).astype(np.asarray(m.M_rowadr).dtype)
     colind = np.array([c for r in rows for c in r], dtype=np.asarray(m.M_colind).dtype)
-    return m.replace(M_rownnz=nnz, M_rowadr=adr, M_colind=colind,
-                     body_simple=np.zeros_like(np.asarray(m.body_simple)),
-                     dof_simplenum=np.zeros_like(np.asarray(m.dof_simplenum)))  # fmt: skip
+    return m.replace(
+        M_rownnz=nnz,
+        M_rowadr=adr,
+        M_colind=colind,
+        body_simple=np.zeros_like(np.asarray(m.body_simple)),
+        dof_simplenum=np.zeros_like(np.asarray(m.dof_simplenum)),
+    )

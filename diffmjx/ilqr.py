@@ -95,8 +95,9 @@ def _backward(A, B, g, h, mu, n):
     return k, K
 
 
-def iteration(m, d, state: ILQRState, cost, sim: Config | None = None, *, dt0=None,
-              line_search: int = 6) -> tuple[ILQRState, dict]:  # fmt: skip
+def iteration(
+    m, d, state: ILQRState, cost, sim: Config | None = None, *, dt0=None, line_search: int = 6
+) -> tuple[ILQRState, dict]:
     """One iLQR iteration on the plan of ``state`` from ``d``.
 
     Arguments:
@@ -122,6 +123,7 @@ def iteration(m, d, state: ILQRState, cost, sim: Config | None = None, *, dt0=No
     stage = _stage(m, d, cost, cfg, layout)
     z0 = jnp.concatenate([jnp.zeros((u.shape[0], n), u.dtype), u], axis=1)
     ends = (lin.qpos[1:], lin.qvel[1:], lin.act[1:])
+
     def derivatives(z, *end):  # the Hessian by forward mode over the gradient, value and gradient as its aux
         value, grad = jax.value_and_grad(stage)(z, *end)
         return grad, (value, grad)
@@ -141,8 +143,14 @@ def iteration(m, d, state: ILQRState, cost, sim: Config | None = None, *, dt0=No
             ub, kt, Kt, qb, vb, ab = inp
             dx = jnp.concatenate([manifold.difference(layout, qb, q), v - vb, a - ab])
             ut = jnp.clip(ub + alpha * kt + Kt @ dx, lo, hi)
-            x1, traj = rollout(m, d.replace(qpos=q, qvel=v, act=a, time=t, ctrl=ut), ut[None], cfg, dt0=dt,
-                               observe=lambda x: cost(x, x.ctrl))  # fmt: skip
+            x1, traj = rollout(
+                m,
+                d.replace(qpos=q, qvel=v, act=a, time=t, ctrl=ut),
+                ut[None],
+                cfg,
+                dt0=dt,
+                observe=lambda x: cost(x, x.ctrl),
+            )
             return ((x1.qpos, x1.qvel, x1.act, x1.time), traj.dt[-1]), (ut, traj.obs[0])
 
         _, (us, cs) = jax.lax.scan(body, (start, first), (u, k, K, lin.qpos[:-1], lin.qvel[:-1], lin.act[:-1]))

@@ -64,8 +64,9 @@ def _prepare(m, cfg: Config | None, solver, stepsize_controller, adjoint):
     return cfg, integration_method(cfg, solver, stepsize_controller, adjoint)
 
 
-def step(m, d, cfg: Config | None = None, *, solver=None, stepsize_controller=None, adjoint=None,
-         return_stats: bool = False):  # fmt: skip
+def step(
+    m, d, cfg: Config | None = None, *, solver=None, stepsize_controller=None, adjoint=None, return_stats: bool = False
+):
     """Advance ``d`` by one control period ``m.opt.timestep`` with ``d.ctrl`` held constant.
 
     Derived fields (``xpos``, ``contact``, ``qacc``, ...) are not recomputed for the Diffrax
@@ -89,8 +90,18 @@ def step(m, d, cfg: Config | None = None, *, solver=None, stepsize_controller=No
     return (d, stats) if return_stats else d
 
 
-def rollout(m, d, ctrls, cfg: Config | None = None, *, solver=None, stepsize_controller=None, adjoint=None,
-            observe=None, dt0=None):  # fmt: skip
+def rollout(
+    m,
+    d,
+    ctrls,
+    cfg: Config | None = None,
+    *,
+    solver=None,
+    stepsize_controller=None,
+    adjoint=None,
+    observe=None,
+    dt0=None,
+):
     """Run ``N = len(ctrls)`` control periods, each with its control held constant.
 
     Works under ``jit``, ``grad``, ``jacfwd`` and ``vmap``.
@@ -155,7 +166,6 @@ def rollout(m, d, ctrls, cfg: Config | None = None, *, solver=None, stepsize_con
     first = _first_dt(m, cfg) if dt0 is None else jnp.asarray(dt0, dtype=_first_dt(m, cfg).dtype)
     (state, _), traj = jax.lax.scan(body, (split(d), first), ctrls)
     return join(state, ctrls[-1] if ctrls.shape[0] else d.ctrl), traj
-
 
 
 _PERIOD_STATE = ("qpos", "qvel", "act", "time")  # all that a Diffrax period changes in d

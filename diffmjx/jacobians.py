@@ -88,9 +88,12 @@ def _period_map(m, d, cfg: Config):
     def f(x, u, state, dt0):
         qpos, qvel, act, time = state
         d0 = d.replace(
-            qpos=manifold.retract(layout, qpos, x[:nv]), qvel=qvel + x[nv : 2 * nv], act=act + x[2 * nv :],
-            time=time, ctrl=u,
-        )  # fmt: skip
+            qpos=manifold.retract(layout, qpos, x[:nv]),
+            qvel=qvel + x[nv : 2 * nv],
+            act=act + x[2 * nv :],
+            time=time,
+            ctrl=u,
+        )
         d1, traj = rollout(m, d0, u[None], cfg, dt0=dt0)
         return (d1.qpos, d1.qvel, d1.act), traj.dt[-1]
 

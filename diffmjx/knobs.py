@@ -62,7 +62,6 @@ PRESET_KINDS = ("config", "planner", "sysid", "fit")
 (:class:`diffmjx.sysid.FitConfig`)."""
 
 
-
 def knob(
     default: Any,
     *,

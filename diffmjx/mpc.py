@@ -75,7 +75,6 @@ __all__ = [
 ]
 
 
-
 class Planner(NamedTuple):
     """A planner built by :func:`make_planner`: its knobs, the simulation config, and
     ``plan(m, d, nominal, cost, key, dt0) -> (plan, info)``."""
@@ -104,8 +103,12 @@ def _fingerprint(m, d0, planner: "Planner", plan, key) -> str:
     """What a closed-loop checkpoint must match to be resumed: the planner's and simulation's
     configs, the model's sizes and timestep, the start state, the first plan and the key."""
     data = checkpoint.digest(*(np.asarray(a) for a in (d0.qpos, d0.qvel, d0.act, plan)), _key_data(key))
-    return checkpoint.fingerprint(planner=repr(planner.config), sim=planner.sim.to_dict(),
-                                  model=[int(m.nq), int(m.nv), int(m.nu), float(m.opt.timestep)], data=data)  # fmt: skip
+    return checkpoint.fingerprint(
+        planner=repr(planner.config),
+        sim=planner.sim.to_dict(),
+        model=[int(m.nq), int(m.nv), int(m.nu), float(m.opt.timestep)],
+        data=data,
+    )
 
 
 def _key_data(key) -> np.ndarray:
@@ -123,19 +126,35 @@ def _as_key(data: np.ndarray, like):
 def _save_loop(path: Path, fingerprint: str, d, plan, key, dt, rows, plan_costs, plan_times) -> None:
     arrays = {f"d{i}": x for i, x in enumerate(jax.tree_util.tree_leaves(d))}
     arrays.update({f"rows_{k}": np.concatenate(v) for k, v in rows.items()})
-    arrays.update(plan=plan, key=_key_data(key), dt=dt, plan_costs=np.asarray(plan_costs, float),
-                  plan_times=np.asarray(plan_times, float))  # fmt: skip
+    arrays.update(
+        plan=plan,
+        key=_key_data(key),
+        dt=dt,
+        plan_costs=np.asarray(plan_costs, float),
+        plan_times=np.asarray(plan_times, float),
+    )
     checkpoint.save(path, fingerprint, arrays)
 
 
 def _load_loop(path: Path, fingerprint: str, d0, plan0, key0, dt0):
-    f = checkpoint.load(path, fingerprint, "another closed loop (planner or simulation config, model, start state, "
-                        "first plan or key)", "delete it or pass another checkpoint path")  # fmt: skip
+    f = checkpoint.load(
+        path,
+        fingerprint,
+        "another closed loop (planner or simulation config, model, start state, first plan or key)",
+        "delete it or pass another checkpoint path",
+    )
     leaves, treedef = jax.tree_util.tree_flatten(d0)
     d = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(f[f"d{i}"], x.dtype) for i, x in enumerate(leaves)])
     rows = {k[5:]: [v] for k, v in f.items() if k.startswith("rows_")}
-    return (d, jnp.asarray(f["plan"], plan0.dtype), _as_key(f["key"], key0), jnp.asarray(f["dt"], dt0.dtype),
-            rows, list(f["plan_costs"]), list(f["plan_times"]))  # fmt: skip
+    return (
+        d,
+        jnp.asarray(f["plan"], plan0.dtype),
+        _as_key(f["key"], key0),
+        jnp.asarray(f["dt"], dt0.dtype),
+        rows,
+        list(f["plan_costs"]),
+        list(f["plan_times"]),
+    )
 
 
 def make_planner(cfg: PlannerConfig | None = None, sim: Config | None = None) -> Planner:
@@ -244,8 +263,9 @@ def closed_loop(
         finish_c = finish_fn.lower(d0, carry, dt).compile()
         exec_c = exec_fn.lower(d0, plan[:execute], dt).compile()
     jit_time = time.perf_counter() - t0
-    for _ in tqdm(range(resumed, n_plans), desc=f"closed loop ({cfg.kind})", disable=not progress,
-                  initial=resumed, total=n_plans):  # fmt: skip
+    for _ in tqdm(
+        range(resumed, n_plans), desc=f"closed loop ({cfg.kind})", disable=not progress, initial=resumed, total=n_plans
+    ):
         key, sub = jax.random.split(key)
         if cfg.shard:
             d, plan, dt, sub = replicate((d, plan, dt, sub))
@@ -260,7 +280,13 @@ def closed_loop(
         u = plan[:execute]
         d, traj = exec_c(d, u, dt)
         n = min(execute, steps - done)
-        for name, value in (("qpos", traj.qpos), ("qvel", traj.qvel), ("act", traj.act), ("ctrl", u), ("cost", traj.obs)):
+        for name, value in (
+            ("qpos", traj.qpos),
+            ("qvel", traj.qvel),
+            ("act", traj.act),
+            ("ctrl", u),
+            ("cost", traj.obs),
+        ):
             rows[name].append(np.asarray(value)[:n])
         done += n
         dt = traj.dt[-1]

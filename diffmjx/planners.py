@@ -90,7 +90,9 @@ class PlannerConfig(Section, Preset):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.execute > self.horizon:
-            raise ValueError(f"planner.execute={self.execute} is out of range; it must be <= planner.horizon={self.horizon}")
+            raise ValueError(
+                f"planner.execute={self.execute} is out of range; it must be <= planner.horizon={self.horizon}"
+            )
 
 
 def coloured_noise(key, shape, beta: float):
@@ -224,8 +226,9 @@ class GradientMethod:
 
     def init(self, m, d, nominal, cost, key, dt0):
         """The carry the iterations start from and the sample costs (empty without sampling)."""
-        return _Descent(nominal, _optimizer(self.cfg).init(nominal), nominal, jnp.asarray(jnp.inf, nominal.dtype)), \
-            jnp.zeros((0,), nominal.dtype)  # fmt: skip
+        return _Descent(
+            nominal, _optimizer(self.cfg).init(nominal), nominal, jnp.asarray(jnp.inf, nominal.dtype)
+        ), jnp.zeros((0,), nominal.dtype)
 
     def step(self, m, d, carry, cost, dt0):
         """One gradient iteration: evaluate the iterate and its gradient, remember it if it is the

@@ -92,9 +92,15 @@ def pid_controller(cfg: Config, *, backsolve: bool, adjoint_solve: bool = False,
     if norm is None:
         norm = diffrax.adjoint_rms_seminorm if adjoint_solve else optx.rms_norm
     return diffrax.PIDController(
-        rtol=rtol, atol=atol, pcoeff=ic.pcoeff, icoeff=ic.icoeff, dcoeff=ic.dcoeff, dtmin=ic.dtmin,
-        dtmax=ic.dtmax, norm=norm,
-    )  # fmt: skip
+        rtol=rtol,
+        atol=atol,
+        pcoeff=ic.pcoeff,
+        icoeff=ic.icoeff,
+        dcoeff=ic.dcoeff,
+        dtmin=ic.dtmin,
+        dtmax=ic.dtmax,
+        norm=norm,
+    )
 
 
 def with_first_step(controller: diffrax.PIDController, first_step, kink_step=None) -> PeriodPID:

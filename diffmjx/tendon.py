@@ -269,12 +269,14 @@ def tendon(m, d):
     (t_jnt,) = np.nonzero(np.isin(adr, w_jnt))
     jnt = objid[w_jnt]
     per_jnt = np.repeat(np.arange(t_jnt.size), num[t_jnt])
-    length = jnp.zeros_like(d.ten_length).at[t_jnt].set(
-        jax.ops.segment_sum(prm[w_jnt] * d.qpos[np.asarray(m.jnt_qposadr)[jnt]], per_jnt, t_jnt.size)
+    length = (
+        jnp.zeros_like(d.ten_length)
+        .at[t_jnt]
+        .set(jax.ops.segment_sum(prm[w_jnt] * d.qpos[np.asarray(m.jnt_qposadr)[jnt]], per_jnt, t_jnt.size))
     )
     fields = _mjx.tendon_fields(d)
-    moment = jnp.zeros_like(fields.ten_J).at[np.repeat(t_jnt, num[t_jnt]), np.asarray(m.jnt_dofadr)[jnt]].set(
-        prm[w_jnt]
+    moment = (
+        jnp.zeros_like(fields.ten_J).at[np.repeat(t_jnt, num[t_jnt]), np.asarray(m.jnt_dofadr)[jnt]].set(prm[w_jnt])
     )
 
     # pulleys divide the length of every later wrap of their tendon

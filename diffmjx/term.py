@@ -20,9 +20,19 @@ __all__ = ["DATA_INPUTS", "STATE_INPUTS", "PeriodTerm", "traced_args"]
 
 # Fields of mjx.Data that forward dynamics reads; everything else it recomputes.
 DATA_INPUTS = (
-    "qpos", "qvel", "act", "ctrl", "qacc_warmstart", "qfrc_applied", "xfrc_applied",
-    "eq_active", "mocap_pos", "mocap_quat", "userdata", "time",
-)  # fmt: skip
+    "qpos",
+    "qvel",
+    "act",
+    "ctrl",
+    "qacc_warmstart",
+    "qfrc_applied",
+    "xfrc_applied",
+    "eq_active",
+    "mocap_pos",
+    "mocap_quat",
+    "userdata",
+    "time",
+)
 STATE_INPUTS = ("qvel", "act", "time")  # data inputs the vector field replaces by the state and t
 
 
@@ -113,4 +123,6 @@ class PeriodTerm:
         mask = jax.tree.leaves(
             (jax.tree.map(lambda _: False, self._tree[0]), {k: k in STATE_INPUTS for k in self._inputs})
         )
-        return tuple(f for f, x in zip(mask, jax.tree.leaves(self._tree), strict=True) if isinstance(x, jax.core.Tracer))
+        return tuple(
+            f for f, x in zip(mask, jax.tree.leaves(self._tree), strict=True) if isinstance(x, jax.core.Tracer)
+        )

@@ -65,13 +65,19 @@ def sysid_recovery() -> str:
 
 def contactnets_generic() -> str:
     """The published ContactNets fit against its rerun through the generic path."""
-    names = {"side_mm": "side (mm)", "mass_kg": "mass (kg)", "friction": "sliding friction",
-             "test_error_mm": "**test error on the 50 test tosses (mm)**"}  # fmt: skip
+    names = {
+        "side_mm": "side (mm)",
+        "mass_kg": "mass (kg)",
+        "friction": "sliding friction",
+        "test_error_mm": "**test error on the 50 test tosses (mm)**",
+    }
     out = ["| quantity | published | rerun through the generic path | relative difference |", "|---|---|---|---|"]
     for r in _rows("contactnets_generic.csv"):
         label = names.get(r["quantity"], r["quantity"].replace("solref", "solref[").replace("solimp", "solimp[") + "]")
-        out.append(f"| {label} | {float(r['published']):.6g} | {float(r['generic_path']):.6g} | "
-                   f"{100 * float(r['relative_difference']):+.3g} % |")  # fmt: skip
+        out.append(
+            f"| {label} | {float(r['published']):.6g} | {float(r['generic_path']):.6g} | "
+            f"{100 * float(r['relative_difference']):+.3g} % |"
+        )
     return "\n".join(out) + "\n"
 
 

@@ -76,8 +76,10 @@ def run(shots: int, out) -> tuple[list[dict], list[dict]]:
         loss = cube_toss_loss(mx, cfg)
         grads = np.asarray(jax.jit(jax.vmap(jax.grad(loss)))(jnp.asarray(us)))
         err = relative_errors(grads, truth)
-        rows += [dict(adjoint=name, u0=float(u), grad=float(g), grad_truth=float(t), rel_error=float(e))
-                 for u, g, t, e in zip(us, grads, truth, err, strict=True)]  # fmt: skip
+        rows += [
+            dict(adjoint=name, u0=float(u), grad=float(g), grad_truth=float(t), rel_error=float(e))
+            for u, g, t, e in zip(us, grads, truth, err, strict=True)
+        ]
         bar.update()
 
         def forward(u, cfg=cfg):
@@ -93,12 +95,20 @@ def run(shots: int, out) -> tuple[list[dict], list[dict]]:
         n_forward = _count_evaluations(forward, u0)
         n_total = _count_evaluations(value_and_grad, u0)
         programs.append((fwd, vg))
-        summary.append(dict(
-            adjoint=name, shots=shots, median_rel_error=float(np.median(err)), max_rel_error=float(np.max(err)),
-            rel_error_at_u0=float(abs(float(vg(u0)[1]) - truth[shots // 2]) / abs(truth[shots // 2])),
-            forward_accepted=int(accepted), forward_rejected=int(rejected), forward_evaluations=n_forward,
-            backward_evaluations=n_total - n_forward, first_call_s=first,
-        ))  # fmt: skip
+        summary.append(
+            dict(
+                adjoint=name,
+                shots=shots,
+                median_rel_error=float(np.median(err)),
+                max_rel_error=float(np.max(err)),
+                rel_error_at_u0=float(abs(float(vg(u0)[1]) - truth[shots // 2]) / abs(truth[shots // 2])),
+                forward_accepted=int(accepted),
+                forward_rejected=int(rejected),
+                forward_evaluations=n_forward,
+                backward_evaluations=n_total - n_forward,
+                first_call_s=first,
+            )
+        )
         bar.update()
     bar.close()
     # run times: the modes interleaved, round after round, so that this machine's slow spells
@@ -110,8 +120,13 @@ def run(shots: int, out) -> tuple[list[dict], list[dict]]:
             tvg.append(common.median_time(vg, u0, repeats=1))
     for s, (tf, tvg) in zip(summary, times, strict=True):
         run_f, run_vg = float(np.median(tf)), float(np.median(tvg))
-        s.update(forward_s=run_f, value_and_grad_s=run_vg, backward_s=run_vg - run_f,
-                 backward_over_forward=(run_vg - run_f) / run_f, timing_rounds=TIMING_ROUNDS)  # fmt: skip
+        s.update(
+            forward_s=run_f,
+            value_and_grad_s=run_vg,
+            backward_s=run_vg - run_f,
+            backward_over_forward=(run_vg - run_f) / run_f,
+            timing_rounds=TIMING_ROUNDS,
+        )
     common.write_csv(out / "benchmark_adjoints.csv", rows)
     common.write_csv(out / "benchmark_adjoints_summary.csv", summary)
     plot(rows, summary, out / "benchmark_adjoints.png")
@@ -135,8 +150,9 @@ def plot(rows: list[dict], summary: list[dict], path) -> None:
     bx.bar(x - 0.2, [s["forward_evaluations"] for s in summary], 0.4, label="forward pass")
     bx.bar(x + 0.2, [s["backward_evaluations"] for s in summary], 0.4, label="backward pass")
     for i, s in enumerate(summary):
-        bx.annotate(f"{s['backward_s']:.2f} s", (i + 0.2, s["backward_evaluations"]), ha="center", va="bottom",
-                    fontsize=8)  # fmt: skip
+        bx.annotate(
+            f"{s['backward_s']:.2f} s", (i + 0.2, s["backward_evaluations"]), ha="center", va="bottom", fontsize=8
+        )
     bx.set_ylim(0, 1.35 * max(s["backward_evaluations"] for s in summary))
     bx.set_xticks(x, names)
     bx.set_ylabel("vector-field evaluations")
@@ -156,9 +172,11 @@ def main(argv=None) -> None:
     jax.config.update("jax_enable_compilation_cache", False)  # first calls compile cold, every mode alike
     _, summary = run(args.shots, args.out)
     for s in summary:
-        print(f"{s['adjoint']:>12}: median error {100 * s['median_rel_error']:.4f} %, max {100 * s['max_rel_error']:.4f} %, "
-              f"backward evaluations {s['backward_evaluations']} (forward {s['forward_evaluations']}), "
-              f"backward {s['backward_s']:.3f} s = {s['backward_over_forward']:.2f}x forward")  # fmt: skip
+        print(
+            f"{s['adjoint']:>12}: median error {100 * s['median_rel_error']:.4f} %, max {100 * s['max_rel_error']:.4f} %, "
+            f"backward evaluations {s['backward_evaluations']} (forward {s['forward_evaluations']}), "
+            f"backward {s['backward_s']:.3f} s = {s['backward_over_forward']:.2f}x forward"
+        )
 
 
 if __name__ == "__main__":

@@ -58,8 +58,25 @@ VARIANTS = {  # name -> XLA flag sets, the first one this XLA accepts is used
 }
 _FLAGS: dict[str, str] = {}  # variant -> the accepted flag set (driver)
 JOBS = ("calls,toss", "sysid", "toss_vmap,euler", "sysid_paper")  # measured in this order for each variant
-FIELDS = ("device", "jax", "variant", "pass", "section", "what", "batch", "jit_s", "run_s", "per_call_ms", "repeats",
-          "accepted", "rejected", "value", "grad", "xla_flags", "note")  # fmt: skip
+FIELDS = (
+    "device",
+    "jax",
+    "variant",
+    "pass",
+    "section",
+    "what",
+    "batch",
+    "jit_s",
+    "run_s",
+    "per_call_ms",
+    "repeats",
+    "accepted",
+    "rejected",
+    "value",
+    "grad",
+    "xla_flags",
+    "note",
+)
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 SYSID_INIT_M = 0.14
 _COMPILE_ONLY = False  # set in a worker of the parallel compile pass: compile and run once, time nothing
@@ -135,8 +152,15 @@ def section_calls(ctx, emit, batches=(1, 64, 1024), repeats=50):
         fn = jax.vmap(lambda v: diffmjx.forward(mx, d0.replace(qvel=v), cfg).qacc)
         compiled, jit_s = _compile(fn, vs)
         med = _timed(compiled, (vs,), max(10, repeats // 5))
-        emit(section="calls", what="diffmjx.forward vmapped", batch=b, jit_s=jit_s, run_s=med, per_call_ms=1e3 * med,
-             repeats=max(10, repeats // 5))  # fmt: skip
+        emit(
+            section="calls",
+            what="diffmjx.forward vmapped",
+            batch=b,
+            jit_s=jit_s,
+            run_s=med,
+            per_call_ms=1e3 * med,
+            repeats=max(10, repeats // 5),
+        )
 
 
 def _toss_fns(cfg):
@@ -166,13 +190,30 @@ def section_toss(ctx, emit, repeats=3):
     compiled, jit_s = _compile(forward, u0)
     med = _timed(compiled, (u0,), repeats)
     value, acc, rej = (float("nan"),) * 3 if _COMPILE_ONLY else compiled(u0)
-    emit(section="toss", what="forward", batch=1, jit_s=jit_s, run_s=med, repeats=repeats, accepted=float(acc),
-         rejected=float(rej), value=float(value))  # fmt: skip
+    emit(
+        section="toss",
+        what="forward",
+        batch=1,
+        jit_s=jit_s,
+        run_s=med,
+        repeats=repeats,
+        accepted=float(acc),
+        rejected=float(rej),
+        value=float(value),
+    )
     compiled, jit_s = _compile(vg, u0)
     med = _timed(compiled, (u0,), repeats)
     value, grad = (float("nan"),) * 2 if _COMPILE_ONLY else compiled(u0)
-    emit(section="toss", what="value and gradient", batch=1, jit_s=jit_s, run_s=med, repeats=repeats,
-         value=float(value), grad=float(grad))  # fmt: skip
+    emit(
+        section="toss",
+        what="value and gradient",
+        batch=1,
+        jit_s=jit_s,
+        run_s=med,
+        repeats=repeats,
+        value=float(value),
+        grad=float(grad),
+    )
 
 
 def section_toss_vmap(ctx, emit):
@@ -187,8 +228,15 @@ def section_toss_vmap(ctx, emit):
     _, vg = _toss_fns(diffmjx.Config())
     compiled, jit_s = _compile(jax.vmap(vg), u0)
     med = _timed(compiled, (u0,), 1, warm=False)
-    emit(section="toss_vmap", what="value and gradient vmapped", batch=b, jit_s=jit_s, run_s=med,
-         per_call_ms=1e3 * med / b, repeats=1)  # fmt: skip
+    emit(
+        section="toss_vmap",
+        what="value and gradient vmapped",
+        batch=b,
+        jit_s=jit_s,
+        run_s=med,
+        per_call_ms=1e3 * med / b,
+        repeats=1,
+    )
 
 
 def section_euler(ctx, emit):
@@ -205,8 +253,17 @@ def section_euler(ctx, emit):
     compiled, jit_s = _compile(jax.vmap(vg), u0)
     med = _timed(compiled, (u0,), 1, warm=False)
     value, grad = (jnp.full(b, jnp.nan),) * 2 if _COMPILE_ONLY else compiled(u0)
-    emit(section="euler", what="MJX Euler dt 3e-5, value and gradient vmapped", batch=b, jit_s=jit_s, run_s=med,
-         per_call_ms=1e3 * med / b, repeats=1, value=float(value[b // 2]), grad=float(grad[b // 2]))  # fmt: skip
+    emit(
+        section="euler",
+        what="MJX Euler dt 3e-5, value and gradient vmapped",
+        batch=b,
+        jit_s=jit_s,
+        run_s=med,
+        per_call_ms=1e3 * med / b,
+        repeats=1,
+        value=float(value[b // 2]),
+        grad=float(grad[b // 2]),
+    )
 
 
 def section_sysid(ctx, emit, setups=("converged solve", "library setting")):
@@ -224,19 +281,37 @@ def section_sysid(ctx, emit, setups=("converged solve", "library setting")):
     for name in setups:
         extra = overrides[name]
         steps = 1 if _COMPILE_ONLY else ctx.sysid_steps
-        cfg = base.override(*extra, "train.epochs=1", f"train.steps_per_epoch={steps}",
-                            "train.checkpoint_dir=null", f"train.inits={{side_length: {SYSID_INIT_M}}}")  # fmt: skip
+        cfg = base.override(
+            *extra,
+            "train.epochs=1",
+            f"train.steps_per_epoch={steps}",
+            "train.checkpoint_dir=null",
+            f"train.inits={{side_length: {SYSID_INIT_M}}}",
+        )
         result = sysid.train(cfg, data, progress=False)
         wall = np.asarray(result.history.wall_s)
         med = float(np.median(wall[1:])) if len(wall) > 1 else float("nan")
-        emit(section="sysid", what=f"Adam step, DiffMJX + CFD, {name}", batch=cfg.train.batch_size,
-             jit_s=float(wall[0] - (med if np.isfinite(med) else 0.0)), run_s=med, repeats=len(wall) - 1,
-             value=float(result.history.loss[-1]), note=f"side {1e3 * float(result.params.side_length):.3f} mm "
-             f"after {len(wall)} steps from {1e3 * SYSID_INIT_M:g} mm")  # fmt: skip
+        emit(
+            section="sysid",
+            what=f"Adam step, DiffMJX + CFD, {name}",
+            batch=cfg.train.batch_size,
+            jit_s=float(wall[0] - (med if np.isfinite(med) else 0.0)),
+            run_s=med,
+            repeats=len(wall) - 1,
+            value=float(result.history.loss[-1]),
+            note=f"side {1e3 * float(result.params.side_length):.3f} mm "
+            f"after {len(wall)} steps from {1e3 * SYSID_INIT_M:g} mm",
+        )
 
 
-SECTIONS = {"calls": section_calls, "toss": section_toss, "toss_vmap": section_toss_vmap, "euler": section_euler,
-            "sysid": section_sysid, "sysid_paper": lambda ctx, emit: section_sysid(ctx, emit, ("paper solver",))}  # fmt: skip
+SECTIONS = {
+    "calls": section_calls,
+    "toss": section_toss,
+    "toss_vmap": section_toss_vmap,
+    "euler": section_euler,
+    "sysid": section_sysid,
+    "sysid_paper": lambda ctx, emit: section_sysid(ctx, emit, ("paper solver",)),
+}
 
 
 def worker(args) -> None:
@@ -254,8 +329,17 @@ def worker(args) -> None:
 
     def emit(**row):
         kind = "compile" if args.compile_only else "measure"
-        _emit(out, {"device": device, "jax": jax.__version__, "variant": args.variant, "pass": kind,
-                    "xla_flags": os.environ.get("XLA_FLAGS", ""), **row})  # fmt: skip
+        _emit(
+            out,
+            {
+                "device": device,
+                "jax": jax.__version__,
+                "variant": args.variant,
+                "pass": kind,
+                "xla_flags": os.environ.get("XLA_FLAGS", ""),
+                **row,
+            },
+        )
 
     for name in args.sections.split(","):
         t = time.perf_counter()
@@ -264,8 +348,11 @@ def worker(args) -> None:
         except Exception as e:  # a broken section must not cost the others their results
             print(f"SECTION {name} FAILED: {type(e).__name__}: {e}", flush=True)
             emit(section=name, what="failed", note=f"{type(e).__name__}: {str(e)[:200]}")
-        print(f"section {name} ({args.variant}{', compile only' if args.compile_only else ''}): "
-              f"{time.perf_counter() - t:.1f} s", flush=True)  # fmt: skip
+        print(
+            f"section {name} ({args.variant}{', compile only' if args.compile_only else ''}): "
+            f"{time.perf_counter() - t:.1f} s",
+            flush=True,
+        )
 
 
 # ---------------------------------------------------------------- driver
@@ -280,9 +367,26 @@ def _run(cmd, env, timeout):
 
 
 def _worker_cmd(args, variant, sections, cache, csv_path, compile_only):
-    cmd = [sys.executable, "-m", "experiments.benchmark_device", "--worker", "--variant", variant, "--sections",
-           sections, "--cache", cache, "--csv", str(csv_path), "--toss-batch", str(args.toss_batch),
-           "--euler-batch", str(args.euler_batch), "--sysid-steps", str(args.sysid_steps)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "experiments.benchmark_device",
+        "--worker",
+        "--variant",
+        variant,
+        "--sections",
+        sections,
+        "--cache",
+        cache,
+        "--csv",
+        str(csv_path),
+        "--toss-batch",
+        str(args.toss_batch),
+        "--euler-batch",
+        str(args.euler_batch),
+        "--sysid-steps",
+        str(args.sysid_steps),
+    ]
     return cmd + (["--compile-only"] if compile_only else [])
 
 
@@ -348,8 +452,11 @@ def summary(csv_path: Path) -> None:
     with open(csv_path) as f:
         rows = list(csv.DictReader(f))
     compiled = {(r["variant"], r["section"], r["what"], r["batch"]): r["jit_s"] for r in rows if r["pass"] == "compile"}
-    rows = [dict(r, jit_s=compiled.get((r["variant"], r["section"], r["what"], r["batch"]), r["jit_s"]))
-            for r in rows if r["pass"] == "measure"]  # fmt: skip
+    rows = [
+        dict(r, jit_s=compiled.get((r["variant"], r["section"], r["what"], r["batch"]), r["jit_s"]))
+        for r in rows
+        if r["pass"] == "measure"
+    ]
     print(f"\n{'variant':<8} {'section':<9} {'what':<48} {'batch':>5} {'JIT s':>7} {'run s':>9} {'ms/call':>9} steps")
 
     def num(r, k, fmt):
@@ -357,8 +464,10 @@ def summary(csv_path: Path) -> None:
 
     for r in rows:
         steps = f"{r['accepted']}+{r['rejected']}" if r["accepted"] else ""
-        print(f"{r['variant']:<8} {r['section']:<9} {r['what'][:48]:<48} {r['batch']:>5} {num(r, 'jit_s', '7.1f'):>7} "
-              f"{num(r, 'run_s', '9.4f'):>9} {num(r, 'per_call_ms', '9.3f'):>9} {steps}")  # fmt: skip
+        print(
+            f"{r['variant']:<8} {r['section']:<9} {r['what'][:48]:<48} {r['batch']:>5} {num(r, 'jit_s', '7.1f'):>7} "
+            f"{num(r, 'run_s', '9.4f'):>9} {num(r, 'per_call_ms', '9.3f'):>9} {steps}"
+        )
 
 
 def _label(row: dict) -> str:
@@ -387,20 +496,34 @@ def plot(results: Path) -> None:
     ms = lambda r: float(r["per_call_ms"])
     sec = lambda r: float(r["run_s"])
     panels = (
-        ("wall time of one call (ms)\n(a vmapped call runs its whole batch)", [
-            ("calls", "mjx.forward", "1", "mjx.forward", ms),
-            ("calls", "diffmjx.forward", "1", "diffmjx.forward", ms),
-            ("calls", "diffmjx.forward gradient", "1", "its gradient", ms),
-            ("calls", "diffmjx.forward vmapped", "64", "diffmjx.forward\nvmap 64", ms),
-            ("calls", "diffmjx.forward vmapped", "1024", "diffmjx.forward\nvmap 1024", ms)]),
-        ("run time (s)", [
-            ("toss", "forward", "1", "toss\nforward", sec),
-            ("toss", "value and gradient", "1", "toss\ngradient", sec),
-            ("toss_vmap", "value and gradient vmapped", None, "toss gradient,\nper toss in a\nvmapped batch*", lambda r: ms(r) / 1e3),
-            ("sysid", "Adam step, DiffMJX + CFD, converged solve", "64", "sysid step\n(converged\nsolve)", sec),
-            ("sysid", "Adam step, DiffMJX + CFD, library setting", "64", "sysid step\n(library\nsetting)", sec),
-            ("sysid", "Adam step, DiffMJX + CFD, paper solver", "64", "sysid step\n(paper's\nsolver)", sec)]),
-    )  # fmt: skip
+        (
+            "wall time of one call (ms)\n(a vmapped call runs its whole batch)",
+            [
+                ("calls", "mjx.forward", "1", "mjx.forward", ms),
+                ("calls", "diffmjx.forward", "1", "diffmjx.forward", ms),
+                ("calls", "diffmjx.forward gradient", "1", "its gradient", ms),
+                ("calls", "diffmjx.forward vmapped", "64", "diffmjx.forward\nvmap 64", ms),
+                ("calls", "diffmjx.forward vmapped", "1024", "diffmjx.forward\nvmap 1024", ms),
+            ],
+        ),
+        (
+            "run time (s)",
+            [
+                ("toss", "forward", "1", "toss\nforward", sec),
+                ("toss", "value and gradient", "1", "toss\ngradient", sec),
+                (
+                    "toss_vmap",
+                    "value and gradient vmapped",
+                    None,
+                    "toss gradient,\nper toss in a\nvmapped batch*",
+                    lambda r: ms(r) / 1e3,
+                ),
+                ("sysid", "Adam step, DiffMJX + CFD, converged solve", "64", "sysid step\n(converged\nsolve)", sec),
+                ("sysid", "Adam step, DiffMJX + CFD, library setting", "64", "sysid step\n(library\nsetting)", sec),
+                ("sysid", "Adam step, DiffMJX + CFD, paper solver", "64", "sysid step\n(paper's\nsolver)", sec),
+            ],
+        ),
+    )
     fig, axes = plt.subplots(1, 2, figsize=(14, 5.2))
     width = 0.8 / max(1, len(series))
     for ax, (ylabel, items) in zip(axes, panels):
@@ -424,9 +547,17 @@ def plot(results: Path) -> None:
         ax.set_ylabel(ylabel)
         ax.grid(axis="y", alpha=0.3)
     axes[0].legend(fontsize=8)
-    axes[1].text(0.01, -0.26, "* batch of 64; the H200's sysid step was measured before the CFD and batching "
-                 "changes of 50e54a2 and ecc68fb (docs/speed.md)", transform=axes[1].transAxes, fontsize=8)  # fmt: skip
-    fig.suptitle("Device benchmark, float64 (cube toss at Config(); sysid: 64 segments of N = 4 from 140 mm, DiffMJX + CFD)")
+    axes[1].text(
+        0.01,
+        -0.26,
+        "* batch of 64; the H200's sysid step was measured before the CFD and batching "
+        "changes of 50e54a2 and ecc68fb (docs/speed.md)",
+        transform=axes[1].transAxes,
+        fontsize=8,
+    )
+    fig.suptitle(
+        "Device benchmark, float64 (cube toss at Config(); sysid: 64 segments of N = 4 from 140 mm, DiffMJX + CFD)"
+    )
     fig.tight_layout()
     fig.savefig(results / "benchmark_device.png", dpi=120)
     plt.close(fig)
@@ -436,7 +567,9 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--budget-s", type=float, default=420.0, help="wall-time budget of the whole run (default 420)")
     p.add_argument("--compile-budget-s", type=float, default=180.0, help="of it, for the parallel compile pass")
-    p.add_argument("--tag", default=None, help="CSV name: benchmark_device_<tag>.csv (default: cpu, or the GPU's kind, e.g. h200)")
+    p.add_argument(
+        "--tag", default=None, help="CSV name: benchmark_device_<tag>.csv (default: cpu, or the GPU's kind, e.g. h200)"
+    )
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--variants", default=None, help="comma-separated (default: default,graphs on a GPU, else default)")
     p.add_argument("--jobs", default=";".join(JOBS), help="';'-separated jobs of comma-separated sections, in order")

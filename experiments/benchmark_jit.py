@@ -53,8 +53,15 @@ def breakdown(f, arg, compiler_options=None) -> dict:
     compiled = lowered.compile(compiler_options) if compiler_options else lowered.compile()
     t3 = time.perf_counter()
     value = float(jax.block_until_ready(compiled(arg)))  # also the warm-up call
-    return dict(trace_s=t1 - t0, lower_s=t2 - t1, compile_s=t3 - t2, jit_s=t3 - t0,
-                hlo_lines=lowered.as_text().count("\n"), run_s=common.median_time(compiled, arg), value=value)  # fmt: skip
+    return dict(
+        trace_s=t1 - t0,
+        lower_s=t2 - t1,
+        compile_s=t3 - t2,
+        jit_s=t3 - t0,
+        hlo_lines=lowered.as_text().count("\n"),
+        run_s=common.median_time(compiled, arg),
+        value=value,
+    )
 
 
 _PROBE = """
@@ -85,13 +92,28 @@ def warm_cache(cfg: diffmjx.Config) -> list[dict]:
         env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
         runs = []
         for _ in range(2):  # the first fills the cache, the second reads it
-            out = subprocess.run([sys.executable, "-c", _PROBE, str(Path(tmp) / "cache"), str(preset)],
-                                 env=env, capture_output=True, text=True, check=True).stdout  # fmt: skip
+            out = subprocess.run(
+                [sys.executable, "-c", _PROBE, str(Path(tmp) / "cache"), str(preset)],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
             runs.append(json.loads(out.strip().splitlines()[-1]))
-    return [dict(variant=f"default, fresh process, {state} persistent cache", program="backward",
-                 trace_s=r["trace_lower_s"], lower_s=float("nan"), compile_s=r["compile_s"], jit_s=r["jit_s"],
-                 hlo_lines=-1, run_s=float("nan"), value=r["value"])
-            for state, r in zip(("empty", "warm"), runs)]  # fmt: skip
+    return [
+        dict(
+            variant=f"default, fresh process, {state} persistent cache",
+            program="backward",
+            trace_s=r["trace_lower_s"],
+            lower_s=float("nan"),
+            compile_s=r["compile_s"],
+            jit_s=r["jit_s"],
+            hlo_lines=-1,
+            run_s=float("nan"),
+            value=r["value"],
+        )
+        for state, r in zip(("empty", "warm"), runs)
+    ]
 
 
 def run(cfg: diffmjx.Config, out: Path, name: str = "benchmark_jit") -> list[dict]:
@@ -111,10 +133,14 @@ def run(cfg: diffmjx.Config, out: Path, name: str = "benchmark_jit") -> list[dic
             common.write_csv(out / f"{name}.csv", rows)
     rows += warm_cache(cfg)
     common.write_csv(out / f"{name}.csv", rows)
-    print(f"\n{'variant':<38} {'program':<9} {'trace':>7} {'lower':>7} {'compile':>8} {'total':>7} {'run':>7} {'value':>10}")
+    print(
+        f"\n{'variant':<38} {'program':<9} {'trace':>7} {'lower':>7} {'compile':>8} {'total':>7} {'run':>7} {'value':>10}"
+    )
     for r in rows:
-        print(f"{r['variant']:<38} {r['program']:<9} {r['trace_s']:7.1f} {r['lower_s']:7.1f} {r['compile_s']:8.1f} "
-              f"{r['jit_s']:7.1f} {r['run_s']:7.3f} {r['value']:10.6f}")  # fmt: skip
+        print(
+            f"{r['variant']:<38} {r['program']:<9} {r['trace_s']:7.1f} {r['lower_s']:7.1f} {r['compile_s']:8.1f} "
+            f"{r['jit_s']:7.1f} {r['run_s']:7.3f} {r['value']:10.6f}"
+        )
     return rows
 
 

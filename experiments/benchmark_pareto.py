@@ -148,7 +148,9 @@ def run(cfg: diffmjx.Config, out: Path, quick: bool = False, fresh: bool = False
     others = [r for r in earlier if r.get("config") and digests.get(r["method"]) != r["config"]]
     truths = {r["grad_truth"] for r in saved.values()}
     truth = truths.pop() if len(truths) == 1 else ground_truth(mx, cfg, u0, quick)
-    print(f"ground truth (tsit5 1e-12, central differences): {truth:+.6f}; {len(saved)} of {len(plan)} methods already measured")
+    print(
+        f"ground truth (tsit5 1e-12, central differences): {truth:+.6f}; {len(saved)} of {len(plan)} methods already measured"
+    )
     rows = []
     for family, label, c in (bar := tqdm(plan, desc="methods")):
         bar.set_postfix_str(label)
@@ -237,15 +239,23 @@ def _plot(rows, path):
 
     families = list(dict.fromkeys(r["family"] for r in rows))
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
-    for ax, key, label in ((axes[0], "backward_run_s", "backward run time (s)"), (axes[1], "backward_jit_s", "backward JIT time (s)")):
+    for ax, key, label in (
+        (axes[0], "backward_run_s", "backward run time (s)"),
+        (axes[1], "backward_jit_s", "backward JIT time (s)"),
+    ):
         for i, fam in enumerate(families):
             sel = [r for r in rows if r["family"] == fam and not r["budget_exhausted"]]
             out = [r for r in rows if r["family"] == fam and r["budget_exhausted"]]
             marker = "s" if fam.startswith("mjx") else "o"
             ax.scatter([r[key] for r in sel], [r["rel_error"] for r in sel], marker=marker, color=f"C{i}", label=fam)
             # runs that hit integrator.max_steps: hollow, and never on the front
-            ax.scatter([r[key] for r in out], [r["rel_error"] for r in out], marker=marker, facecolors="none",
-                       edgecolors=f"C{i}")  # fmt: skip
+            ax.scatter(
+                [r[key] for r in out],
+                [r["rel_error"] for r in out],
+                marker=marker,
+                facecolors="none",
+                edgecolors=f"C{i}",
+            )
         valid = [r for r in rows if not r["budget_exhausted"]]
         front = pareto([(r[key], r["rel_error"]) for r in valid])
         pts = sorted((valid[i][key], valid[i]["rel_error"]) for i in front)
@@ -253,8 +263,9 @@ def _plot(rows, path):
         ax.set(xscale="log", yscale="log", xlabel=label)
     axes[0].set_ylabel("relative gradient error")
     axes[0].legend(fontsize=7, ncol=2)
-    fig.suptitle("Cube toss: gradient error vs cost "
-                 "(squares: fixed-step MJX, circles: DiffMJX; hollow: step budget exhausted)")  # fmt: skip
+    fig.suptitle(
+        "Cube toss: gradient error vs cost (squares: fixed-step MJX, circles: DiffMJX; hollow: step budget exhausted)"
+    )
     common.save_figure(fig, path)
 
 

@@ -51,11 +51,17 @@ def memory_vs_horizon(cfg: diffmjx.Config, quick: bool) -> list[dict]:
         compiled = grad.lower(u0).compile()
         jit_s = time.perf_counter() - t
         g = float(jax.block_until_ready(compiled(u0)))
-        rows.append(dict(
-            horizon_s=seconds, periods=horizon, remat=remat,
-            backward_memory_mb=common.program_memory_mb(compiled),
-            backward_jit_s=jit_s, backward_run_s=common.median_time(compiled, u0, repeats=2 if quick else 3), grad=g,
-        ))  # fmt: skip
+        rows.append(
+            dict(
+                horizon_s=seconds,
+                periods=horizon,
+                remat=remat,
+                backward_memory_mb=common.program_memory_mb(compiled),
+                backward_jit_s=jit_s,
+                backward_run_s=common.median_time(compiled, u0, repeats=2 if quick else 3),
+                grad=g,
+            )
+        )
     return rows
 
 
@@ -98,10 +104,24 @@ def vmap_uneven(cfg: diffmjx.Config, quick: bool) -> tuple[list[dict], dict, np.
         if name == "forward":
             traces = np.asarray(batch(heights, speeds)[1])  # (N_ENVS, periods) accepted steps
         for i in range(N_ENVS):
-            rows.append(dict(mode=name, env=i, height=float(heights[i]), speed=float(speeds[i]), alone_run_s=alone[i],
-                             accepted_steps=int(traces[i].sum())))  # fmt: skip
-        summary[name] = dict(batch_run_s=together, slowest_alone_s=max(alone), sum_alone_s=sum(alone),
-                             ratio=together / max(alone), single_jit_s=single_jit, batch_jit_s=batch_jit)  # fmt: skip
+            rows.append(
+                dict(
+                    mode=name,
+                    env=i,
+                    height=float(heights[i]),
+                    speed=float(speeds[i]),
+                    alone_run_s=alone[i],
+                    accepted_steps=int(traces[i].sum()),
+                )
+            )
+        summary[name] = dict(
+            batch_run_s=together,
+            slowest_alone_s=max(alone),
+            sum_alone_s=sum(alone),
+            ratio=together / max(alone),
+            single_jit_s=single_jit,
+            batch_jit_s=batch_jit,
+        )
     return rows, summary, traces
 
 
@@ -134,8 +154,11 @@ def _plot_vmap(summary, traces, path):
     t = np.arange(traces.shape[1]) * period
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), gridspec_kw=dict(width_ratios=(2, 1)))
     for i, tr in enumerate(traces):
-        style = dict(color="tab:red", lw=2, label=f"env {i}: thrown at {THROW_SPEED} m/s") if i == VIOLENT else dict(
-            color="0.6", lw=0.8, label="19 floating envs" if i == 0 else None)  # fmt: skip
+        style = (
+            dict(color="tab:red", lw=2, label=f"env {i}: thrown at {THROW_SPEED} m/s")
+            if i == VIOLENT
+            else dict(color="0.6", lw=0.8, label="19 floating envs" if i == 0 else None)
+        )
         axes[0].step(t, period / np.maximum(tr, 1), where="post", **style)
     axes[0].set(yscale="log", xlabel="time (s)", ylabel="mean accepted step in the period (s)")
     axes[0].legend(fontsize=8)
@@ -164,12 +187,16 @@ def run(cfg: diffmjx.Config, out: Path, quick: bool = False) -> dict:
     _plot_vmap(summary, traces, out / "benchmark_scaling_vmap.png")
     print(f"\n{'horizon':>8} {'remat':>6} {'memory MB':>10} {'bwd JIT s':>10} {'bwd run s':>10} {'grad':>12}")
     for r in mem:
-        print(f"{r['horizon_s']:>7}s {r['remat']!s:>6} {r['backward_memory_mb']:10.3f} {r['backward_jit_s']:10.1f} "
-              f"{r['backward_run_s']:10.3f} {r['grad']:12.8f}")  # fmt: skip
+        print(
+            f"{r['horizon_s']:>7}s {r['remat']!s:>6} {r['backward_memory_mb']:10.3f} {r['backward_jit_s']:10.1f} "
+            f"{r['backward_run_s']:10.3f} {r['grad']:12.8f}"
+        )
     for k in ("forward", "gradient"):
         s = summary[k]
-        print(f"vmap {k}: batch {s['batch_run_s']:.3f} s, slowest alone {s['slowest_alone_s']:.3f} s "
-              f"(ratio {s['ratio']:.2f}), all 20 alone {s['sum_alone_s']:.3f} s")  # fmt: skip
+        print(
+            f"vmap {k}: batch {s['batch_run_s']:.3f} s, slowest alone {s['slowest_alone_s']:.3f} s "
+            f"(ratio {s['ratio']:.2f}), all 20 alone {s['sum_alone_s']:.3f} s"
+        )
     return dict(memory=mem, vmap=rows, summary=summary)
 
 

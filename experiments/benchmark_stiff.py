@@ -76,14 +76,26 @@ def run(repeats: int) -> list[dict]:
         run_s = common.median_time(fn, u0, repeats=repeats)
         acc, rej = np.asarray(acc), np.asarray(rej)
         contact = _contact_periods(mx, qpos0, np.asarray(qpos))
-        rows.append(dict(
-            method=name, rtol=cfg.integrator.rtol, final_qpos_y=float(y), reference_qpos_y=reference,
-            abs_error=abs(float(y) - reference), accepted=int(acc.sum()), rejected=int(rej.sum()),
-            contact_periods=int(contact.sum()), accepted_contact=int(acc[contact].sum()),
-            rejected_contact=int(rej[contact].sum()), accepted_other=int(acc[~contact].sum()),
-            rejected_other=int(rej[~contact].sum()), forward_run_s=run_s, first_call_s=first, repeats=repeats,
-            backend=jax.default_backend(),
-        ))  # fmt: skip
+        rows.append(
+            dict(
+                method=name,
+                rtol=cfg.integrator.rtol,
+                final_qpos_y=float(y),
+                reference_qpos_y=reference,
+                abs_error=abs(float(y) - reference),
+                accepted=int(acc.sum()),
+                rejected=int(rej.sum()),
+                contact_periods=int(contact.sum()),
+                accepted_contact=int(acc[contact].sum()),
+                rejected_contact=int(rej[contact].sum()),
+                accepted_other=int(acc[~contact].sum()),
+                rejected_other=int(rej[~contact].sum()),
+                forward_run_s=run_s,
+                first_call_s=first,
+                repeats=repeats,
+                backend=jax.default_backend(),
+            )
+        )
     return rows
 
 
@@ -93,8 +105,12 @@ def plot(rows: list[dict], path) -> None:
     names = [r["method"] for r in rows]
     x = np.arange(len(rows))
     fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.6))
-    parts = [("accepted_contact", "accepted, contact periods"), ("rejected_contact", "rejected, contact periods"),
-             ("accepted_other", "accepted, other periods"), ("rejected_other", "rejected, other periods")]  # fmt: skip
+    parts = [
+        ("accepted_contact", "accepted, contact periods"),
+        ("rejected_contact", "rejected, contact periods"),
+        ("accepted_other", "accepted, other periods"),
+        ("rejected_other", "rejected, other periods"),
+    ]
     bottom = np.zeros(len(rows))
     for key, label in parts:
         v = np.array([r[key] for r in rows], float)
@@ -127,9 +143,11 @@ def main(argv=None) -> None:
     common.write_csv(args.out / "benchmark_stiff.csv", rows)
     plot(rows, args.out / "benchmark_stiff.png")
     for r in rows:
-        print(f"{r['method']:9s} accepted {r['accepted']:5d} rejected {r['rejected']:4d} "
-              f"(contact {r['accepted_contact']} + {r['rejected_contact']}) forward {r['forward_run_s']:.3f} s "
-              f"first call {r['first_call_s']:.1f} s |error| {r['abs_error']:.2e} m")  # fmt: skip
+        print(
+            f"{r['method']:9s} accepted {r['accepted']:5d} rejected {r['rejected']:4d} "
+            f"(contact {r['accepted_contact']} + {r['rejected_contact']}) forward {r['forward_run_s']:.3f} s "
+            f"first call {r['first_call_s']:.1f} s |error| {r['abs_error']:.2e} m"
+        )
 
 
 if __name__ == "__main__":

@@ -146,25 +146,49 @@ def run(cfg: diffmjx.Config, out: Path) -> tuple[list[dict], list[dict]]:
                     names = [*names, *group_names]
                     fwd = lambda q, v, names=names, prefix=prefix: _scalar(prefix(q, v, names))
                     f_us, b_us = microseconds(fwd, q0, v0), microseconds(jax.grad(fwd, argnums=(0, 1)), q0, v0)
-                    rows.append(dict(state=state_name, gradient=label, group=group, stages=" ".join(group_names),
-                                     forward_us=f_us, gradient_us=b_us, forward_added_us=f_us - prev_f,
-                                     gradient_added_us=b_us - prev_b))  # fmt: skip
+                    rows.append(
+                        dict(
+                            state=state_name,
+                            gradient=label,
+                            group=group,
+                            stages=" ".join(group_names),
+                            forward_us=f_us,
+                            gradient_us=b_us,
+                            forward_added_us=f_us - prev_f,
+                            gradient_added_us=b_us - prev_b,
+                        )
+                    )
                     prev_f, prev_b = f_us, b_us
                     bar.update()
             # The whole evaluation as the integrator uses it: the gradient of the accelerations only.
             acc = lambda q, v, prefix=prefix: jnp.sum(jnp.sin(prefix(q, v, ALL_STAGES).qacc))
             grad = jax.grad(acc, argnums=(0, 1))
             f_us, b_us = microseconds(acc, q0, v0), microseconds(grad, q0, v0)
-            rows.append(dict(state=state_name, gradient=label, group="whole (qacc only)", stages="dynamics.forward",
-                             forward_us=f_us, gradient_us=b_us, forward_added_us=float("nan"),
-                             gradient_added_us=float("nan")))  # fmt: skip
+            rows.append(
+                dict(
+                    state=state_name,
+                    gradient=label,
+                    group="whole (qacc only)",
+                    stages="dynamics.forward",
+                    forward_us=f_us,
+                    gradient_us=b_us,
+                    forward_added_us=float("nan"),
+                    gradient_added_us=float("nan"),
+                )
+            )
             fc, bc = thunks(acc, q0, v0), thunks(grad, q0, v0)
             kinds = collections.Counter()
             for name, n in bc.items():
                 kinds[next((k for p, k in THUNK_KINDS.items() if name.startswith(p)), "other")] += n
-            thunk_rows.append(dict(state=state_name, gradient=label, forward_thunks=sum(fc.values()),
-                                   gradient_thunks=sum(bc.values()),
-                                   **{f"gradient_{k}": kinds[k] for k in [*THUNK_KINDS.values(), "other"]}))  # fmt: skip
+            thunk_rows.append(
+                dict(
+                    state=state_name,
+                    gradient=label,
+                    forward_thunks=sum(fc.values()),
+                    gradient_thunks=sum(bc.values()),
+                    **{f"gradient_{k}": kinds[k] for k in [*THUNK_KINDS.values(), "other"]},
+                )
+            )
             bar.update()
     bar.close()
     rounded = lambda rs: [{k: round(v, 2) if isinstance(v, float) else v for k, v in r.items()} for r in rs]
@@ -201,7 +225,9 @@ def _plot(rows: list[dict], thunk_rows: list[dict], path: Path) -> None:
             n = r[f"gradient_{kind}"]
             right.bar(i, n, bottom=bottom, color=color, label=kind if i == 0 else None)
             bottom += n
-        right.plot([i - 0.4, i + 0.4], [r["forward_thunks"]] * 2, "k-", lw=2, label="forward, all kinds" if i == 0 else None)
+        right.plot(
+            [i - 0.4, i + 0.4], [r["forward_thunks"]] * 2, "k-", lw=2, label="forward, all kinds" if i == 0 else None
+        )
         right.text(i, bottom + 60, f"{bottom / r['forward_thunks']:.1f}x", ha="center", fontsize=8)
         case = r["gradient"].replace(", ", "\n")
         labels.append(f"{r['state']}\n{case}")

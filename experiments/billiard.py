@@ -62,9 +62,13 @@ MISS_LOSS_THRESHOLD = 0.01  # m: the descent run has reached the target below th
 HIT_U, HIT_RTOL, HIT_FD_STEP, HIT_C_FD_STEP = 1.25, 1e-8, 1e-4, 1e-3  # the hit check (see hit_check)
 HIT_TOUCH = (None, 0.0)  # impedance at touch: the scene's (0.9), then 0
 HIT_OVERRIDES = (
-    "cfd.enabled=false", f"integrator.rtol={HIT_RTOL}", f"integrator.atol={HIT_RTOL}",
-    f"integrator.dtmax={FREE_DTMAX}", "integrator.max_steps=100000", "solver.impedance_floor=0",
-)  # fmt: skip
+    "cfd.enabled=false",
+    f"integrator.rtol={HIT_RTOL}",
+    f"integrator.atol={HIT_RTOL}",
+    f"integrator.dtmax={FREE_DTMAX}",
+    "integrator.max_steps=100000",
+    "solver.impedance_floor=0",
+)
 # |dL/du| below this is zero: without CFD a miss leaves 1e-31 to 4e-21, because MJX's Newton solver shares
 # one line search across all contacts (the cue ball's rolling contact nudges the eight ball's).
 ZERO = 1e-20
@@ -141,7 +145,9 @@ def _map(fn, us, desc):
     return jax.tree.map(lambda *x: np.stack(x), *out)
 
 
-def c_engine_shot(mj: mujoco.MjModel, u: float, qpos0=None, dt: float = C_DT, free: bool = False) -> tuple[np.ndarray, bool]:
+def c_engine_shot(
+    mj: mujoco.MjModel, u: float, qpos0=None, dt: float = C_DT, free: bool = False
+) -> tuple[np.ndarray, bool]:
     """The shot in MuJoCo's C engine (RK4 at ``dt``): eight ball's final (x, y), and whether the balls touched.
 
     The ground truth of the study. A converged DiffMJX solve is no cheaper: after the collision the
@@ -234,7 +240,12 @@ def hit_check(cfg: diffmjx.Config) -> list[dict]:
         rows.append(
             dict(
                 impedance_at_touch=float(mj.geom_solimp[0, 0]),
-                ad_x=ad[0], ad_y=ad[1], fd_x=fd[0], fd_y=fd[1], c_engine_fd_x=cfd_[0], c_engine_fd_y=cfd_[1],
+                ad_x=ad[0],
+                ad_y=ad[1],
+                fd_x=fd[0],
+                fd_y=fd[1],
+                c_engine_fd_x=cfd_[0],
+                c_engine_fd_y=cfd_[1],
                 ad_rel_error_vs_fd=float(np.linalg.norm(ad - fd) / np.linalg.norm(fd)),
                 fd_rel_diff_vs_c_engine=float(np.linalg.norm(fd - cfd_) / np.linalg.norm(cfd_)),
             )
@@ -255,7 +266,20 @@ def run(cfg: diffmjx.Config, out: Path, quick: bool = False, fresh: bool = False
     us = np.linspace(-5.0, 5.0, 11 if quick else 41)
     us_free = np.linspace(-5.0, 5.0, 21 if quick else 81)  # cheap (no table contacts): denser for Fig. 19
     plain = cfg.override("cfd.enabled=false")
-    key = (cfg.to_yaml(), tuple(us), tuple(us_free), HORIZON, C_DT, FD_STEP, EPS, U0, ITERATIONS, LEARNING_RATE, DECAY, "b1=0")
+    key = (
+        cfg.to_yaml(),
+        tuple(us),
+        tuple(us_free),
+        HORIZON,
+        C_DT,
+        FD_STEP,
+        EPS,
+        U0,
+        ITERATIONS,
+        LEARNING_RATE,
+        DECAY,
+        "b1=0",
+    )
 
     def stage(name, fn):
         return common.stage(f"billiard-{name}", key, fn, fresh)
@@ -281,7 +305,9 @@ def run(cfg: diffmjx.Config, out: Path, quick: bool = False, fresh: bool = False
     mjf, mf = scene(free=True)
     capped = [f"integrator.dtmax={FREE_DTMAX}"]
     plain_f = plain.override(*capped)
-    target_f = stage_free("target-free", lambda: np.asarray(jax.jit(final_eight_ball(mf, plain_f, 1, free=True))(TARGET_U)))
+    target_f = stage_free(
+        "target-free", lambda: np.asarray(jax.jit(final_eight_ball(mf, plain_f, 1, free=True))(TARGET_U))
+    )
     methods = {
         "diffmjx": plain_f,
         "cfd_checkpoint": cfg.override("integrator.adjoint=checkpoint", *capped),
@@ -293,7 +319,14 @@ def run(cfg: diffmjx.Config, out: Path, quick: bool = False, fresh: bool = False
     summary = _summarise(res, free, d_cfd, d_plain)
     _write(out, res, free, summary, (d_cfd, u_cfd), (d_plain, u_plain))
     common.write_csv(out / "billiard_hit_check.csv", hits)
-    return {"sweep": res, "free": free, "summary": summary, "descent_cfd": d_cfd, "descent_plain": d_plain, "hits": hits}
+    return {
+        "sweep": res,
+        "free": free,
+        "summary": summary,
+        "descent_cfd": d_cfd,
+        "descent_plain": d_plain,
+        "hits": hits,
+    }
 
 
 def _summarise(res, free, d_cfd, d_plain) -> list[dict]:
@@ -339,7 +372,9 @@ def _summarise(res, free, d_cfd, d_plain) -> list[dict]:
                 hit_points=int(hit.sum()),
                 hit_points_resolved=np.nan,
                 # the frictionless variant's reference is smooth: compare all hit points
-                hit_median_rel_error=float(np.median(np.abs(g[hit] - free["ref_grad"][hit]) / np.maximum(np.abs(free["ref_grad"][hit]), 1e-3))),
+                hit_median_rel_error=float(
+                    np.median(np.abs(g[hit] - free["ref_grad"][hit]) / np.maximum(np.abs(free["ref_grad"][hit]), 1e-3))
+                ),
                 miss_median_rel_dev_resolved=float(np.median(dev)),
                 oscillation=max(osc),
                 descent_final_loss=np.nan,
@@ -358,7 +393,13 @@ def _write(out: Path, res, free, summary, cfd_run, plain_run) -> None:
     common.write_csv(
         out / "billiard_descent.csv",
         [
-            dict(iteration=i, u_cfd=cfd_run[1][i], loss_cfd=cfd_run[0][i], u_plain=plain_run[1][i], loss_plain=plain_run[0][i])
+            dict(
+                iteration=i,
+                u_cfd=cfd_run[1][i],
+                loss_cfd=cfd_run[0][i],
+                u_plain=plain_run[1][i],
+                loss_plain=plain_run[0][i],
+            )
             for i in range(len(cfd_run[0]))
         ],
     )
@@ -402,7 +443,13 @@ def _plot(out, res, free, cfd_run, plain_run):
     ):
         a.plot(free["u"], free["ref_grad"], "k-", lw=2.5, alpha=0.4, label="central differences (C engine)")
         if name != "diffmjx":
-            a.plot(free["u"], free["cfd_resolved_grad"], "C2--", lw=1.5, label=f"CFD, resolved (dtmax {RESOLVED_DTMAX:g} s)")
+            a.plot(
+                free["u"],
+                free["cfd_resolved_grad"],
+                "C2--",
+                lw=1.5,
+                label=f"CFD, resolved (dtmax {RESOLVED_DTMAX:g} s)",
+            )
         a.plot(free["u"], free[f"{name}_grad"], "C1.-", ms=3, label=f"{title} (dtmax {FREE_DTMAX:g} s)")
         a.set(xlabel="u", title=title)
         a.set_yscale("symlog", linthresh=1e-5)  # miss gradients fall to ~1e-4 at |u| = 5

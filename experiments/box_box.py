@@ -70,12 +70,35 @@ def drop_vs_c_engine(cfg: diffmjx.Config, rules=tuple(RULES)) -> list[dict]:
     for name in rules:
         rule = RULES[name]
         q = np.asarray(jax.jit(drop_final_qpos(mx, cfg.override(*rule)))(0.0))
-        rows.append(dict(collision=name, x=q[0], y=q[1], z=q[2], qw=q[3], qx=q[4], qy=q[5], qz=q[6],
-                         position_off_c_engine_m=float(np.linalg.norm(q[:3] - data.qpos[:3])),
-                         quaternion_off_c_engine=float(np.linalg.norm(q[3:] - data.qpos[3:]))))  # fmt: skip
+        rows.append(
+            dict(
+                collision=name,
+                x=q[0],
+                y=q[1],
+                z=q[2],
+                qw=q[3],
+                qx=q[4],
+                qy=q[5],
+                qz=q[6],
+                position_off_c_engine_m=float(np.linalg.norm(q[:3] - data.qpos[:3])),
+                quaternion_off_c_engine=float(np.linalg.norm(q[3:] - data.qpos[3:])),
+            )
+        )
     q = data.qpos
-    rows.append(dict(collision="C engine (RK4 1e-4)", x=q[0], y=q[1], z=q[2], qw=q[3], qx=q[4], qy=q[5], qz=q[6],
-                     position_off_c_engine_m=0.0, quaternion_off_c_engine=0.0))  # fmt: skip
+    rows.append(
+        dict(
+            collision="C engine (RK4 1e-4)",
+            x=q[0],
+            y=q[1],
+            z=q[2],
+            qw=q[3],
+            qx=q[4],
+            qy=q[5],
+            qz=q[6],
+            position_off_c_engine_m=0.0,
+            quaternion_off_c_engine=0.0,
+        )
+    )
     return rows
 
 
@@ -110,9 +133,19 @@ def gradient_sweep(cfg: diffmjx.Config, quick: bool, rules=tuple(RULES)) -> list
             for v in tqdm(vy0s, desc=f"{scene_name}, {rule}"):
                 fd = [float(x) for x in diffmjx.central_differences(ref, v, (FD_STEP, FD_STEP / 4), workers=2)[0][:, 0]]
                 loss, grad = (float(x) for x in vg(v))
-                rows.append(dict(scene=scene_name, method=rule, vy0=v, loss=loss, grad=grad, ref_grad=fd[0],
-                                 ref_agreement=abs(fd[0] - fd[1]) / abs(fd[0]), rel_error=abs(grad - fd[0]) / abs(fd[0]),
-                                 wrong_sign=bool(grad * fd[0] < 0)))  # fmt: skip
+                rows.append(
+                    dict(
+                        scene=scene_name,
+                        method=rule,
+                        vy0=v,
+                        loss=loss,
+                        grad=grad,
+                        ref_grad=fd[0],
+                        ref_agreement=abs(fd[0] - fd[1]) / abs(fd[0]),
+                        rel_error=abs(grad - fd[0]) / abs(fd[0]),
+                        wrong_sign=bool(grad * fd[0] < 0),
+                    )
+                )
     return rows
 
 
@@ -153,8 +186,9 @@ def family_states(mj, n: int = DROP_FAMILY, tumbles: int = TUMBLES, slides: int 
     extra = np.random.default_rng([seed, 1])
     quat = extra.normal(size=(tumbles, 4))
     quat /= np.linalg.norm(quat, axis=1, keepdims=True)
-    tq = _lift(mj, np.c_[extra.uniform(-0.03, 0.03, (tumbles, 2)), np.zeros(tumbles), quat],
-               extra.uniform(0.01, 0.03, tumbles))  # fmt: skip
+    tq = _lift(
+        mj, np.c_[extra.uniform(-0.03, 0.03, (tumbles, 2)), np.zeros(tumbles), quat], extra.uniform(0.01, 0.03, tumbles)
+    )
     tv = np.c_[extra.uniform(-0.3, 0.3, (tumbles, 2)), np.zeros(tumbles), extra.uniform(-15, 15, (tumbles, 3))]
     half = np.radians(8.0) / 2
     tilt = extra.uniform(-half, half, (slides, 3))  # small rotation vector / 2: a nearly flat box
@@ -171,8 +205,14 @@ def family_states(mj, n: int = DROP_FAMILY, tumbles: int = TUMBLES, slides: int 
     return np.r_[qpos, tq, sq], np.r_[qvel, tv, sv], motion
 
 
-def drop_family(cfg: diffmjx.Config, n: int = DROP_FAMILY, seed: int = 0, rules=tuple(RULES),
-                tumbles: int = TUMBLES, slides: int = EDGE_SLIDES) -> list[dict]:  # fmt: skip
+def drop_family(
+    cfg: diffmjx.Config,
+    n: int = DROP_FAMILY,
+    seed: int = 0,
+    rules=tuple(RULES),
+    tumbles: int = TUMBLES,
+    slides: int = EDGE_SLIDES,
+) -> list[dict]:
     """Trajectories on the family of :func:`family_states` (box-on-box drops, tumbles and slides
     across the table's edge), 0.6 s each, final position and quaternion per box-box rule against the
     C engine (RK4 at 1e-4 s). The row "C engine, RK4 at 5e-5 s" is the C engine against itself at
@@ -183,8 +223,11 @@ def drop_family(cfg: diffmjx.Config, n: int = DROP_FAMILY, seed: int = 0, rules=
     d0 = common.mjx.make_data(mx)
     ctrls = jnp.zeros((DROP_PERIODS, 0))
     ref = np.stack([common.c_engine_rk4(mj, DROP_PERIODS * 0.01, 1e-4, q, v).qpos for q, v in zip(qpos, qvel)])
-    finals = {"C engine, RK4 at 5e-5 s": np.stack([
-        common.c_engine_rk4(mj, DROP_PERIODS * 0.01, 5e-5, q, v).qpos for q, v in zip(qpos, qvel)])}  # fmt: skip
+    finals = {
+        "C engine, RK4 at 5e-5 s": np.stack(
+            [common.c_engine_rk4(mj, DROP_PERIODS * 0.01, 5e-5, q, v).qpos for q, v in zip(qpos, qvel)]
+        )
+    }
     for name in tqdm(rules, desc="drop family"):
         c = cfg.override(*RULES[name])
         # one drop at a time: under vmap every drop would take the step sequence of the stiffest one
@@ -193,11 +236,19 @@ def drop_family(cfg: diffmjx.Config, n: int = DROP_FAMILY, seed: int = 0, rules=
     rows = []
     for name, q in finals.items():
         for k in range(len(qpos)):
-            rows.append(dict(collision=name, drop=k, motion=motion[k],
-                             position_off_c_engine_m=float(np.linalg.norm(q[k, :3] - ref[k, :3])),
-                             quaternion_off_c_engine=float(min(np.linalg.norm(q[k, 3:] - ref[k, 3:]),
-                                                               np.linalg.norm(q[k, 3:] + ref[k, 3:]))),
-                             z=float(q[k, 2]), c_engine_z=float(ref[k, 2])))  # fmt: skip
+            rows.append(
+                dict(
+                    collision=name,
+                    drop=k,
+                    motion=motion[k],
+                    position_off_c_engine_m=float(np.linalg.norm(q[k, :3] - ref[k, :3])),
+                    quaternion_off_c_engine=float(
+                        min(np.linalg.norm(q[k, 3:] - ref[k, 3:]), np.linalg.norm(q[k, 3:] + ref[k, 3:]))
+                    ),
+                    z=float(q[k, 2]),
+                    c_engine_z=float(ref[k, 2]),
+                )
+            )
     return rows
 
 
@@ -243,12 +294,21 @@ def _plot(rows, path):
             v = [r["vy0"] for r in sel]
             ax_g.plot(v, [r["grad"] for r in sel], "o" + ls, color=f"C{i}", ms=3, label=f"AD, {name}, {scene_name}")
             ax_g.plot(v, [r["ref_grad"] for r in sel], "x", color=f"C{i}", alpha=0.6)
-            ax_e.semilogy(v, [max(r["rel_error"], 1e-6) for r in sel], "o" + ls, color=f"C{i}", ms=3,
-                          label=f"{name}, {scene_name}")  # fmt: skip
+            ax_e.semilogy(
+                v,
+                [max(r["rel_error"], 1e-6) for r in sel],
+                "o" + ls,
+                color=f"C{i}",
+                ms=3,
+                label=f"{name}, {scene_name}",
+            )
     ax_g.set(xlabel="initial y velocity (m/s)", ylabel="d loss / d vy0", title="AD (o) vs central differences (x)")
     ax_e.axhline(0.01, color="k", lw=0.8, ls=":", label="1 %")
-    ax_e.set(xlabel="initial y velocity (m/s)", ylabel="relative gradient error",
-             title="box on a box (dashed: force jump at touchdown)")  # fmt: skip
+    ax_e.set(
+        xlabel="initial y velocity (m/s)",
+        ylabel="relative gradient error",
+        title="box on a box (dashed: force jump at touchdown)",
+    )
     ax_g.legend(fontsize=6)
     ax_e.legend(fontsize=6)
     common.save_figure(fig, path)
@@ -274,8 +334,10 @@ def _plot_family(rows, path):
         ax.plot([i - 0.28, i + 0.28], [np.median(off)] * 2, color="k", lw=1.5)
     ax.set_yscale("log")
     ax.set_xticks(range(len(names)), names, fontsize=7)
-    ax.set(ylabel="final position off the C engine (mm)",
-           title=f"{len({r['drop'] for r in rows})} box-on-box drops, tumbles and edge slides, 0.6 s (bar: median)")  # fmt: skip
+    ax.set(
+        ylabel="final position off the C engine (mm)",
+        title=f"{len({r['drop'] for r in rows})} box-on-box drops, tumbles and edge slides, 0.6 s (bar: median)",
+    )
     ax.legend(fontsize=7, loc="upper left")
     common.save_figure(fig, path)
 
@@ -287,8 +349,11 @@ def _summary(rows, key, value):
     return out
 
 
-_FILES = {"drop": ("box_box_drop.csv", ("collision",)), "family": ("box_box_family.csv", ("collision",)),
-          "gradient": ("box_box_gradient.csv", ("scene", "method"))}  # result -> (file, the columns naming a group)
+_FILES = {
+    "drop": ("box_box_drop.csv", ("collision",)),
+    "family": ("box_box_family.csv", ("collision",)),
+    "gradient": ("box_box_gradient.csv", ("scene", "method")),
+}  # result -> (file, the columns naming a group)
 # (the family always runs every rule, so with --update its file is rewritten whole)
 
 
@@ -302,9 +367,11 @@ def run(cfg: diffmjx.Config, out: Path, quick: bool = False, rules=None, update:
         raise FileNotFoundError(f"--update: {', '.join(map(str, missing))} missing; run without --update to write them")
     sizes = dict(n=DROP_FAMILY, tumbles=TUMBLES, slides=EDGE_SLIDES)
     sizes = {k: v // 2 if quick else v for k, v in sizes.items()}
-    res = {"drop": drop_vs_c_engine(cfg, rules),
-           "family": drop_family(cfg, **sizes),  # every rule: about a minute
-           "gradient": gradient_sweep(cfg, quick, rules)}  # fmt: skip
+    res = {
+        "drop": drop_vs_c_engine(cfg, rules),
+        "family": drop_family(cfg, **sizes),  # every rule: about a minute
+        "gradient": gradient_sweep(cfg, quick, rules),
+    }
     for key, (name, columns) in _FILES.items():
         if update:
             common.write_csv(out / name, common.merge_rows(out / name, res[key], columns))
@@ -319,22 +386,32 @@ def run(cfg: diffmjx.Config, out: Path, quick: bool = False, rules=None, update:
     if not update:
         common.write_csv(out / "box_box_timing.csv", cost)
     for r in drop:
-        print(f"{r['collision']:<22} position off C engine {1e3 * r['position_off_c_engine_m']:.2f} mm, "
-              f"quaternion {r['quaternion_off_c_engine']:.1e}")  # fmt: skip
+        print(
+            f"{r['collision']:<22} position off C engine {1e3 * r['position_off_c_engine_m']:.2f} mm, "
+            f"quaternion {r['quaternion_off_c_engine']:.1e}"
+        )
     for name, off in _summary(family, lambda r: r["collision"], "position_off_c_engine_m").items():
-        print(f"family, {name:<24} position off C engine: median {1e3 * np.median(off):.2f} mm, max {1e3 * np.max(off):.2f} mm")
+        print(
+            f"family, {name:<24} position off C engine: median {1e3 * np.median(off):.2f} mm, max {1e3 * np.max(off):.2f} mm"
+        )
     for r in cost:
-        print(f"{r['collision']:<22} first call {r['first_call_s']:.1f} s, run {r['run_ms']:.1f} ms per {r['poses']} poses")
+        print(
+            f"{r['collision']:<22} first call {r['first_call_s']:.1f} s, run {r['run_ms']:.1f} ms per {r['poses']} poses"
+        )
     for (scene_name, name), e in _summary(grads, lambda r: (r["scene"], r["method"]), "rel_error").items():
         wrong = sum(r["wrong_sign"] for r in grads if r["scene"] == scene_name and r["method"] == name)
-        print(f"{scene_name:<30} {name:<18} rel. gradient error median {np.median(e):.2%}, "
-              f"p90 {np.percentile(e, 90):.2%}, max {np.max(e):.2%}, wrong sign {wrong}")  # fmt: skip
+        print(
+            f"{scene_name:<30} {name:<18} rel. gradient error median {np.median(e):.2%}, "
+            f"p90 {np.percentile(e, 90):.2%}, max {np.max(e):.2%}, wrong sign {wrong}"
+        )
     return dict(drop=drop, family=family, timing=cost, gradient=grads)
 
 
 def main(argv=None):
-    extra = (("--rules", dict(help=f"comma-separated box-box rules, of {', '.join(RULES)} (default: all)")),
-             ("--update", dict(action="store_true", help="replace only these rules' rows in the committed CSVs")))  # fmt: skip
+    extra = (
+        ("--rules", dict(help=f"comma-separated box-box rules, of {', '.join(RULES)} (default: all)")),
+        ("--update", dict(action="store_true", help="replace only these rules' rows in the committed CSVs")),
+    )
     cfg, args = common.cli(__doc__, DEFAULT_PRESET, argv, extra)
     rules = None if args.rules is None else [r.strip() for r in args.rules.split(",")]
     run(cfg, args.out, args.quick, rules, args.update)

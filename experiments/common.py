@@ -36,6 +36,7 @@ with contextlib.redirect_stdout(io.StringIO()):  # MJX's notice about its option
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 
+
 def median_time(fn, *args, repeats: int = 3) -> float:
     """Median wall time of ``fn(*args)`` (blocking on the result) over ``repeats`` calls."""
     import statistics

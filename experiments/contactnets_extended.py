@@ -73,11 +73,13 @@ class Preset(NamedTuple):
 
 
 PRESETS = {
-    "quick": Preset("quick", horizons=((4, 3), (10, 1)), every=40, subset=64, peer_adam_epochs=20, lm_steps=6,
-                    n_judge=16),
+    "quick": Preset(
+        "quick", horizons=((4, 3), (10, 1)), every=40, subset=64, peer_adam_epochs=20, lm_steps=6, n_judge=16
+    ),
     # N = 10 costs 2.5x per step (about 2 h per fit here): two random starts besides the pre-tuned one
-    "paper": Preset("paper", horizons=((4, 5), (10, 2)), every=50, subset=512, peer_adam_epochs=10, lm_steps=30,
-                    n_judge=None),
+    "paper": Preset(
+        "paper", horizons=((4, 5), (10, 2)), every=50, subset=512, peer_adam_epochs=10, lm_steps=30, n_judge=None
+    ),
 }
 
 
@@ -104,8 +106,15 @@ def _digest(key) -> str:
     return hashlib.sha256(repr(key).encode()).hexdigest()[:16]
 
 
-def run(preset: str, overrides, out: Path, fresh: bool = False, progress: bool = True,
-        store: Path | None = None, only: str | None = None) -> list[dict]:
+def run(
+    preset: str,
+    overrides,
+    out: Path,
+    fresh: bool = False,
+    progress: bool = True,
+    store: Path | None = None,
+    only: str | None = None,
+) -> list[dict]:
     """The study; ``store`` is where fits, scores and the Adam fits' per-step checkpoints are saved
     (``diffmjx.runtime.stage_store()`` if None): a run stopped at any step resumes from it.
 
@@ -117,8 +126,9 @@ def run(preset: str, overrides, out: Path, fresh: bool = False, progress: bool =
     store = Path(store) if store is not None else stage_store()
     # train.batching=vmap: the committed results were made in lock-step (before ecc68fb); "--set
     # train.batching=auto" runs the segments one after another on a CPU, equal to the solve's tolerance, faster
-    cfg = sysid.SysidConfig.load(ps.adam, ("train.batching=vmap", *overrides, "cfd.enabled=true",
-                                           f"train.free=[{', '.join(FREE)}]"))  # fmt: skip
+    cfg = sysid.SysidConfig.load(
+        ps.adam, ("train.batching=vmap", *overrides, "cfd.enabled=true", f"train.free=[{', '.join(FREE)}]")
+    )
     tosses, train_names, val_names, report = sysid.load_split(cfg.data)
     sel_names, test_names = (names[: ps.n_judge] for names in sysid.selection_split(val_names))
     sel, test = [tosses[n] for n in sel_names], [tosses[n] for n in test_names]
@@ -129,16 +139,23 @@ def run(preset: str, overrides, out: Path, fresh: bool = False, progress: bool =
     cfg4, data4 = by_n[4]
     pick = np.sort(np.random.default_rng(0).choice(len(data4.start), ps.subset, replace=False))
     sub_q, sub_v = np.asarray(data4.qpos)[pick], np.asarray(data4.qvel)[pick]
-    print(f"{report}\n{len(train_names)} training tosses ({len(data4.start)} segments of N = 4), "
-          f"{len(sel)} selection and {len(test)} test tosses; the peer table fits {ps.subset} segments")  # fmt: skip
+    print(
+        f"{report}\n{len(train_names)} training tosses ({len(data4.start)} segments of N = 4), "
+        f"{len(sel)} selection and {len(test)} test tosses; the peer table fits {ps.subset} segments"
+    )
     base = common.mjx.put_model(sysid.cube_mjmodel(iterations=cfg.iterations))
     loss_fn = jax.jit(lambda p, q, v: sysid.segment_loss(p, base, q, v, cfg.sim, batching=cfg.train.batching))
     key = (cfg.to_yaml(), preset, pick.tolist())
 
     def error(p: sysid.CubeParams, split: str) -> float:
         tosses_ = sel if split == "selection" else test
-        return common.stage("sysid-ext-err", (cfg.sim.to_yaml(), cfg.iterations, split, sel_names, common.param_key(p)),
-                            lambda: sysid.grouped_trajectory_error(p, tosses_, cfg), fresh, store)  # fmt: skip
+        return common.stage(
+            "sysid-ext-err",
+            (cfg.sim.to_yaml(), cfg.iterations, split, sel_names, common.param_key(p)),
+            lambda: sysid.grouped_trajectory_error(p, tosses_, cfg),
+            fresh,
+            store,
+        )
 
     default = sysid.CubeParams()
     fits = {}  # name -> dict(method, start, horizon, init, history or None, params, wall, evaluations)
@@ -163,9 +180,17 @@ def run(preset: str, overrides, out: Path, fresh: bool = False, progress: bool =
 
             res, wall = common.stage("sysid-ext-adam", (key, n, start_name), fit, fresh, store)
             fits[f"Adam, N = {n}, {start_name}"] = dict(
-                method="Adam", start=start_name, horizon=n, segments=len(data_n.start), init=start,
-                history=res.history, params=res.params, wall=wall,
-                evaluations=len(res.history.step), kind="minibatch gradient")  # fmt: skip
+                method="Adam",
+                start=start_name,
+                horizon=n,
+                segments=len(data_n.start),
+                init=start,
+                history=res.history,
+                params=res.params,
+                wall=wall,
+                evaluations=len(res.history.step),
+                kind="minibatch gradient",
+            )
 
     # the peer table: every method from the pre-tuned start on the same subset of N = 4 segments
     sub_cfg = cfg4.override("train.steps_per_epoch=null", f"train.epochs={ps.peer_adam_epochs}")
@@ -175,9 +200,12 @@ def run(preset: str, overrides, out: Path, fresh: bool = False, progress: bool =
         shutil.rmtree(sub_ckpt, ignore_errors=True)
 
     def fit_adam_subset():
-        res = sysid.train(sub_cfg.override(f"train.checkpoint_dir={sub_ckpt}"),
-                          sysid.Segments(sub_q, sub_v, data4.toss[pick], data4.start[pick]),
-                          progress=progress, desc="Adam on the subset")  # fmt: skip
+        res = sysid.train(
+            sub_cfg.override(f"train.checkpoint_dir={sub_ckpt}"),
+            sysid.Segments(sub_q, sub_v, data4.toss[pick], data4.start[pick]),
+            progress=progress,
+            desc="Adam on the subset",
+        )
         return res, float(np.sum(res.history.wall_s))
 
     lm_ckpt = store / f"sysid-ext-lm-{_digest(key)}.npz"  # after every LM step: a stopped fit resumes
@@ -213,44 +241,99 @@ def run(preset: str, overrides, out: Path, fresh: bool = False, progress: bool =
         print(f"--only {only!r}: its fits are saved in {store}; selection runs without --only")
         return []
     res, wall = common.stage("sysid-ext-adam-subset", key, fit_adam_subset, fresh, store)
-    fits["Adam, subset"] = dict(method="Adam (subset)", start="pre-tuned", horizon=4, segments=ps.subset, init=default,
-                                history=res.history, params=res.params, wall=wall,
-                                evaluations=len(res.history.step), kind="minibatch gradient")  # fmt: skip
+    fits["Adam, subset"] = dict(
+        method="Adam (subset)",
+        start="pre-tuned",
+        horizon=4,
+        segments=ps.subset,
+        init=default,
+        history=res.history,
+        params=res.params,
+        wall=wall,
+        evaluations=len(res.history.step),
+        kind="minibatch gradient",
+    )
 
     lm, wall = common.stage("sysid-ext-lm", key, fit_lm, fresh, store)
-    fits["Levenberg-Marquardt, subset"] = dict(method="Levenberg-Marquardt (optimistix)", start="pre-tuned", horizon=4,
-                                               segments=ps.subset, init=default, history=None, params=lm.params,
-                                               wall=wall, evaluations=len(lm.history.step),
-                                               kind="Jacobian of the subset")  # fmt: skip
+    fits["Levenberg-Marquardt, subset"] = dict(
+        method="Levenberg-Marquardt (optimistix)",
+        start="pre-tuned",
+        horizon=4,
+        segments=ps.subset,
+        init=default,
+        history=None,
+        params=lm.params,
+        wall=wall,
+        evaluations=len(lm.history.step),
+        kind="Jacobian of the subset",
+    )
     peer = common.stage("sysid-ext-peer", key, fit_peer, fresh, store)
-    fits["mujoco.sysid, subset"] = dict(method="mujoco.sysid (C engine, finite differences)", start="pre-tuned",
-                                        horizon=4, segments=ps.subset, init=default, history=None, params=peer.params,
-                                        wall=peer.wall_s, evaluations=peer.evaluations,
-                                        kind="residuals of the subset")  # fmt: skip
+    fits["mujoco.sysid, subset"] = dict(
+        method="mujoco.sysid (C engine, finite differences)",
+        start="pre-tuned",
+        horizon=4,
+        segments=ps.subset,
+        init=default,
+        history=None,
+        params=peer.params,
+        wall=peer.wall_s,
+        evaluations=peer.evaluations,
+        kind="residuals of the subset",
+    )
 
     # early stopping of every fit and selection among them, on the selection tosses only
     runs = {name: (f["init"], f["history"]) for name, f in fits.items() if f["history"] is not None}
-    best, scored = sysid.select(runs, sel, cfg, every=ps.every, progress=progress,
-                                score=lambda p: error(p, "selection"))  # fmt: skip
+    best, scored = sysid.select(
+        runs, sel, cfg, every=ps.every, progress=progress, score=lambda p: error(p, "selection")
+    )
     stopped = {}
     for s in scored:
         if s.run not in stopped or s.error_mm < stopped[s.run].error_mm:
             stopped[s.run] = s
-    rows = [{"fit": "pre-tuned cube (no fit)", "method": "none", "start": "pre-tuned", "horizon": "", "segments": 0,
-             "fit_wall_s": 0.0, "evaluations": 0, "evaluation": "", "steps": 0, "stopped_step": 0, **_param_cols(default),
-             "subset_loss": float(loss_fn(default, sub_q, sub_v)), "selection_err_mm": error(default, "selection"),
-             "test_err_mm": error(default, "test"), "published": False}]  # fmt: skip
+    rows = [
+        {
+            "fit": "pre-tuned cube (no fit)",
+            "method": "none",
+            "start": "pre-tuned",
+            "horizon": "",
+            "segments": 0,
+            "fit_wall_s": 0.0,
+            "evaluations": 0,
+            "evaluation": "",
+            "steps": 0,
+            "stopped_step": 0,
+            **_param_cols(default),
+            "subset_loss": float(loss_fn(default, sub_q, sub_v)),
+            "selection_err_mm": error(default, "selection"),
+            "test_err_mm": error(default, "test"),
+            "published": False,
+        }
+    ]
     for name, f in fits.items():
         if name in stopped:
             p, step = stopped[name].params, stopped[name].step
         else:  # LM and the peer: their final parameters (no snapshots)
             p, step = f["params"], ""
         steps = len(f["history"].step) if f["history"] is not None else ""
-        rows.append({"fit": name, "method": f["method"], "start": f["start"], "horizon": f["horizon"],
-                     "segments": f["segments"], "fit_wall_s": f["wall"], "evaluations": f["evaluations"], "evaluation": f["kind"],
-                     "steps": steps, "stopped_step": step, **_param_cols(p),
-                     "subset_loss": float(loss_fn(p, sub_q, sub_v)), "selection_err_mm": error(p, "selection"),
-                     "test_err_mm": error(p, "test"), "published": name == best.run})  # fmt: skip
+        rows.append(
+            {
+                "fit": name,
+                "method": f["method"],
+                "start": f["start"],
+                "horizon": f["horizon"],
+                "segments": f["segments"],
+                "fit_wall_s": f["wall"],
+                "evaluations": f["evaluations"],
+                "evaluation": f["kind"],
+                "steps": steps,
+                "stopped_step": step,
+                **_param_cols(p),
+                "subset_loss": float(loss_fn(p, sub_q, sub_v)),
+                "selection_err_mm": error(p, "selection"),
+                "test_err_mm": error(p, "test"),
+                "published": name == best.run,
+            }
+        )
     hist = [{"fit": s.run, "step": s.step, "selection_err_mm": s.error_mm} for s in scored]
 
     out.mkdir(parents=True, exist_ok=True)
@@ -263,25 +346,42 @@ def run(preset: str, overrides, out: Path, fresh: bool = False, progress: bool =
     test_err, per_toss = sysid.grouped_trajectory_error(best.params, test, cfg, group_size=1, per_toss=True)
     pre_err, pre_per_toss = sysid.grouped_trajectory_error(default, test, cfg, group_size=1, per_toss=True)
     record = {
-        "fit": best.run, "stopped_step": best.step, "preset": preset, "overrides": list(overrides),
-        "command": "python -m experiments.contactnets_extended" + (" --quick" if preset == "quick" else "")
-                   + "".join(f" --set {o}" for o in overrides),
-        "selection_tosses": sel_names, "test_tosses": test_names,
-        "selection_error_mm": best.error_mm, "test_error_mm": test_err, "pretuned_test_error_mm": pre_err,
+        "fit": best.run,
+        "stopped_step": best.step,
+        "preset": preset,
+        "overrides": list(overrides),
+        "command": "python -m experiments.contactnets_extended"
+        + (" --quick" if preset == "quick" else "")
+        + "".join(f" --set {o}" for o in overrides),
+        "selection_tosses": sel_names,
+        "test_tosses": test_names,
+        "selection_error_mm": best.error_mm,
+        "test_error_mm": test_err,
+        "pretuned_test_error_mm": pre_err,
         "test_ratio_to_pretuned": test_err / pre_err,
         "per_toss_test_error_mm": dict(zip(test_names, map(float, per_toss), strict=True)),
         "pretuned_per_toss_test_error_mm": dict(zip(test_names, map(float, pre_per_toss), strict=True)),
-    }  # fmt: skip
+    }
     (out / "contactnets_params_record.json").write_text(json.dumps(record, indent=2) + "\n")
-    _plot_rollouts(test[:3], {"pre-tuned cube": default, f"published ({best.run})": best.params}, cfg,
-                   out / "contactnets_rollouts.png")  # fmt: skip
-    print(f"\n{'fit':<34} {'stop':>5} {'side mm':>8} {'friction':>8} {'subset loss':>12} {'sel. mm':>8} "
-          f"{'test mm':>8} {'wall s':>8}")  # fmt: skip
+    _plot_rollouts(
+        test[:3],
+        {"pre-tuned cube": default, f"published ({best.run})": best.params},
+        cfg,
+        out / "contactnets_rollouts.png",
+    )
+    print(
+        f"\n{'fit':<34} {'stop':>5} {'side mm':>8} {'friction':>8} {'subset loss':>12} {'sel. mm':>8} "
+        f"{'test mm':>8} {'wall s':>8}"
+    )
     for r in rows:
-        print(f"{r['fit']:<34} {r['stopped_step']!s:>5} {r['side_mm']:8.1f} {r['friction']:8.3f} {r['subset_loss']:12.4g} "
-              f"{r['selection_err_mm']:8.1f} {r['test_err_mm']:8.1f} {r['fit_wall_s']:8.1f}")  # fmt: skip
-    print(f"published: {best.run} at step {best.step}: test error {test_err:.1f} mm vs the pre-tuned cube's "
-          f"{pre_err:.1f} mm ({test_err / pre_err:.2f}x)")  # fmt: skip
+        print(
+            f"{r['fit']:<34} {r['stopped_step']!s:>5} {r['side_mm']:8.1f} {r['friction']:8.3f} {r['subset_loss']:12.4g} "
+            f"{r['selection_err_mm']:8.1f} {r['test_err_mm']:8.1f} {r['fit_wall_s']:8.1f}"
+        )
+    print(
+        f"published: {best.run} at step {best.step}: test error {test_err:.1f} mm vs the pre-tuned cube's "
+        f"{pre_err:.1f} mm ({test_err / pre_err:.2f}x)"
+    )
     return rows
 
 
@@ -296,25 +396,42 @@ def _plot(rows, hist, path: Path) -> None:
     for name in dict.fromkeys(h["fit"] for h in hist):
         h = [x for x in hist if x["fit"] == name]
         published = any(r["published"] and r["fit"] == name for r in rows)
-        colour = "tab:red" if published else ("tab:blue" if "N = 4" in name else "tab:green" if "N = 10" in name else "grey")
-        a.plot([x["step"] for x in h], [x["selection_err_mm"] for x in h], "o-", ms=3, color=colour,
-               lw=2 if published else 0.8, alpha=1.0 if published else 0.6)  # fmt: skip
+        colour = (
+            "tab:red" if published else ("tab:blue" if "N = 4" in name else "tab:green" if "N = 10" in name else "grey")
+        )
+        a.plot(
+            [x["step"] for x in h],
+            [x["selection_err_mm"] for x in h],
+            "o-",
+            ms=3,
+            color=colour,
+            lw=2 if published else 0.8,
+            alpha=1.0 if published else 0.6,
+        )
     a.axhline(pre["selection_err_mm"], color="k", ls="--", lw=1)
     a.plot([], [], color="tab:blue", label="Adam, N = 4")
     a.plot([], [], color="tab:green", label="Adam, N = 10")
     a.plot([], [], color="grey", label="Adam on the subset")
     a.plot([], [], color="tab:red", lw=2, label="published (best snapshot)")
     a.plot([], [], color="k", ls="--", label="pre-tuned cube")
-    a.set(xlabel="optimiser step", ylabel="selection-toss error (mm)", title="early stopping: whole-toss error per snapshot")
+    a.set(
+        xlabel="optimiser step",
+        ylabel="selection-toss error (mm)",
+        title="early stopping: whole-toss error per snapshot",
+    )
     a.legend(fontsize=7)
     labels = [r["fit"].replace("Adam, ", "Adam ").replace(", ", "\n") for r in rows]
     x = np.arange(len(rows))
     colours = ["k" if r["method"] == "none" else "tab:red" if r["published"] else "tab:blue" for r in rows]
     b.bar(x, [r["test_err_mm"] for r in rows], color=colours, alpha=0.8)
-    b.scatter(x, [r["selection_err_mm"] for r in rows], color="k", marker="_", s=120, zorder=3, label="selection tosses")
+    b.scatter(
+        x, [r["selection_err_mm"] for r in rows], color="k", marker="_", s=120, zorder=3, label="selection tosses"
+    )
     b.axhline(0.85 * pre["test_err_mm"], color="k", ls=":", lw=1, label="0.85 x pre-tuned (test)")
     b.set_xticks(x, labels, rotation=75, fontsize=6)
-    b.set(ylabel="mean position error (mm)", title="test tosses (bars), selection tosses (dashes), each fit stopped early")
+    b.set(
+        ylabel="mean position error (mm)", title="test tosses (bars), selection tosses (dashes), each fit stopped early"
+    )
     b.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -348,23 +465,43 @@ def _plot_rollouts(tosses, params: dict, cfg, path: Path) -> None:
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="the quick preset (minutes on a 2-core CPU)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="sysid override for every fit, e.g. train.learning_rate=0.01 (repeatable)")  # fmt: skip
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="sysid override for every fit, e.g. train.learning_rate=0.01 (repeatable)",
+    )
     p.add_argument("--out", type=Path, default=common.RESULTS, help="where the CSV and PNG files go")
     p.add_argument("--fresh", action="store_true", help="redo fits saved by an earlier run")
-    p.add_argument("--store", type=Path, default=None,
-                   help="folder of the saved fits, scores and per-step checkpoints (default: the stage cache, "
-                        "$DIFFMJX_STAGE_CACHE or ~/.cache/diffmjx/stages); a run stopped at any step resumes from it")  # fmt: skip
+    p.add_argument(
+        "--store",
+        type=Path,
+        default=None,
+        help="folder of the saved fits, scores and per-step checkpoints (default: the stage cache, "
+        "$DIFFMJX_STAGE_CACHE or ~/.cache/diffmjx/stages); a run stopped at any step resumes from it",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p.add_argument("--only", default=None, metavar="LABEL",
-                   help="run just the fits whose label contains LABEL (e.g. 'Adam N=10 from pre-tuned', "
-                        "'Adam on the subset', 'Levenberg-Marquardt', 'mujoco.sysid'; 'selection scores': score the "
-                        "snapshots of every finished Adam fit) and stop before selection: "
-                        "a second process on another fit uses another core")  # fmt: skip
+    p.add_argument(
+        "--only",
+        default=None,
+        metavar="LABEL",
+        help="run just the fits whose label contains LABEL (e.g. 'Adam N=10 from pre-tuned', "
+        "'Adam on the subset', 'Levenberg-Marquardt', 'mujoco.sysid'; 'selection scores': score the "
+        "snapshots of every finished Adam fit) and stop before selection: "
+        "a second process on another fit uses another core",
+    )
     args = p.parse_args(argv)
     common.setup()
-    run("quick" if args.quick else "paper", args.set, args.out, fresh=args.fresh, progress=not args.no_progress,
-        store=args.store, only=args.only)
+    run(
+        "quick" if args.quick else "paper",
+        args.set,
+        args.out,
+        fresh=args.fresh,
+        progress=not args.no_progress,
+        store=args.store,
+        only=args.only,
+    )
 
 
 if __name__ == "__main__":

@@ -42,9 +42,18 @@ def main(argv=None) -> None:
     step = int(record["stopped_step"])
     assert record["fit"] == "Adam, N = 4, random 4" and step <= args.steps, record["fit"]
     # the extended study's configuration of that fit (experiments.contactnets_extended.run)
-    cfg = sysid.SysidConfig.load("paper", ("train.batching=vmap", "cfd.enabled=true", f"train.free=[{', '.join(FREE)}]",
-                                           "data.horizon=4", "train.horizon=4", _inits_override(random_start(4)),
-                                           f"train.steps_per_epoch={args.steps}"))  # fmt: skip
+    cfg = sysid.SysidConfig.load(
+        "paper",
+        (
+            "train.batching=vmap",
+            "cfd.enabled=true",
+            f"train.free=[{', '.join(FREE)}]",
+            "data.horizon=4",
+            "train.horizon=4",
+            _inits_override(random_start(4)),
+            f"train.steps_per_epoch={args.steps}",
+        ),
+    )
     tosses, train_names, val_names, report = sysid.load_split(cfg.data)
     _, test_names = sysid.selection_split(val_names)
     assert sorted(test_names) == sorted(record["test_tosses"]), "the test tosses differ from the record's"
@@ -63,11 +72,17 @@ def main(argv=None) -> None:
     k = int(np.flatnonzero(hist.step == step)[0])
     rerun = sysid.CubeParams(**{n: np.asarray(getattr(hist.params, n)[k]) for n in sysid.FREE_PARAMS})
     test = [tosses[n] for n in record["test_tosses"]]
-    err = common.stage("contactnets-generic-test", (cfg.sim.to_yaml(), cfg.iterations, common.param_key(rerun), "float64"),
-                       lambda: sysid.grouped_trajectory_error(rerun, test, cfg), args.fresh)  # fmt: skip
-    rows = [("side_mm", 1e3 * float(published.side_length), 1e3 * float(rerun.side_length)),
-            ("mass_kg", float(published.mass), float(rerun.mass)),
-            ("friction", float(published.friction), float(rerun.friction))]  # fmt: skip
+    err = common.stage(
+        "contactnets-generic-test",
+        (cfg.sim.to_yaml(), cfg.iterations, common.param_key(rerun), "float64"),
+        lambda: sysid.grouped_trajectory_error(rerun, test, cfg),
+        args.fresh,
+    )
+    rows = [
+        ("side_mm", 1e3 * float(published.side_length), 1e3 * float(rerun.side_length)),
+        ("mass_kg", float(published.mass), float(rerun.mass)),
+        ("friction", float(published.friction), float(rerun.friction)),
+    ]
     rows += [(f"solref{i}", float(a), float(b)) for i, (a, b) in enumerate(zip(published.solref, rerun.solref))]
     rows += [(f"solimp{i}", float(a), float(b)) for i, (a, b) in enumerate(zip(published.solimp, rerun.solimp))]
     rows.append(("test_error_mm", float(record["test_error_mm"]), float(err)))

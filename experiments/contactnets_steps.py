@@ -132,20 +132,45 @@ def run(n_tosses: int, out: Path) -> list[dict]:
             qpos, qvel = np.asarray(tr.qpos), np.asarray(tr.qvel)
             acc, rej = np.asarray(tr.stats.accepted), np.asarray(tr.stats.rejected)
             for k, ph in enumerate(phases(qpos, qvel, side)):
-                rows.append({"setting": setting, "toss": name, "period": k + 1, "phase": ph, "accepted": int(acc[k]),
-                             "rejected": int(rej[k]), "contact_changes": "", "z_mm": 1e3 * qpos[k, 2],
-                             "speed_m_s": float(np.linalg.norm(qvel[k, :2]))})  # fmt: skip
+                rows.append(
+                    {
+                        "setting": setting,
+                        "toss": name,
+                        "period": k + 1,
+                        "phase": ph,
+                        "accepted": int(acc[k]),
+                        "rejected": int(rej[k]),
+                        "contact_changes": "",
+                        "z_mm": 1e3 * qpos[k, 2],
+                        "speed_m_s": float(np.linalg.norm(qvel[k, :2])),
+                    }
+                )
     # the C engine's own rollouts, each period put in a phase by the C engine's own state
-    for cone_name, cone in (("pyramidal", mujoco.mjtCone.mjCONE_PYRAMIDAL), ("elliptic", mujoco.mjtCone.mjCONE_ELLIPTIC)):
+    for cone_name, cone in (
+        ("pyramidal", mujoco.mjtCone.mjCONE_PYRAMIDAL),
+        ("elliptic", mujoco.mjtCone.mjCONE_ELLIPTIC),
+    ):
         for name in names:
             t = tosses[name]
             n = t.qpos.shape[0] - 1
             key = (name, int(cone), C_SUB, C_ITERATIONS, C_TOLERANCE, common.param_key(p))
-            changes, qpos, qvel = common.stage("steps-c-engine", key, lambda t=t, n=n, c=int(cone): c_engine_run(t, n, c))
+            changes, qpos, qvel = common.stage(
+                "steps-c-engine", key, lambda t=t, n=n, c=int(cone): c_engine_run(t, n, c)
+            )
             for k, ph in enumerate(phases(qpos, qvel, side)):
-                rows.append({"setting": f"C engine, {cone_name}", "toss": name, "period": k + 1, "phase": ph,
-                             "accepted": C_SUB, "rejected": 0, "contact_changes": int(changes[k]), "z_mm": 1e3 * qpos[k, 2],
-                             "speed_m_s": float(np.linalg.norm(qvel[k, :2]))})  # fmt: skip
+                rows.append(
+                    {
+                        "setting": f"C engine, {cone_name}",
+                        "toss": name,
+                        "period": k + 1,
+                        "phase": ph,
+                        "accepted": C_SUB,
+                        "rejected": 0,
+                        "contact_changes": int(changes[k]),
+                        "z_mm": 1e3 * qpos[k, 2],
+                        "speed_m_s": float(np.linalg.norm(qvel[k, :2])),
+                    }
+                )
     summary = []
     for setting in dict.fromkeys(r["setting"] for r in rows):
         rs = [r for r in rows if r["setting"] == setting]
@@ -154,21 +179,30 @@ def run(n_tosses: int, out: Path) -> list[dict]:
         for ph in PHASES:
             sel = [r for r in rs if r["phase"] == ph]
             steps = sum(r["accepted"] + r["rejected"] for r in sel)
-            summary.append({
-                "setting": setting, "phase": ph, "periods": len(sel),
-                "accepted": sum(r["accepted"] for r in sel), "rejected": sum(r["rejected"] for r in sel),
-                "steps_per_period": steps / len(sel) if sel else float("nan"), "share_of_steps": steps / total,
-                "contact_changes_per_period": float(np.mean([r["contact_changes"] for r in sel]))
-                if engine and sel else float("nan"),
-            })  # fmt: skip
+            summary.append(
+                {
+                    "setting": setting,
+                    "phase": ph,
+                    "periods": len(sel),
+                    "accepted": sum(r["accepted"] for r in sel),
+                    "rejected": sum(r["rejected"] for r in sel),
+                    "steps_per_period": steps / len(sel) if sel else float("nan"),
+                    "share_of_steps": steps / total,
+                    "contact_changes_per_period": float(np.mean([r["contact_changes"] for r in sel]))
+                    if engine and sel
+                    else float("nan"),
+                }
+            )
     out.mkdir(parents=True, exist_ok=True)
     common.write_csv(out / "contactnets_steps.csv", rows)
     common.write_csv(out / "contactnets_steps_summary.csv", summary)
     _plot(rows, summary, names, out / "contactnets_steps.png")
     print(f"{'setting':<22} {'phase':<16} {'periods':>7} {'steps/period':>12} {'share':>6} {'contact changes':>15}")
     for s in summary:
-        print(f"{s['setting']:<22} {s['phase']:<16} {s['periods']:>7} {s['steps_per_period']:>12.1f} "
-              f"{100 * s['share_of_steps']:>5.0f}% {s['contact_changes_per_period']:>15.2f}")  # fmt: skip
+        print(
+            f"{s['setting']:<22} {s['phase']:<16} {s['periods']:>7} {s['steps_per_period']:>12.1f} "
+            f"{100 * s['share_of_steps']:>5.0f}% {s['contact_changes_per_period']:>15.2f}"
+        )
     return summary
 
 
@@ -189,8 +223,13 @@ def _plot(rows, summary, names, path: Path) -> None:
         a.axvspan((r["period"] - 1) * sysid.DT, r["period"] * sysid.DT, color=shade[r["phase"]], lw=0)
     for setting, c in colours.items():
         rs = [r for r in rows if r["setting"] == setting and r["toss"] == worst]
-        a.step([r["period"] * sysid.DT for r in rs], [r["accepted"] + r["rejected"] for r in rs], where="pre",
-               color=c, label=setting)  # fmt: skip
+        a.step(
+            [r["period"] * sysid.DT for r in rs],
+            [r["accepted"] + r["rejected"] for r in rs],
+            where="pre",
+            color=c,
+            label=setting,
+        )
     for ph, col in shade.items():
         a.fill_between([], [], color=col, label=f"phase: {ph} (library)")
     a.set_yscale("log")
@@ -200,7 +239,10 @@ def _plot(rows, summary, names, path: Path) -> None:
     x = np.arange(len(PHASES))
     w = 0.8 / len(settings)
     for i, setting in enumerate(settings):
-        vals = [next(x["steps_per_period"] for x in summary if x["setting"] == setting and x["phase"] == ph) for ph in PHASES]
+        vals = [
+            next(x["steps_per_period"] for x in summary if x["setting"] == setting and x["phase"] == ph)
+            for ph in PHASES
+        ]
         b.bar(x + (i - (len(settings) - 1) / 2) * w, vals, w, color=colours[setting], label=setting)
     b.set_yscale("log")
     b.set_xticks(x, PHASES, fontsize=8)
@@ -211,7 +253,9 @@ def _plot(rows, summary, names, path: Path) -> None:
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--tosses", type=int, default=8, help="held-out tosses to roll out (the first of the selection half)")
+    p.add_argument(
+        "--tosses", type=int, default=8, help="held-out tosses to roll out (the first of the selection half)"
+    )
     p.add_argument("--out", type=Path, default=common.RESULTS, help="where the CSV and PNG files go")
     args = p.parse_args(argv)
     common.setup()

@@ -56,8 +56,12 @@ SIDE_MIN_MM = 60.0  # the smallest start: the reach CFD needs is measured for it
 # the paper's integrator (Tsit5, rtol = atol = 1e-5, checkpointing) with the library's constraint solve and
 # plane-box rule (diffmjx.Config()'s solver and collision sections): a converged solve, no impedance floor,
 # every penetrating corner a contact
-CONVERGED_SOLVE = ("solver.min_iterations=16", "solver.max_tolerance=1e-10", "solver.gradient=implicit",
-                   "solver.impedance_floor=0")  # fmt: skip
+CONVERGED_SOLVE = (
+    "solver.min_iterations=16",
+    "solver.max_tolerance=1e-10",
+    "solver.gradient=implicit",
+    "solver.impedance_floor=0",
+)
 LIBRARY_SOLVE = (*CONVERGED_SOLVE, "collision.plane_box=deepest")
 
 
@@ -109,21 +113,31 @@ def _rows(name: str, init_mm: float, result: sysid.TrainResult) -> list[dict]:
     ]
 
 
-def run(cfg: sysid.SysidConfig, out: Path, fresh: bool = False, progress: bool = True, configs=None,
-        name: str = "contactnets_sysid_side") -> dict:  # fmt: skip
+def run(
+    cfg: sysid.SysidConfig,
+    out: Path,
+    fresh: bool = False,
+    progress: bool = True,
+    configs=None,
+    name: str = "contactnets_sysid_side",
+) -> dict:
     """Every configuration (or those named in ``configs``) from every start; writes ``<name>.csv``,
     ``<name>.png`` and ``<name>_params.json`` into ``out``."""
     t_start = time.perf_counter()
     tosses, train_names, _, report = sysid.load_split(cfg.data)
     data = sysid.segments(tosses, train_names, cfg.data.horizon, report)
     steps = cfg.train.epochs * (cfg.train.steps_per_epoch or len(data.start) // cfg.train.batch_size)
-    print(f"{report}\n{len(train_names)} training tosses, {len(data.start)} segments of N = {cfg.data.horizon}; "
-          f"{steps} steps of {cfg.train.batch_size} segments per run, learning rate {cfg.train.learning_rate:g}")  # fmt: skip
+    print(
+        f"{report}\n{len(train_names)} training tosses, {len(data.start)} segments of N = {cfg.data.horizon}; "
+        f"{steps} steps of {cfg.train.batch_size} segments per run, learning rate {cfg.train.learning_rate:g}"
+    )
     reach = required_reach(tosses, train_names, SIDE_MIN_MM / 1e3)
-    print(f"a {SIDE_MIN_MM:g} mm cube at the {100 * reach['touching_share']:.0f} % of recorded states where the "
-          f"real cube touches the table: gap median {1e3 * reach['median_gap_m']:.1f} mm, 99th percentile "
-          f"{1e3 * reach['p99_gap_m']:.1f} mm, largest {1e3 * reach['max_gap_m']:.1f} mm -> CFD reach "
-          f"w_c = {100 * reach['w_c']:g} cm for fixed-step MJX")  # fmt: skip
+    print(
+        f"a {SIDE_MIN_MM:g} mm cube at the {100 * reach['touching_share']:.0f} % of recorded states where the "
+        f"real cube touches the table: gap median {1e3 * reach['median_gap_m']:.1f} mm, 99th percentile "
+        f"{1e3 * reach['p99_gap_m']:.1f} mm, largest {1e3 * reach['max_gap_m']:.1f} mm -> CFD reach "
+        f"w_c = {100 * reach['w_c']:g} cm for fixed-step MJX"
+    )
 
     key = hashlib.sha256(cfg.to_yaml().encode()).hexdigest()[:12]
     rows, timing, results = [], [], {}
@@ -132,8 +146,11 @@ def run(cfg: sysid.SysidConfig, out: Path, fresh: bool = False, progress: bool =
         base = cfg.override(*overrides)
         # one throwaway step compiles the gradient program, so the runs' step times exclude the JIT
         t = time.perf_counter()
-        sysid.train(base.override("train.epochs=1", "train.steps_per_epoch=1", "train.checkpoint_dir=null"), data,
-                    progress=False)  # fmt: skip
+        sysid.train(
+            base.override("train.epochs=1", "train.steps_per_epoch=1", "train.checkpoint_dir=null"),
+            data,
+            progress=False,
+        )
         jit_s = time.perf_counter() - t
         step_s = []
         for init_mm in INITS_MM:
@@ -145,10 +162,19 @@ def run(cfg: sysid.SysidConfig, out: Path, fresh: bool = False, progress: bool =
             results[config, init_mm] = (run_cfg, result)
             rows += _rows(config, init_mm, result)
             step_s += list(result.history.wall_s)
-            print(f"{label}, from {init_mm:g} mm: side {1e3 * float(result.params.side_length):.1f} mm after "
-                  f"{len(result.history.step)} steps ({np.median(result.history.wall_s):.3f} s per step)")  # fmt: skip
-        timing.append({"config": config, "label": label, "jit_s": jit_s, "median_step_s": float(np.median(step_s)),
-                       "mean_step_s": float(np.mean(step_s))})  # fmt: skip
+            print(
+                f"{label}, from {init_mm:g} mm: side {1e3 * float(result.params.side_length):.1f} mm after "
+                f"{len(result.history.step)} steps ({np.median(result.history.wall_s):.3f} s per step)"
+            )
+        timing.append(
+            {
+                "config": config,
+                "label": label,
+                "jit_s": jit_s,
+                "median_step_s": float(np.median(step_s)),
+                "mean_step_s": float(np.mean(step_s)),
+            }
+        )
 
     out.mkdir(parents=True, exist_ok=True)
     common.write_csv(out / f"{name}.csv", rows)
@@ -161,14 +187,25 @@ def run(cfg: sysid.SysidConfig, out: Path, fresh: bool = False, progress: bool =
     )
     for tm in timing:
         finals = [1e3 * float(results[tm["config"], i][1].params.side_length) for i in INITS_MM]
-        print(f"{tm['label']:<58} " + " ".join(f"{f:9.1f}" for f in finals)
-              + f" {tm['jit_s']:6.1f} {tm['median_step_s']:7.3f}")  # fmt: skip
-    print(f"(final side in mm; true {TRUE_SIDE_MM:.1f} mm; s/step: median wall time of a gradient step of "
-          f"{cfg.train.batch_size} segments, JIT excluded)\nfitted-parameter file: side "
-          f"{1e3 * params_json['side_length_m']:.1f} mm -> {out / f'{name}_params.json'}\n"
-          f"total {total_s:.0f} s")  # fmt: skip
-    return {"rows": rows, "timing": timing, "reach": reach, "results": results, "total_s": total_s,
-            "params": params_json}  # fmt: skip
+        print(
+            f"{tm['label']:<58} "
+            + " ".join(f"{f:9.1f}" for f in finals)
+            + f" {tm['jit_s']:6.1f} {tm['median_step_s']:7.3f}"
+        )
+    print(
+        f"(final side in mm; true {TRUE_SIDE_MM:.1f} mm; s/step: median wall time of a gradient step of "
+        f"{cfg.train.batch_size} segments, JIT excluded)\nfitted-parameter file: side "
+        f"{1e3 * params_json['side_length_m']:.1f} mm -> {out / f'{name}_params.json'}\n"
+        f"total {total_s:.0f} s"
+    )
+    return {
+        "rows": rows,
+        "timing": timing,
+        "reach": reach,
+        "results": results,
+        "total_s": total_s,
+        "params": params_json,
+    }
 
 
 def _save_params(results: dict, path: Path) -> dict:
@@ -223,8 +260,15 @@ def replot(cfg, out: Path, name: str = "contactnets_sysid_side") -> None:
     tosses, train_names, _, _ = sysid.load_split(cfg.data)
     reach = required_reach(tosses, train_names, SIDE_MIN_MM / 1e3)
     with open(out / f"{name}.csv") as f:
-        rows = [{"config": r["config"], "init_mm": float(r["init_mm"]), "step": int(r["step"]),
-                 "side_mm": float(r["side_mm"])} for r in csv.DictReader(f)]  # fmt: skip
+        rows = [
+            {
+                "config": r["config"],
+                "init_mm": float(r["init_mm"]),
+                "step": int(r["step"]),
+                "side_mm": float(r["side_mm"]),
+            }
+            for r in csv.DictReader(f)
+        ]
     ran = {r["config"] for r in rows}
     _plot(rows, {k: v for k, v in configurations(reach["w_c"]).items() if k in ran}, out / f"{name}.png")
 
@@ -232,14 +276,23 @@ def replot(cfg, out: Path, name: str = "contactnets_sysid_side") -> None:
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--preset", default="paper", metavar="quick|paper|PATH", help="sysid preset (default: paper)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override for every run, e.g. train.learning_rate=0.01 (repeatable)")  # fmt: skip
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override for every run, e.g. train.learning_rate=0.01 (repeatable)",
+    )
     p.add_argument("--out", type=Path, default=common.RESULTS, help="where the CSV, PNG and JSON files go")
     p.add_argument("--fresh", action="store_true", help="ignore checkpoints of an earlier run")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--plot-only", action="store_true", help="redraw the PNG from the CSV in --out; no training")
-    p.add_argument("--configs", default=None, metavar="NAME,...",
-                   help=f"run only these configurations (default: all of {', '.join(configurations(0.0))})")  # fmt: skip
+    p.add_argument(
+        "--configs",
+        default=None,
+        metavar="NAME,...",
+        help=f"run only these configurations (default: all of {', '.join(configurations(0.0))})",
+    )
     args = p.parse_args(argv)
     configs = None if args.configs is None else tuple(args.configs.split(","))
     if configs is not None and (set(configs) - set(configurations(0.0)) or not configs):

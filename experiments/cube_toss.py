@@ -43,8 +43,10 @@ def run(cfg: diffmjx.Config, out: Path, quick: bool = False) -> list[dict]:
     k = pick_plateau(sweep)
     truth = float(sweep[k, 0])
     truth_loss = float(jax.jit(common.cube_toss_loss(mx, tight))(u0))
-    print(f"converged solve (tsit5, rtol=atol=1e-12): loss {truth_loss:+.5f}, "
-          f"central-difference gradient {truth:+.5f} (step {steps[k]:.0e})")  # fmt: skip
+    print(
+        f"converged solve (tsit5, rtol=atol=1e-12): loss {truth_loss:+.5f}, "
+        f"central-difference gradient {truth:+.5f} (step {steps[k]:.0e})"
+    )
 
     rows = []
     methods = {
@@ -58,22 +60,41 @@ def run(cfg: diffmjx.Config, out: Path, quick: bool = False) -> list[dict]:
     for name, c in methods.items():
         loss, grad, jit_s, run_s = _timed_grad(common.cube_toss_loss(mx, c), u0)
         rel = abs(grad - truth) / abs(truth)
-        rows.append(dict(method=name, loss=loss, grad_ad=grad, grad_truth=truth, rel_error=rel,
-                         backward_jit_s=jit_s, backward_run_s=run_s))  # fmt: skip
+        rows.append(
+            dict(
+                method=name,
+                loss=loss,
+                grad_ad=grad,
+                grad_truth=truth,
+                rel_error=rel,
+                backward_jit_s=jit_s,
+                backward_run_s=run_s,
+            )
+        )
     if not quick:
         h = 1e-4
         c_loss = common.c_engine_cube_toss(u0)
         c_grad = (common.c_engine_cube_toss(u0 + h) - common.c_engine_cube_toss(u0 - h)) / (2 * h)
-        rows.append(dict(method="MuJoCo C engine, RK4 dt 1e-5 (central differences)", loss=c_loss,
-                         grad_ad=c_grad, grad_truth=truth, rel_error=abs(c_grad - truth) / abs(truth),
-                         backward_jit_s=np.nan, backward_run_s=np.nan))  # fmt: skip
+        rows.append(
+            dict(
+                method="MuJoCo C engine, RK4 dt 1e-5 (central differences)",
+                loss=c_loss,
+                grad_ad=c_grad,
+                grad_truth=truth,
+                rel_error=abs(c_grad - truth) / abs(truth),
+                backward_jit_s=np.nan,
+                backward_run_s=np.nan,
+            )
+        )
 
     print(
         f"\n{'method':<58} {'loss':>9} {'gradient':>9} {'truth':>9} {'rel.err':>8} {'JIT s':>6} {'run s':>6}  (gradient; JIT with the persistent cache)"
     )
     for r in rows:
-        print(f"{r['method']:<58} {r['loss']:+9.4f} {r['grad_ad']:+9.4f} {r['grad_truth']:+9.4f} "
-              f"{r['rel_error']:8.2%} {r['backward_jit_s']:6.1f} {r['backward_run_s']:6.3f}")  # fmt: skip
+        print(
+            f"{r['method']:<58} {r['loss']:+9.4f} {r['grad_ad']:+9.4f} {r['grad_truth']:+9.4f} "
+            f"{r['rel_error']:8.2%} {r['backward_jit_s']:6.1f} {r['backward_run_s']:6.3f}"
+        )
     common.write_csv(out / "cube_toss.csv", rows)
     _plot(rows, truth, out / "cube_toss.png")
     return rows
@@ -87,7 +108,11 @@ def _plot(rows, truth, path):
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
     names = [r["method"].replace(" (", "\n(").replace(", RK4", "\nRK4") for r in rows]
-    ax.barh(names, [r["grad_ad"] for r in rows], color=["tab:blue", "tab:cyan", "tab:purple", "tab:red", "tab:gray"][: len(rows)])
+    ax.barh(
+        names,
+        [r["grad_ad"] for r in rows],
+        color=["tab:blue", "tab:cyan", "tab:purple", "tab:red", "tab:gray"][: len(rows)],
+    )
     ax.axvline(truth, color="k", ls="--", label=f"converged solve: {truth:+.3f}")
     ax.set_xlabel("d final qpos[1] / d u0")
     ax.set_title("Cube toss: gradient w.r.t. initial vertical velocity")

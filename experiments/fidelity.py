@@ -61,8 +61,14 @@ from experiments import common
 
 QUICK_FAMILIES = ("box-plane", "capsule-plane", "cylinder-plane", "sphere-box", "capsule-capsule", "readme")
 
-_BASE = ("integrator.solver=tsit5", "integrator.step_control=pid", "collision.smooth=false", "cfd.enabled=false",
-         "collision.plane_box=deepest", "solver.gradient=unroll")
+_BASE = (
+    "integrator.solver=tsit5",
+    "integrator.step_control=pid",
+    "collision.smooth=false",
+    "cfd.enabled=false",
+    "collision.plane_box=deepest",
+    "solver.gradient=unroll",
+)
 # name -> overrides; "defaults" is diffmjx.Config() as it is when the suite runs
 CONFIGS = {
     "defaults": (),
@@ -70,20 +76,55 @@ CONFIGS = {
     "checkpoint (defaults)": ("integrator.adjoint=checkpoint",),
     "model's solver budget": ("solver.min_iterations=0", "solver.max_tolerance=1", "solver.gradient=unroll"),
     "unrolled solve gradient": ("solver.gradient=unroll",),
-    "checkpoint 1e-8": (*_BASE, "integrator.adjoint=checkpoint", "integrator.dto_tighten=1", "integrator.rtol=1e-8",
-                        "integrator.atol=1e-8", "solver.impedance_floor=1e-4", "integrator.kink_step=null", "collision.plane_box=mjx",
-                        "collision.plane_cylinder=mjx", "collision.box_box=mjx", "solver.min_iterations=0",
-                        "solver.max_tolerance=1"),
-    "checkpoint 1e-8 floor 0": (*_BASE, "integrator.adjoint=checkpoint", "integrator.dto_tighten=1",
-                                 "integrator.rtol=1e-8", "integrator.atol=1e-8", "solver.impedance_floor=0", "integrator.kink_step=null"),
-    "checkpoint 1e-7 floor 0 kink 1e-6": (*_BASE, "integrator.adjoint=checkpoint", "integrator.dto_tighten=1",
-                                            "integrator.rtol=1e-7", "integrator.atol=1e-7", "solver.impedance_floor=0",
-                                            "integrator.kink_step=1e-6"),
-    "backsolve 1e-7 floor 0": (*_BASE, "integrator.adjoint=backsolve", "integrator.rtol=1e-7",
-                                "integrator.atol=1e-7", "solver.impedance_floor=0", "integrator.kink_step=null"),
-    "backsolve 1e-6 floor 0": (*_BASE, "integrator.adjoint=backsolve", "integrator.rtol=1e-6",
-                                "integrator.atol=1e-6", "solver.impedance_floor=0", "integrator.kink_step=null"),
-}  # fmt: skip
+    "checkpoint 1e-8": (
+        *_BASE,
+        "integrator.adjoint=checkpoint",
+        "integrator.dto_tighten=1",
+        "integrator.rtol=1e-8",
+        "integrator.atol=1e-8",
+        "solver.impedance_floor=1e-4",
+        "integrator.kink_step=null",
+        "collision.plane_box=mjx",
+        "collision.plane_cylinder=mjx",
+        "collision.box_box=mjx",
+        "solver.min_iterations=0",
+        "solver.max_tolerance=1",
+    ),
+    "checkpoint 1e-8 floor 0": (
+        *_BASE,
+        "integrator.adjoint=checkpoint",
+        "integrator.dto_tighten=1",
+        "integrator.rtol=1e-8",
+        "integrator.atol=1e-8",
+        "solver.impedance_floor=0",
+        "integrator.kink_step=null",
+    ),
+    "checkpoint 1e-7 floor 0 kink 1e-6": (
+        *_BASE,
+        "integrator.adjoint=checkpoint",
+        "integrator.dto_tighten=1",
+        "integrator.rtol=1e-7",
+        "integrator.atol=1e-7",
+        "solver.impedance_floor=0",
+        "integrator.kink_step=1e-6",
+    ),
+    "backsolve 1e-7 floor 0": (
+        *_BASE,
+        "integrator.adjoint=backsolve",
+        "integrator.rtol=1e-7",
+        "integrator.atol=1e-7",
+        "solver.impedance_floor=0",
+        "integrator.kink_step=null",
+    ),
+    "backsolve 1e-6 floor 0": (
+        *_BASE,
+        "integrator.adjoint=backsolve",
+        "integrator.rtol=1e-6",
+        "integrator.atol=1e-6",
+        "solver.impedance_floor=0",
+        "integrator.kink_step=null",
+    ),
+}
 QUICK_CONFIGS = ("defaults", "checkpoint 1e-8 floor 0")
 _REFERENCE_PROGRESS = partial(tqdm, desc="reference solves", leave=False)  # one bar per stage, then gone
 
@@ -99,24 +140,37 @@ def run_timeline(base: diffmjx.Config, out: Path, spec: str, seed: int, fresh: b
     sc = scene(family, seed)
     states = shots(sc, 10, seed)
     if not shot.isdigit() or int(shot) >= len(states["qvel"]):
-        raise ValueError(f"--timeline {spec!r}: expected FAMILY:SHOT with SHOT in 0..{len(states['qvel']) - 1}, "
-                         "e.g. box-box:9")  # fmt: skip
+        raise ValueError(
+            f"--timeline {spec!r}: expected FAMILY:SHOT with SHOT in 0..{len(states['qvel']) - 1}, e.g. box-box:9"
+        )
     k = int(shot)
     state = {key: v[k] for key, v in states.items()}
     mx = model(sc)
     key = (sc.xml, {k: v.tolist() for k, v in state.items()}, sc.horizon, FD_STEPS, base)
     per_period = partial(tqdm, desc="AD per period")
     res = common.stage("fidelity-timeline", key, lambda: timeline(mx, base, state, sc.horizon, per_period), fresh)
-    rows = [dict(family=family, shot=k, motion=state["motion"], period=i + 1, t=round((i + 1) * 0.01, 6),
-                 rel_error=res["rel_error"][i], truth_agreement=res["truth_agreement"][i],
-                 truth_norm=res["truth_norm"][i]) for i in range(sc.horizon)]  # fmt: skip
+    rows = [
+        dict(
+            family=family,
+            shot=k,
+            motion=state["motion"],
+            period=i + 1,
+            t=round((i + 1) * 0.01, 6),
+            rel_error=res["rel_error"][i],
+            truth_agreement=res["truth_agreement"][i],
+            truth_norm=res["truth_norm"][i],
+        )
+        for i in range(sc.horizon)
+    ]
     stem = f"fidelity_timeline_{family.replace('-', '_')}_{k}"
     common.write_csv(out / f"{stem}.csv", rows)
     _plot_timeline(rows, out / f"{stem}.png")
     worst = int(np.argmax(res["rel_error"]))
-    print(f"{family} shot {k}: error at the end {res['rel_error'][-1]:.2%}, largest {res['rel_error'][worst]:.2%} "
-          f"(period {worst + 1}); first period above 0.1 %: "
-          f"{next((r['period'] for r in rows if r['rel_error'] > 1e-3), None)}")  # fmt: skip
+    print(
+        f"{family} shot {k}: error at the end {res['rel_error'][-1]:.2%}, largest {res['rel_error'][worst]:.2%} "
+        f"(period {worst + 1}); first period above 0.1 %: "
+        f"{next((r['period'] for r in rows if r['rel_error'] > 1e-3), None)}"
+    )
     return rows
 
 
@@ -138,8 +192,17 @@ def _plot_timeline(rows: list[dict], path: Path) -> None:
     common.save_figure(fig, path)
 
 
-def run(base: diffmjx.Config, out: Path, families, configs, n_shots: int, seed: int, fresh: bool = False,
-        name: str = "fidelity", update: bool = False) -> list[dict]:  # fmt: skip
+def run(
+    base: diffmjx.Config,
+    out: Path,
+    families,
+    configs,
+    n_shots: int,
+    seed: int,
+    fresh: bool = False,
+    name: str = "fidelity",
+    update: bool = False,
+) -> list[dict]:
     if update and not (out / f"{name}.csv").exists():  # before anything runs
         raise FileNotFoundError(f"--update: {out / f'{name}.csv'} does not exist; run without --update to write it")
     rows = []
@@ -189,11 +252,20 @@ def summarise(rows: list[dict]) -> list[dict]:
         sel = [r for r in rows if r["config"] == config and family in ("all", r["family"])]
         good = [r for r in sel if not r["truth_unconverged"]]
         e = np.array([r["rel_error"] for r in good]) if good else np.full(1, np.nan)
-        out.append(dict(family=family, config=config, shots=len(good), unconverged_truth=len(sel) - len(good),
-                        median_rel_error=float(np.median(e)), p90_rel_error=float(np.percentile(e, 90)),
-                        worst_rel_error=float(e.max()), wrong_sign=int(sum(r["wrong_sign"] for r in good)),
-                        backward_run_s_per_shot=float(np.mean([r["backward_run_s"] for r in sel])),
-                        backward_jit_s=float(np.mean(list({r["family"]: r["backward_jit_s"] for r in sel}.values())))))  # fmt: skip
+        out.append(
+            dict(
+                family=family,
+                config=config,
+                shots=len(good),
+                unconverged_truth=len(sel) - len(good),
+                median_rel_error=float(np.median(e)),
+                p90_rel_error=float(np.percentile(e, 90)),
+                worst_rel_error=float(e.max()),
+                wrong_sign=int(sum(r["wrong_sign"] for r in good)),
+                backward_run_s_per_shot=float(np.mean([r["backward_run_s"] for r in sel])),
+                backward_jit_s=float(np.mean(list({r["family"]: r["backward_jit_s"] for r in sel}.values()))),
+            )
+        )
     return out
 
 
@@ -235,18 +307,33 @@ def _plot(rows: list[dict], path: Path) -> None:
 
 def main(argv=None):
     cfg, args = common.cli(
-        __doc__, Path(__file__).parent / "configs" / "fidelity.yaml", argv,
-        extra=(("--configs", dict(default=None, help="comma-separated configuration names (CONFIGS)")),
-               ("--families", dict(default=None, help="comma-separated scene families (FAMILIES)")),
-               ("--shots", dict(type=int, default=None, help="shots per family (default: 10; quick: 4)")),
-               ("--seed", dict(type=int, default=0, help="seed of the scenes and shots")),
-               ("--name", dict(default="fidelity", help="stem of the output files (default: fidelity)")),
-               ("--update", dict(action="store_true",
-                                 help="replace only the rows of these families and configurations in the existing "
-                                      "<name>.csv (the others kept) and redraw its summary and figure")),
-               ("--timeline", dict(default=None, metavar="FAMILY:SHOT",
-                                   help="instead: per-period error of one shot, e.g. box-box:9 (where an error enters)"))),
-    )  # fmt: skip
+        __doc__,
+        Path(__file__).parent / "configs" / "fidelity.yaml",
+        argv,
+        extra=(
+            ("--configs", dict(default=None, help="comma-separated configuration names (CONFIGS)")),
+            ("--families", dict(default=None, help="comma-separated scene families (FAMILIES)")),
+            ("--shots", dict(type=int, default=None, help="shots per family (default: 10; quick: 4)")),
+            ("--seed", dict(type=int, default=0, help="seed of the scenes and shots")),
+            ("--name", dict(default="fidelity", help="stem of the output files (default: fidelity)")),
+            (
+                "--update",
+                dict(
+                    action="store_true",
+                    help="replace only the rows of these families and configurations in the existing "
+                    "<name>.csv (the others kept) and redraw its summary and figure",
+                ),
+            ),
+            (
+                "--timeline",
+                dict(
+                    default=None,
+                    metavar="FAMILY:SHOT",
+                    help="instead: per-period error of one shot, e.g. box-box:9 (where an error enters)",
+                ),
+            ),
+        ),
+    )
     if args.timeline:
         run_timeline(cfg, args.out, args.timeline, args.seed, args.fresh)
         return

@@ -38,20 +38,32 @@ CONFIGS = {  # name -> overrides of the defaults
     "checkpoint 1e-8": ("integrator.rtol=1e-8", "integrator.atol=1e-8"),
     "checkpoint 1e-8, floor 0": ("integrator.rtol=1e-8", "integrator.atol=1e-8", "solver.impedance_floor=0"),
     "checkpoint 1e-8, floor 0, kink 1e-9": (
-        "integrator.rtol=1e-8", "integrator.atol=1e-8", "solver.impedance_floor=0", "integrator.kink_step=1e-9",
+        "integrator.rtol=1e-8",
+        "integrator.atol=1e-8",
+        "solver.impedance_floor=0",
+        "integrator.kink_step=1e-9",
     ),
     "checkpoint 1e-8, floor 0, kink 1e-7": (
-        "integrator.rtol=1e-8", "integrator.atol=1e-8", "solver.impedance_floor=0", "integrator.kink_step=1e-7",
+        "integrator.rtol=1e-8",
+        "integrator.atol=1e-8",
+        "solver.impedance_floor=0",
+        "integrator.kink_step=1e-7",
     ),
     "checkpoint 1e-7, floor 0, kink 1e-6": (
-        "integrator.rtol=1e-7", "integrator.atol=1e-7", "solver.impedance_floor=0", "integrator.kink_step=1e-6",
+        "integrator.rtol=1e-7",
+        "integrator.atol=1e-7",
+        "solver.impedance_floor=0",
+        "integrator.kink_step=1e-6",
     ),
     "checkpoint 1e-5, floor 0, kink 1e-7": ("solver.impedance_floor=0", "integrator.kink_step=1e-7"),
     "backsolve 1e-7": ("integrator.rtol=1e-7", "integrator.atol=1e-7", "integrator.adjoint=backsolve"),
     "backsolve 1e-7, floor 0": (
-        "integrator.rtol=1e-7", "integrator.atol=1e-7", "integrator.adjoint=backsolve", "solver.impedance_floor=0",
+        "integrator.rtol=1e-7",
+        "integrator.atol=1e-7",
+        "integrator.adjoint=backsolve",
+        "solver.impedance_floor=0",
     ),
-}  # fmt: skip
+}
 # name -> overrides of the library's defaults as they are now (``diffmjx.Config()``: floor 0, the
 # converged implicit solve, the deepest plane-box rule), where ``kink_step=auto`` turns kink control
 # on for checkpoint at min(10 rtol / dto_tighten, 1e-7) s, its forward solve at rtol / dto_tighten
@@ -62,14 +74,23 @@ DEFAULT_CONFIGS = {
     # the rows below solve at the rtol named (dto_tighten 1): checkpoint's defaults before dto_tighten
     "defaults, checkpoint at 1e-7 (kink auto: 1e-7)": ("integrator.adjoint=checkpoint", "integrator.dto_tighten=1"),
     "defaults, checkpoint at 1e-7, kink 1e-6": (
-        "integrator.adjoint=checkpoint", "integrator.dto_tighten=1", "integrator.kink_step=1e-6",
+        "integrator.adjoint=checkpoint",
+        "integrator.dto_tighten=1",
+        "integrator.kink_step=1e-6",
     ),
     "defaults, checkpoint at 1e-7, no kink control": (
-        "integrator.adjoint=checkpoint", "integrator.dto_tighten=1", "integrator.kink_step=null",
+        "integrator.adjoint=checkpoint",
+        "integrator.dto_tighten=1",
+        "integrator.kink_step=null",
     ),
 }
-QUICK = ("checkpoint 1e-8, floor 0", "checkpoint 1e-8, floor 0, kink 1e-7", "backsolve 1e-7, floor 0",
-         "defaults (backsolve 1e-7)", "defaults, checkpoint (solve at 1e-8, kink auto 1e-7)")  # fmt: skip
+QUICK = (
+    "checkpoint 1e-8, floor 0",
+    "checkpoint 1e-8, floor 0, kink 1e-7",
+    "backsolve 1e-7, floor 0",
+    "defaults (backsolve 1e-7)",
+    "defaults, checkpoint (solve at 1e-8, kink auto 1e-7)",
+)
 FD_STEP = 1e-4
 
 
@@ -92,8 +113,12 @@ def truth(mx, cfg: diffmjx.Config) -> np.ndarray:
     1e-12 solve of ``cfg``'s physics at every shot."""
     loss = loss_fn(mx, diffmjx.converged(cfg))
     value = lambda u, v: loss(u, v)[0]
-    return np.array([diffmjx.central_differences(value, u, (FD_STEP,), args=(v,), workers=2)[0][0, 0]
-                     for u, v in zip(U0, VY0, strict=True)])  # fmt: skip
+    return np.array(
+        [
+            diffmjx.central_differences(value, u, (FD_STEP,), args=(v,), workers=2)[0][0, 0]
+            for u, v in zip(U0, VY0, strict=True)
+        ]
+    )
 
 
 def run(base: diffmjx.Config, out: Path, quick: bool = False, names=None, update: bool = False) -> list[dict]:
@@ -104,8 +129,10 @@ def run(base: diffmjx.Config, out: Path, quick: bool = False, names=None, update
         names = QUICK if quick else (*CONFIGS, *DEFAULT_CONFIGS)
     for name in names:
         if name not in CONFIGS and name not in DEFAULT_CONFIGS:
-            raise ValueError(f"kink-control configuration {name!r} is not known; choose from: "
-                             f"{', '.join((*CONFIGS, *DEFAULT_CONFIGS))}")  # fmt: skip
+            raise ValueError(
+                f"kink-control configuration {name!r} is not known; choose from: "
+                f"{', '.join((*CONFIGS, *DEFAULT_CONFIGS))}"
+            )
     truths, rows = {}, []
     paper = diffmjx.Config.paper(base)  # CONFIGS are overrides of the defaults of then
     for name in names:
@@ -156,8 +183,7 @@ def _plot(rows: list[dict], path: Path) -> None:
         color = colors[k] if colors is not None else f"C{k}"
         marker = "s" if name in DEFAULT_CONFIGS else "o"  # squares: today's defaults
         ax.scatter(np.full(len(err), t), np.maximum(err, 1e-3), s=14, color=color, alpha=0.7, marker=marker)
-        ax.plot([t], [np.median(np.maximum(err, 1e-3))], marker="_", ms=22, mew=2.5, color=color, label=name,
-                ls="none")  # fmt: skip
+        ax.plot([t], [np.median(np.maximum(err, 1e-3))], marker="_", ms=22, mew=2.5, color=color, label=name, ls="none")
     ax.set_yscale("log")
     ax.axhline(1.0, color="k", ls=":", lw=1)
     ax.set_xlabel("backward run time of the ten shots (s, vmapped)")
@@ -169,11 +195,19 @@ def _plot(rows: list[dict], path: Path) -> None:
 
 def main(argv=None):
     cfg, args = common.cli(
-        __doc__, Path(__file__).parent / "configs" / "kink_control.yaml", argv,
-        extra=(("--configs", dict(default=None, help="configuration names separated by ; (CONFIGS, DEFAULT_CONFIGS)")),
-               ("--update", dict(action="store_true",
-                                 help="replace only these configurations' rows of the existing kink_control.csv"))),
-    )  # fmt: skip
+        __doc__,
+        Path(__file__).parent / "configs" / "kink_control.yaml",
+        argv,
+        extra=(
+            ("--configs", dict(default=None, help="configuration names separated by ; (CONFIGS, DEFAULT_CONFIGS)")),
+            (
+                "--update",
+                dict(
+                    action="store_true", help="replace only these configurations' rows of the existing kink_control.csv"
+                ),
+            ),
+        ),
+    )
     run(cfg, args.out, args.quick, args.configs.split(";") if args.configs else None, args.update)
 
 

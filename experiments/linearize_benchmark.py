@@ -147,8 +147,17 @@ def main(argv=None) -> None:
             A, B, run, jit = fn(name)
             finite = bool(np.all(np.isfinite(A)) and np.all(np.isfinite(B)))
             err = lambda x, r, ok=finite: float(np.linalg.norm(x - r) / np.linalg.norm(r)) if ok else float("nan")
-            rows.append({"regime": name, "method": method, "error_A": err(A, A_ref), "error_B": err(B, B_ref),
-                         "finite": finite, "ms_per_period": 1e3 * run, "jit_s": jit})  # fmt: skip
+            rows.append(
+                {
+                    "regime": name,
+                    "method": method,
+                    "error_A": err(A, A_ref),
+                    "error_B": err(B, B_ref),
+                    "finite": finite,
+                    "ms_per_period": 1e3 * run,
+                    "jit_s": jit,
+                }
+            )
             print(f"{name:10s} {method:30s} A {rows[-1]['error_A']:.2e}  B {rows[-1]['error_B']:.2e}  "
                   f"finite {finite}  {1e3 * run:8.2f} ms  jit {jit:5.1f} s", flush=True)  # fmt: skip
     out = args.out / "linearize.csv"

@@ -88,9 +88,12 @@ METHODS = {  # name -> (planner overrides, contacts from distance)
     "sampling 256": (("kind=sampling", "samples=256"), False),
     "hybrid + CFD": (("kind=hybrid", "samples=64"), True),
 }
-DEFAULT_METHODS = {"baoding": list(METHODS), "tennis": ["gradient", "gradient + CFD", "sampling 64"],
-                   "die": ["gradient", "gradient + CFD", "sampling 64"],
-                   "die_table": ["gradient", "gradient + CFD", "sampling 64"]}
+DEFAULT_METHODS = {
+    "baoding": list(METHODS),
+    "tennis": ["gradient", "gradient + CFD", "sampling 64"],
+    "die": ["gradient", "gradient + CFD", "sampling 64"],
+    "die_table": ["gradient", "gradient + CFD", "sampling 64"],
+}
 CFD_SOLIMP = "cfd.solimp=[0.0, 0.1, 1.0, 1.0, 4.0]"  # App. E.3's CFD tuple (w_c = 1 m)
 
 
@@ -119,8 +122,17 @@ def _sim(cfd: bool) -> diffmjx.Config:
     return sim.override("cfd.enabled=true", CFD_SOLIMP) if cfd else sim
 
 
-def run(task: str, preset: str, methods, overrides, out: Path, seed: int = 0, plan_steps: int | None = None,
-        fresh: bool = False, checkpoints: Path = CHECKPOINTS):  # fmt: skip
+def run(
+    task: str,
+    preset: str,
+    methods,
+    overrides,
+    out: Path,
+    seed: int = 0,
+    plan_steps: int | None = None,
+    fresh: bool = False,
+    checkpoints: Path = CHECKPOINTS,
+):
     spec = dict(RUNS[task][preset])
     if plan_steps is not None:
         spec["plan_steps"] = plan_steps
@@ -140,23 +152,35 @@ def run(task: str, preset: str, methods, overrides, out: Path, seed: int = 0, pl
         if fresh:
             saved.unlink(missing_ok=True)
         t = time.perf_counter()
-        res = mpc.closed_loop(mx, d0, cost, mpc.make_planner(cfg, sim), steps, jax.random.PRNGKey(seed),
-                              checkpoint=saved)  # fmt: skip
+        res = mpc.closed_loop(
+            mx, d0, cost, mpc.make_planner(cfg, sim), steps, jax.random.PRNGKey(seed), checkpoint=saved
+        )
         wall = time.perf_counter() - t
         c0 = float(jax.jit(lambda d: cost(diffmjx.forward(mx, d, sim), d.ctrl))(d0))  # noqa: B023 (called within this iteration)
         for k, c in enumerate(np.r_[c0, res.cost]):
             rows.append({"method": name, "step": k, "time_s": k * mj.opt.timestep, "cost": float(c)})
         for k, q in enumerate(np.vstack([np.asarray(d0.qpos)[None], res.qpos])):  # the frame strip's input
             qpos_rows.append({"method": name, "step": k, **{f"q{i}": repr(float(v)) for i, v in enumerate(q)}})
-        summary.append({
-            "method": name, "horizon": cfg.horizon, "execute": cfg.execute, "iterations": cfg.iterations,
-            "samples": cfg.samples if cfg.kind != "gradient" else 0, "plan_steps": spec["plan_steps"],
-            "start_cost": c0, "final_cost": float(res.cost[-1]), "mean_cost": float(res.cost.mean()),
-            "plan_step_s": float(np.median(res.plan_time_s)), "jit_s": res.jit_time_s, "wall_s": wall,
-            # plan steps read back from an earlier run's checkpoint (their times are in plan_step_s,
-            # not in wall_s, which is this process's); plan_steps_s_total: every plan step's time
-            "resumed_plan_steps": res.resumed_plan_steps, "plan_steps_s_total": float(res.plan_time_s.sum()),
-        })  # fmt: skip
+        summary.append(
+            {
+                "method": name,
+                "horizon": cfg.horizon,
+                "execute": cfg.execute,
+                "iterations": cfg.iterations,
+                "samples": cfg.samples if cfg.kind != "gradient" else 0,
+                "plan_steps": spec["plan_steps"],
+                "start_cost": c0,
+                "final_cost": float(res.cost[-1]),
+                "mean_cost": float(res.cost.mean()),
+                "plan_step_s": float(np.median(res.plan_time_s)),
+                "jit_s": res.jit_time_s,
+                "wall_s": wall,
+                # plan steps read back from an earlier run's checkpoint (their times are in plan_step_s,
+                # not in wall_s, which is this process's); plan_steps_s_total: every plan step's time
+                "resumed_plan_steps": res.resumed_plan_steps,
+                "plan_steps_s_total": float(res.plan_time_s.sum()),
+            }
+        )
         print(f"{name:16s} cost {c0:.4f} -> {res.cost[-1]:.4f}  plan step {np.median(res.plan_time_s):.1f} s  "
               f"JIT {res.jit_time_s:.0f} s")  # fmt: skip
         common.write_csv(csv, rows)
@@ -184,9 +208,20 @@ def check_horizon(task: str, horizon: int, out: Path):
         value, g = jax.block_until_ready(fn(u))
         run_s = time.perf_counter() - t
         g = np.asarray(g)
-        rows.append({"task": task, "cfd": cfd, "horizon": horizon, "cost": float(value),
-                     "finite": int(np.isfinite(g).sum()), "entries": g.size, "nonzero": int(np.sum(g != 0)),
-                     "grad_norm": float(np.linalg.norm(g[np.isfinite(g)])), "jit_s": jit_s, "run_s": run_s})  # fmt: skip
+        rows.append(
+            {
+                "task": task,
+                "cfd": cfd,
+                "horizon": horizon,
+                "cost": float(value),
+                "finite": int(np.isfinite(g).sum()),
+                "entries": g.size,
+                "nonzero": int(np.sum(g != 0)),
+                "grad_norm": float(np.linalg.norm(g[np.isfinite(g)])),
+                "jit_s": jit_s,
+                "run_s": run_s,
+            }
+        )
         print(rows[-1])
         common.write_csv(out / f"myo_mpc_{task}_horizon.csv", rows)
 
@@ -212,15 +247,25 @@ def gradient_modes(task: str, plan_steps: int, out: Path, seed: int = 0):
     for name, extra in GRADIENT_MODES.items():
         sim = _sim(False).override(*extra)
         t = time.perf_counter()
-        res = mpc.closed_loop(mx, d0, cost, mpc.make_planner(cfg, sim), plan_steps * cfg.execute,
-                              jax.random.PRNGKey(seed))  # fmt: skip
+        res = mpc.closed_loop(
+            mx, d0, cost, mpc.make_planner(cfg, sim), plan_steps * cfg.execute, jax.random.PRNGKey(seed)
+        )
         ref = res.cost if ref is None else ref
-        rows.append({
-            "task": task, "mode": name, "overrides": " ".join(extra), "horizon": cfg.horizon,
-            "iterations": cfg.iterations, "plan_steps": plan_steps, "plan_step_s": float(np.median(res.plan_time_s)),
-            "jit_s": res.jit_time_s, "wall_s": time.perf_counter() - t, "final_cost": float(res.cost[-1]),
-            "max_cost_diff_vs_unroll": float(np.abs(res.cost - ref).max()),
-        })  # fmt: skip
+        rows.append(
+            {
+                "task": task,
+                "mode": name,
+                "overrides": " ".join(extra),
+                "horizon": cfg.horizon,
+                "iterations": cfg.iterations,
+                "plan_steps": plan_steps,
+                "plan_step_s": float(np.median(res.plan_time_s)),
+                "jit_s": res.jit_time_s,
+                "wall_s": time.perf_counter() - t,
+                "final_cost": float(res.cost[-1]),
+                "max_cost_diff_vs_unroll": float(np.abs(res.cost - ref).max()),
+            }
+        )
         print(rows[-1])
         common.write_csv(out / f"myo_mpc_{task}_gradient_modes.csv", rows)
 
@@ -243,29 +288,52 @@ def check_start(task: str, out: Path, periods: int = 256):
 
     mj, mx, d0, cost = TASKS[task](False)
     lo, hi = mpc.ctrl_bounds(mx)
-    _, traj = jax.jit(lambda d: mpc.plan_cost(mx, d, jnp.clip(jnp.zeros((periods, mx.nu)), lo, hi), cost, _sim(False)))(d0)
+    _, traj = jax.jit(lambda d: mpc.plan_cost(mx, d, jnp.clip(jnp.zeros((periods, mx.nu)), lo, hi), cost, _sim(False)))(
+        d0
+    )
     free = [mj.jnt_qposadr[j] for j in range(mj.njnt) if mj.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE]
     lowest = lambda q: min((float(q[a + 2]) for a in free), default=float("nan"))
-    rows = [{"source": "DiffMJX, task start", "period": k + 1, "time_s": (k + 1) * mj.opt.timestep,
-             "lowest_free_body_z": lowest(np.asarray(traj.qpos[k])), "ncon": "", "cost": float(traj.obs[k])}
-            for k in range(periods)]  # fmt: skip
+    rows = [
+        {
+            "source": "DiffMJX, task start",
+            "period": k + 1,
+            "time_s": (k + 1) * mj.opt.timestep,
+            "lowest_free_body_z": lowest(np.asarray(traj.qpos[k])),
+            "ncon": "",
+            "cost": float(traj.obs[k]),
+        }
+        for k in range(periods)
+    ]
     starts = {"C engine, task start": (np.asarray(d0.qpos), np.asarray(d0.qvel))}
     if task in RESET_ENVS:
         data = myo.reset_env(RESET_ENVS[task]).data
         starts["C engine, MyoSuite reset"] = (data.qpos.copy(), data.qvel.copy())
-        starts["C engine, model qpos0"] = (mj.qpos0.copy(), np.zeros(mj.nv))  # the task's start before it used the reset pose
+        starts["C engine, model qpos0"] = (
+            mj.qpos0.copy(),
+            np.zeros(mj.nv),
+        )  # the task's start before it used the reset pose
     for source, (qpos, qvel) in starts.items():
         d = mujoco.MjData(mj)
         d.qpos[:], d.qvel[:] = qpos, qvel
         d.ctrl[:] = np.clip(0.0, np.asarray(lo), np.asarray(hi))
         for k in range(periods):
             mujoco.mj_step(mj, d)
-            rows.append({"source": source, "period": k + 1, "time_s": (k + 1) * mj.opt.timestep,
-                         "lowest_free_body_z": lowest(d.qpos), "ncon": d.ncon, "cost": ""})  # fmt: skip
+            rows.append(
+                {
+                    "source": source,
+                    "period": k + 1,
+                    "time_s": (k + 1) * mj.opt.timestep,
+                    "lowest_free_body_z": lowest(d.qpos),
+                    "ncon": d.ncon,
+                    "cost": "",
+                }
+            )
     for source in dict.fromkeys(r["source"] for r in rows):
         sel = [r for r in rows if r["source"] == source]
-        print(f"{source:28s} lowest free body z {sel[0]['lowest_free_body_z']:.3f} -> {sel[-1]['lowest_free_body_z']:.3f} m"
-              + (f", cost {sel[0]['cost']:.4f} -> {sel[-1]['cost']:.4f}" if sel[0]["cost"] != "" else ""))  # fmt: skip
+        print(
+            f"{source:28s} lowest free body z {sel[0]['lowest_free_body_z']:.3f} -> {sel[-1]['lowest_free_body_z']:.3f} m"
+            + (f", cost {sel[0]['cost']:.4f} -> {sel[-1]['cost']:.4f}" if sel[0]["cost"] != "" else "")
+        )
     common.write_csv(out / f"myo_mpc_{task}_start.csv", rows)
     return rows
 
@@ -305,11 +373,18 @@ def check_tausmooth(task: str, out: Path, periods: int = 200, seed: int = 0):
     # the task's own sensitivity (chaos) amplifies a perturbation, to read the other rows against
     for w, jitter in ((0.0, 1e-9), *((w, 0.0) for w in TAUSMOOTH_WIDTHS)):
         act, pos = simulate(w, jitter)
-        rows.append({
-            "task": task, "tausmooth": w, "ctrl_jitter": jitter, "periods": periods, "time_s": periods * mj.opt.timestep,
-            "muscles": muscles.size, "max_act_diff": float(np.abs(act - hard_act).max()),
-            "max_body_pos_diff_m": float(np.linalg.norm(pos - hard_pos, axis=-1).max()),
-        })  # fmt: skip
+        rows.append(
+            {
+                "task": task,
+                "tausmooth": w,
+                "ctrl_jitter": jitter,
+                "periods": periods,
+                "time_s": periods * mj.opt.timestep,
+                "muscles": muscles.size,
+                "max_act_diff": float(np.abs(act - hard_act).max()),
+                "max_body_pos_diff_m": float(np.linalg.norm(pos - hard_pos, axis=-1).max()),
+            }
+        )
         print(rows[-1])
     common.write_csv(out / f"myo_mpc_{task}_tausmooth.csv", rows)
 
@@ -339,16 +414,29 @@ def frame_strip(task: str, preset: str, out: Path, frames: int = 5) -> Path | No
     backends = (os.environ["MUJOCO_GL"],) if os.environ.get("MUJOCO_GL") else GL_BACKENDS
     errors = []
     for gl in backends:
-        cmd = [sys.executable, "-m", "experiments.myo_mpc", "--task", task, "--preset", preset, "--out", str(out),
-               "--render-frames", str(frames)]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "experiments.myo_mpc",
+            "--task",
+            task,
+            "--preset",
+            preset,
+            "--out",
+            str(out),
+            "--render-frames",
+            str(frames),
+        ]
         env = {**os.environ, "MUJOCO_GL": gl}
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
         if done.returncode == 0:
             print(done.stdout.strip())
             return out / f"{stem}_frames.png"
         errors.append(f"{gl}: {(done.stderr.strip().splitlines() or ['failed'])[-1]}")
-    print("frame strip skipped: offscreen rendering does not work here (" + "; ".join(errors) + "). "
-          "Install EGL or OSMesa (e.g. apt-get install libosmesa6) and rerun with --frames.")  # fmt: skip
+    print(
+        "frame strip skipped: offscreen rendering does not work here (" + "; ".join(errors) + "). "
+        "Install EGL or OSMesa (e.g. apt-get install libosmesa6) and rerun with --frames."
+    )
     return None
 
 
@@ -392,11 +480,15 @@ def render_frames(task: str, preset: str, out: Path, frames: int) -> Path:
     return path
 
 
-TITLES = {"baoding": ("MyoHand baoding swap, closed loop", "cost: ball distances to targets (m)"),
-          "tennis": ("Bionic tennis, closed loop", "cost: ball distance to goal (m)"),
-          "die": ("MyoHand die reorientation, closed loop", "cost: 10 x position error (m) + rotation chord"),
-          "die_table": ("MyoHand die reorientation on a table, closed loop",
-                        "cost: 10 x position error (m) + rotation chord")}  # fmt: skip
+TITLES = {
+    "baoding": ("MyoHand baoding swap, closed loop", "cost: ball distances to targets (m)"),
+    "tennis": ("Bionic tennis, closed loop", "cost: ball distance to goal (m)"),
+    "die": ("MyoHand die reorientation, closed loop", "cost: 10 x position error (m) + rotation chord"),
+    "die_table": (
+        "MyoHand die reorientation on a table, closed loop",
+        "cost: 10 x position error (m) + rotation chord",
+    ),
+}
 
 
 def plot(rows, path: Path, title=TITLES["baoding"]):
@@ -421,28 +513,57 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--task", choices=sorted(TASKS), default="baoding")
     p.add_argument("--preset", choices=("quick", "paper"), default="quick")
-    p.add_argument("--methods", nargs="+", choices=sorted(METHODS), default=None,
-                   help="default: every method for baoding; gradient with and without CFD and sampling 64 for tennis")
+    p.add_argument(
+        "--methods",
+        nargs="+",
+        choices=sorted(METHODS),
+        default=None,
+        help="default: every method for baoding; gradient with and without CFD and sampling 64 for tennis",
+    )
     p.add_argument("--set", action="append", default=[], metavar="planner.KEY=VALUE", help="planner overrides")
     p.add_argument("--out", type=Path, default=common.RESULTS)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--plan-steps", type=int, default=None, help="plan steps per method (default: the preset's)")
-    p.add_argument("--fresh", action="store_true",
-                   help="start over instead of resuming each run's closed loop saved under --checkpoints")
-    p.add_argument("--checkpoints", type=Path, default=CHECKPOINTS,
-                   help=f"folder of the runs' saved closed loops (default {CHECKPOINTS}); a folder in a clone "
-                        "lets a long run continue on another machine")
-    p.add_argument("--check-horizon", type=int, default=None, metavar="H",
-                   help="only check the gradient through H periods (finite? how long?) and exit")
-    p.add_argument("--gradient-modes", action="store_true",
-                   help="only time gradient MPC per plan step with the unrolled / implicit solver gradient and remat")
-    p.add_argument("--frames", action="store_true",
-                   help="only render the frame strip of the last run's executed behaviour (offscreen OpenGL)")
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start over instead of resuming each run's closed loop saved under --checkpoints",
+    )
+    p.add_argument(
+        "--checkpoints",
+        type=Path,
+        default=CHECKPOINTS,
+        help=f"folder of the runs' saved closed loops (default {CHECKPOINTS}); a folder in a clone "
+        "lets a long run continue on another machine",
+    )
+    p.add_argument(
+        "--check-horizon",
+        type=int,
+        default=None,
+        metavar="H",
+        help="only check the gradient through H periods (finite? how long?) and exit",
+    )
+    p.add_argument(
+        "--gradient-modes",
+        action="store_true",
+        help="only time gradient MPC per plan step with the unrolled / implicit solver gradient and remat",
+    )
+    p.add_argument(
+        "--frames",
+        action="store_true",
+        help="only render the frame strip of the last run's executed behaviour (offscreen OpenGL)",
+    )
     p.add_argument("--render-frames", type=int, default=None, help=argparse.SUPPRESS)  # frame_strip's child
-    p.add_argument("--check-start", action="store_true",
-                   help="only check whether the task's start state holds its objects (idle rollouts)")
-    p.add_argument("--check-tausmooth", action="store_true",
-                   help="only measure how far muscle.tausmooth moves the task's motion in the C engine")
+    p.add_argument(
+        "--check-start",
+        action="store_true",
+        help="only check whether the task's start state holds its objects (idle rollouts)",
+    )
+    p.add_argument(
+        "--check-tausmooth",
+        action="store_true",
+        help="only measure how far muscle.tausmooth moves the task's motion in the C engine",
+    )
     args = p.parse_args(argv)
     common.setup()
     if args.check_horizon:

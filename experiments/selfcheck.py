@@ -25,9 +25,18 @@ def pareto_resume(argv):
         if fail_after[0] is not None and len(measured) == fail_after[0]:
             raise KeyboardInterrupt  # the run is stopped in the middle of a method
         measured.append(bp.config_digest(c))
-        return dict(loss=0.0, grad=1.0 + len(measured), forward_jit_s=1.0, backward_jit_s=2.0, forward_run_s=0.1,
-                    backward_run_s=0.2, backward_memory_mb=1.0, accepted_steps=10, rejected_steps=0,
-                    budget_exhausted=False)
+        return dict(
+            loss=0.0,
+            grad=1.0 + len(measured),
+            forward_jit_s=1.0,
+            backward_jit_s=2.0,
+            forward_run_s=0.1,
+            backward_run_s=0.2,
+            backward_memory_mb=1.0,
+            accepted_steps=10,
+            rejected_steps=0,
+            budget_exhausted=False,
+        )
 
     bp.measure = measure
     bp.ground_truth = lambda *a: truths.append(1) or 2.0
@@ -46,9 +55,11 @@ def pareto_resume(argv):
     first = bp.run(cfg, out, quick=True)  # resumes
     result["resumed"] = seen(png=(out / "benchmark_pareto.png").exists())
     again = bp.run(cfg, out, quick=True)  # everything saved
-    result["again"] = seen(same_grads=[r["grad"] for r in again] == [r["grad"] for r in first],
-                           exhausted=again[3]["budget_exhausted"],
-                           types=[type(again[3][k]).__name__ for k in ("accepted_steps", "backward_run_s")])
+    result["again"] = seen(
+        same_grads=[r["grad"] for r in again] == [r["grad"] for r in first],
+        exhausted=again[3]["budget_exhausted"],
+        types=[type(again[3][k]).__name__ for k in ("accepted_steps", "backward_run_s")],
+    )
     other = cfg.override("integrator.max_steps=5000")  # another configuration
     result["other"] = seen(rows=len(bp.run(other, out, quick=True)))
     bp.run(other, out, quick=True, fresh=True)

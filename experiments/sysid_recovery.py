@@ -76,9 +76,12 @@ MODELS = {
     "arm": {
         "spec": lambda: mujoco.MjSpec.from_file(str(scenes.path("sysid_arm"))),
         "params": lambda: [
-            sysid.Parameter("dof_damping", "shoulder"), sysid.Parameter("dof_damping", "elbow"),
-            sysid.Parameter("dof_armature", "shoulder"), sysid.Parameter("dof_armature", "elbow"),
-            sysid.Parameter("actuator_gear", "shoulder", index=0), sysid.Parameter("actuator_gear", "elbow", index=0),
+            sysid.Parameter("dof_damping", "shoulder"),
+            sysid.Parameter("dof_damping", "elbow"),
+            sysid.Parameter("dof_armature", "shoulder"),
+            sysid.Parameter("dof_armature", "elbow"),
+            sysid.Parameter("actuator_gear", "shoulder", index=0),
+            sysid.Parameter("actuator_gear", "elbow", index=0),
         ],
         "dt": 0.01,
         "seconds": 2.0,
@@ -104,8 +107,10 @@ MODELS = {
     "finger": {
         "spec": _finger,
         "params": lambda: [
-            sysid.Parameter("dof_damping", "IFmcp"), sysid.Parameter("dof_damping", "IFpip"),
-            sysid.Parameter("actuator_dynprm", MUSCLES, index=0), sysid.Parameter("actuator_dynprm", MUSCLES, index=1),
+            sysid.Parameter("dof_damping", "IFmcp"),
+            sysid.Parameter("dof_damping", "IFpip"),
+            sysid.Parameter("actuator_dynprm", MUSCLES, index=0),
+            sysid.Parameter("actuator_dynprm", MUSCLES, index=1),
         ],
         "dt": 0.01,
         "seconds": 2.0,
@@ -150,8 +155,9 @@ def record(name: str, truth: mujoco.MjModel, seed: int, noise: bool) -> sysid.Re
     rng = np.random.default_rng([seed, 7])
     _initial_state(name, truth, d, rng)
     ctrl = _controls(truth, round(spec["seconds"] / spec["dt"]), rng)
-    rec = sysid.Recording.simulate(truth, ctrl, spec["dt"], qpos0=d.qpos, qvel0=d.qvel, step=GEN_STEP,
-                                   name=f"{name}-{seed}")  # fmt: skip
+    rec = sysid.Recording.simulate(
+        truth, ctrl, spec["dt"], qpos0=d.qpos, qvel0=d.qvel, step=GEN_STEP, name=f"{name}-{seed}"
+    )
     if not noise:
         return dataclasses.replace(rec, sensordata=None)
     nrng = np.random.default_rng([seed, 11])
@@ -190,8 +196,9 @@ def heldout_error(m: mujoco.MjModel, rec: sysid.Recording, fine: bool = False) -
             for _ in range(sub):
                 mujoco.mj_step(m, d)
             pred.append(d.qpos.copy())
-        r = state_residuals(layout, np.array(pred), None, rec.qpos[s + 1 : s + 1 + HORIZON], None,
-                            Weights(velocity=0.0), xp=np)  # fmt: skip
+        r = state_residuals(
+            layout, np.array(pred), None, rec.qpos[s + 1 : s + 1 + HORIZON], None, Weights(velocity=0.0), xp=np
+        )
         sq += float(np.sum(r**2))
         count += r.shape[0]
     return math.sqrt(sq / count)
@@ -229,19 +236,42 @@ def run_case(name: str, seed: int, noise: bool, methods, cfg, fit) -> list[dict]
         est = sysid.ParameterSet(model, params).start
         start = sysid.ParameterSet(start_model, params).start
         rel = np.abs(est / true_values - 1)
-        rows.append({
-            "model": name, "noise": int(noise), "seed": seed, "method": method,
-            "labels": list(ps_truth.labels), "true": true_values.tolist(), "start": start.tolist(), "estimate": est.tolist(),
-            "max_rel_error": float(rel.max()), "heldout_rms": heldout_error(model, held), "heldout_truth": floor,
-            "heldout_rms_fine": heldout_error(model, held, fine=True),
-            "wall_s": wall, "setup_s": setup, "iterations": iters,
-        })  # fmt: skip
+        rows.append(
+            {
+                "model": name,
+                "noise": int(noise),
+                "seed": seed,
+                "method": method,
+                "labels": list(ps_truth.labels),
+                "true": true_values.tolist(),
+                "start": start.tolist(),
+                "estimate": est.tolist(),
+                "max_rel_error": float(rel.max()),
+                "heldout_rms": heldout_error(model, held),
+                "heldout_truth": floor,
+                "heldout_rms_fine": heldout_error(model, held, fine=True),
+                "wall_s": wall,
+                "setup_s": setup,
+                "iterations": iters,
+            }
+        )
     return rows
 
 
 # ------------------------------------------------------------------------------------------ output
-SUMMARY = ("model", "noise", "seed", "method", "max_rel_error", "heldout_rms", "heldout_truth", "heldout_rms_fine",
-           "wall_s", "setup_s", "iterations")  # fmt: skip
+SUMMARY = (
+    "model",
+    "noise",
+    "seed",
+    "method",
+    "max_rel_error",
+    "heldout_rms",
+    "heldout_truth",
+    "heldout_rms_fine",
+    "wall_s",
+    "setup_s",
+    "iterations",
+)
 PARAMS = ("model", "noise", "seed", "method", "parameter", "true", "start", "estimate", "rel_error")
 
 
@@ -258,8 +288,19 @@ def write_csv(rows: list[dict], out: Path) -> tuple[Path, Path]:
         w.writerow(PARAMS)
         for r in rows:
             for lab, tv, sv, ev in zip(r["labels"], r["true"], r["start"], r["estimate"]):
-                w.writerow([r["model"], r["noise"], r["seed"], r["method"], lab, f"{tv:.9g}", f"{sv:.9g}", f"{ev:.9g}",
-                            f"{abs(ev / tv - 1):.6g}"])  # fmt: skip
+                w.writerow(
+                    [
+                        r["model"],
+                        r["noise"],
+                        r["seed"],
+                        r["method"],
+                        lab,
+                        f"{tv:.9g}",
+                        f"{sv:.9g}",
+                        f"{ev:.9g}",
+                        f"{abs(ev / tv - 1):.6g}",
+                    ]
+                )
     return summary, per_param
 
 
@@ -276,10 +317,12 @@ def plot(summary: Path, png: Path) -> None:
     fig, axes = plt.subplots(1, 4, figsize=(16, 4.4))
     colors = {"diffmjx_lm": "tab:blue", "mujoco_sysid": "tab:orange"}
     labels = {"diffmjx_lm": "DiffMJX (LM)", "mujoco_sysid": "mujoco.sysid"}
-    panels = (("max_rel_error", "largest relative parameter error"),
-              ("heldout_rms", "held-out error, C engine at the model's timestep"),
-              ("heldout_rms_fine", "held-out error, C engine at the fine step"),
-              ("wall_s", "wall time of the fit (s)"))  # fmt: skip
+    panels = (
+        ("max_rel_error", "largest relative parameter error"),
+        ("heldout_rms", "held-out error, C engine at the model's timestep"),
+        ("heldout_rms_fine", "held-out error, C engine at the fine step"),
+        ("wall_s", "wall time of the fit (s)"),
+    )
     for ax, (key, title) in zip(axes, panels):
         for j, method in enumerate(methods):
             for noise, marker in ((0, "o"), (1, "^")):
@@ -289,8 +332,15 @@ def plot(summary: Path, png: Path) -> None:
                         if r["model"] == model and r["method"] == method and int(r["noise"]) == noise:
                             xs.append(i + (j - 0.5) * 0.36 + (noise - 0.5) * 0.14)
                             ys.append(max(float(r[key]), 1e-12))
-                ax.scatter(xs, ys, marker=marker, color=colors.get(method), alpha=0.8, s=28,
-                           label=f"{labels.get(method, method)}, {'noisy' if noise else 'noise-free'}")  # fmt: skip
+                ax.scatter(
+                    xs,
+                    ys,
+                    marker=marker,
+                    color=colors.get(method),
+                    alpha=0.8,
+                    s=28,
+                    label=f"{labels.get(method, method)}, {'noisy' if noise else 'noise-free'}",
+                )
         if key == "max_rel_error":
             ax.axhline(0.02, color="0.5", lw=0.8, ls="--")
             ax.text(-0.45, 0.025, "2 %", color="0.4", ha="left", va="bottom", fontsize=8)
@@ -301,7 +351,9 @@ def plot(summary: Path, png: Path) -> None:
         ax.grid(axis="y", alpha=0.3, which="major")
     handles, names = axes[0].get_legend_handles_labels()
     fig.legend(handles, names, loc="lower center", ncol=4, fontsize=9, frameon=False)
-    fig.suptitle("Recovering known parameters from starts 30-50 % off (each point: one start and data set)", fontsize=11)
+    fig.suptitle(
+        "Recovering known parameters from starts 30-50 % off (each point: one start and data set)", fontsize=11
+    )
     fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(png, dpi=130)
     plt.close(fig)
@@ -326,13 +378,21 @@ def main(argv=None) -> None:
         fit = sysid.FitConfig(horizon=HORIZON, stride=STRIDE, steps=30).override(*args.fit)
         from tqdm.auto import tqdm
 
-        cases = [(m, s, bool(int(n))) for m in args.models.split(",") for n in args.noise.split(",")
-                 for s in range(args.seeds)]  # fmt: skip
+        cases = [
+            (m, s, bool(int(n)))
+            for m in args.models.split(",")
+            for n in args.noise.split(",")
+            for s in range(args.seeds)
+        ]
         rows = []
         for name, seed, noise in tqdm(cases, desc="recovery"):
             key = (name, seed, noise, args.methods, cfg.to_dict(), fit.to_dict(), "v2")
-            rows += common.stage("sysid_recovery", key, functools.partial(run_case, name, seed, noise,
-                                 args.methods.split(","), cfg, fit), fresh=args.fresh)  # fmt: skip
+            rows += common.stage(
+                "sysid_recovery",
+                key,
+                functools.partial(run_case, name, seed, noise, args.methods.split(","), cfg, fit),
+                fresh=args.fresh,
+            )
             write_csv(rows, args.out)
         for r in rows:
             print(f"{r['model']:7s} noise={r['noise']} seed={r['seed']} {r['method']:13s} max err "

@@ -74,8 +74,12 @@ def sweep(kind: str, cfg: diffmjx.Config, u0s: np.ndarray) -> dict:
     lp = _batched(ref_loss, u0s + FD_STEP, f"{kind}: reference +h")
     lm = _batched(ref_loss, u0s - FD_STEP, f"{kind}: reference -h")
     out = {"u0": u0s, "ref_grad": (lp - lm) / (2 * FD_STEP), "ref_loss": 0.5 * (lp + lm)}
-    mjx_cfg = cfg.override("integrator.solver=mjx_euler", "integrator.substeps=5", "collision.smooth=false",
-                           f"solver.impedance_floor={MJX_FLOOR}")  # stock MJX, as the paper's row
+    mjx_cfg = cfg.override(
+        "integrator.solver=mjx_euler",
+        "integrator.substeps=5",
+        "collision.smooth=false",
+        f"solver.impedance_floor={MJX_FLOOR}",
+    )  # stock MJX, as the paper's row
     for name, c in (("diffmjx", cfg), ("mjx", mjx_cfg)):
         loss, grad = _batched(jax.value_and_grad(_loss_fn(mx, c)), u0s, f"{kind}: {name}")
         out[f"{name}_loss"], out[f"{name}_grad"] = loss, grad
@@ -89,17 +93,33 @@ def run(cfg: diffmjx.Config, out: Path, quick: bool) -> list[dict]:
         r = sweep(kind, cfg, u0s)
         results[kind] = r
         for i, u0 in enumerate(u0s):
-            rows.append(dict(primitive=kind, u0=u0, ref_loss=r["ref_loss"][i], ref_grad=r["ref_grad"][i],
-                             diffmjx_loss=r["diffmjx_loss"][i], diffmjx_grad=r["diffmjx_grad"][i],
-                             mjx_loss=r["mjx_loss"][i], mjx_grad=r["mjx_grad"][i]))  # fmt: skip
+            rows.append(
+                dict(
+                    primitive=kind,
+                    u0=u0,
+                    ref_loss=r["ref_loss"][i],
+                    ref_grad=r["ref_grad"][i],
+                    diffmjx_loss=r["diffmjx_loss"][i],
+                    diffmjx_grad=r["diffmjx_grad"][i],
+                    mjx_loss=r["mjx_loss"][i],
+                    mjx_grad=r["mjx_grad"][i],
+                )
+            )
         for method in ("diffmjx", "mjx"):
             e = relative_errors(r[f"{method}_grad"], r["ref_grad"])
             sign = np.mean(np.sign(r[f"{method}_grad"]) != np.sign(r["ref_grad"]))
             es = _sweep_errors(r[f"{method}_grad"], r["ref_grad"])
-            table.append(dict(primitive=kind, method=method, median_rel_error=float(np.median(e)),
-                              p90_rel_error=float(np.percentile(e, 90)),
-                              median_sweep_error=float(np.median(es)), wrong_sign_fraction=float(sign),
-                              max_loss_deviation=float(np.max(np.abs(r[f"{method}_loss"] - r["ref_loss"])))))  # fmt: skip
+            table.append(
+                dict(
+                    primitive=kind,
+                    method=method,
+                    median_rel_error=float(np.median(e)),
+                    p90_rel_error=float(np.percentile(e, 90)),
+                    median_sweep_error=float(np.median(es)),
+                    wrong_sign_fraction=float(sign),
+                    max_loss_deviation=float(np.max(np.abs(r[f"{method}_loss"] - r["ref_loss"]))),
+                )
+            )
     common.write_csv(out / "tossed_primitives.csv", rows)
     common.write_csv(out / "tossed_primitives_table.csv", table)
     _markdown(table, cfg, len(u0s), out / "tossed_primitives_table.md")
@@ -125,8 +145,14 @@ def sharpness_tradeoff(cfg: diffmjx.Config, out: Path, quick: bool) -> list[dict
         c = cfg.override("collision.smooth=true", f"collision.sharpness={k}")
         loss, grad = _batched(jax.value_and_grad(_loss_fn(mx, c)), u0s, f"sharpness {k:.0e}")
         e = relative_errors(grad, ref_grad)
-        rows.append(dict(sharpness=k, median_rel_error=float(np.median(e)), p90_rel_error=float(np.percentile(e, 90)),
-                         max_loss_deviation=float(np.max(np.abs(loss - ref)))))  # fmt: skip
+        rows.append(
+            dict(
+                sharpness=k,
+                median_rel_error=float(np.median(e)),
+                p90_rel_error=float(np.percentile(e, 90)),
+                max_loss_deviation=float(np.max(np.abs(loss - ref))),
+            )
+        )
     common.write_csv(out / "tossed_primitives_sharpness.csv", rows)
     _plot_sharpness(rows, out / "tossed_primitives_sharpness.png")
     return rows
@@ -136,7 +162,9 @@ SCAN_TOLS = (1e-9, 1e-10, 1e-11)
 SCAN_REF_TOL = 1e-12
 
 
-def tolerance_scan(cfg: diffmjx.Config, out: Path, kinds=tuple(common.PRIMITIVES), n: int = 20, tols=SCAN_TOLS) -> list[dict]:
+def tolerance_scan(
+    cfg: diffmjx.Config, out: Path, kinds=tuple(common.PRIMITIVES), n: int = 20, tols=SCAN_TOLS
+) -> list[dict]:
     """DiffMJX's median gradient error against rtol = atol, on ``n`` values of u0, per primitive.
 
     The reference is central differences of a ``SCAN_REF_TOL`` solve, tighter than every scanned
@@ -158,18 +186,31 @@ def tolerance_scan(cfg: diffmjx.Config, out: Path, kinds=tuple(common.PRIMITIVES
     for kind in tqdm(kinds, desc="tolerance scan"):
         _, mx = common.primitive(kind)
         ref = _loss_fn(mx, diffmjx.converged(cfg, SCAN_REF_TOL))
-        ref_grad = (_batched(ref, u0s + FD_STEP, f"{kind}: reference +h") - _batched(ref, u0s - FD_STEP, f"{kind}: reference -h")) / (2 * FD_STEP)  # fmt: skip
+        ref_grad = (
+            _batched(ref, u0s + FD_STEP, f"{kind}: reference +h")
+            - _batched(ref, u0s - FD_STEP, f"{kind}: reference -h")
+        ) / (2 * FD_STEP)
         for tol in tols:
             c = cfg.override(f"integrator.rtol={tol}", f"integrator.atol={tol}")
             _, grad = _batched(jax.value_and_grad(_loss_fn(mx, c)), u0s, f"{kind}: rtol {tol:g}")
             e = relative_errors(grad, ref_grad)
-            rows.append(dict(primitive=kind, impedance_floor=floor, rtol=tol, points=n,
-                             median_rel_error=float(np.median(e)), p90_rel_error=float(np.percentile(e, 90)),
-                             median_sweep_error=float(np.median(_sweep_errors(grad, ref_grad)))))  # fmt: skip
+            rows.append(
+                dict(
+                    primitive=kind,
+                    impedance_floor=floor,
+                    rtol=tol,
+                    points=n,
+                    median_rel_error=float(np.median(e)),
+                    p90_rel_error=float(np.percentile(e, 90)),
+                    median_sweep_error=float(np.median(_sweep_errors(grad, ref_grad))),
+                )
+            )
             common.write_csv(path, kept + rows)  # after every tolerance: nothing lost to an interrupt
     _plot_tolerance(kept + rows, out / "tossed_primitives_tolerance.png")
     for r in rows:
-        print(f"{r['primitive']:<10} floor {floor:g}  rtol {r['rtol']:.0e}  median {r['median_rel_error']:7.2%}  p90 {r['p90_rel_error']:7.2%}")
+        print(
+            f"{r['primitive']:<10} floor {floor:g}  rtol {r['rtol']:.0e}  median {r['median_rel_error']:7.2%}  p90 {r['p90_rel_error']:7.2%}"
+        )
     return rows
 
 
@@ -182,9 +223,16 @@ def _plot_tolerance(rows, path):
     fig, ax = plt.subplots(figsize=(6, 3.8))
     colors = {k: f"C{i}" for i, k in enumerate(common.PRIMITIVES)}
     for kind, floor in dict.fromkeys((r["primitive"], r["impedance_floor"]) for r in rows):
-        sel = sorted((r for r in rows if (r["primitive"], r["impedance_floor"]) == (kind, floor)), key=lambda r: r["rtol"])
-        ax.loglog([r["rtol"] for r in sel], [r["median_rel_error"] for r in sel], "o-" if floor == 0 else "s:",
-                  color=colors.get(kind), label=f"{kind}, floor {floor:g}")  # fmt: skip
+        sel = sorted(
+            (r for r in rows if (r["primitive"], r["impedance_floor"]) == (kind, floor)), key=lambda r: r["rtol"]
+        )
+        ax.loglog(
+            [r["rtol"] for r in sel],
+            [r["median_rel_error"] for r in sel],
+            "o-" if floor == 0 else "s:",
+            color=colors.get(kind),
+            label=f"{kind}, floor {floor:g}",
+        )
     ax.axhline(0.01, color="k", lw=0.8, ls="--", label="1 % target")
     ax.set(xlabel="rtol = atol", ylabel="median rel. gradient error")
     ax.set_title(f"DiffMJX gradient error vs tolerance (reference {SCAN_REF_TOL:g})", fontsize=9)
@@ -209,8 +257,10 @@ def _markdown(table, cfg, n, path):
         "|---|---|---|---|---|---|---|",
     ]
     for t in table:
-        lines.append(f"| {t['primitive']} | {t['method']} | {t['median_rel_error']:.2%} | {t['p90_rel_error']:.2%} "
-                     f"| {t['median_sweep_error']:.2%} | {t['wrong_sign_fraction']:.0%} | {t['max_loss_deviation']:.2e} |")  # fmt: skip
+        lines.append(
+            f"| {t['primitive']} | {t['method']} | {t['median_rel_error']:.2%} | {t['p90_rel_error']:.2%} "
+            f"| {t['median_sweep_error']:.2%} | {t['wrong_sign_fraction']:.0%} | {t['max_loss_deviation']:.2e} |"
+        )
     path.write_text("\n".join(lines) + "\n")
 
 

@@ -180,7 +180,9 @@ def test_box_dropped_on_box_physics_does_not_move():
     assert smooth[2] > 0.12  # resting on the 0.1 m box, not fallen through
     np.testing.assert_allclose(smooth[:3], c_engine[:3], atol=1.5e-3)  # measured 0.43 mm
     # MJX's and the smoothed rule about half a millimetre away (measured 0.54 and 0.49 mm)
-    off = {k: np.linalg.norm(v[:3] - c_engine[:3]) for k, v in (("clipped", clipped), ("mjx", hard), ("smooth", smooth))}
+    off = {
+        k: np.linalg.norm(v[:3] - c_engine[:3]) for k, v in (("clipped", clipped), ("mjx", hard), ("smooth", smooth))
+    }
     assert off["clipped"] < 0.1 * min(off["mjx"], off["smooth"])
 
 
@@ -335,10 +337,28 @@ def test_clipped_contacts_are_handed_over_at_the_face_preference_gate():
     shot's AD gradient 205 % off with the wrong sign.) Here the edge point fades out while the
     polygon fades in, so that sum moves by small steps, and at both ends the contacts are the C
     engine's."""
-    a = np.array([-0.13224336185705377, -0.028683455299187838, 0.15917517128375136, -0.7095707141655003,
-                  -0.2812800607226771, -0.6492963272643144, 0.03952030986910565])  # fmt: skip
-    b = np.array([-0.1325842590102584, -0.028795842634077584, 0.1591201659695115, -0.7081715251572192,
-                  -0.2832605200103777, -0.6503194436774176, 0.03893422276133507])  # fmt: skip
+    a = np.array(
+        [
+            -0.13224336185705377,
+            -0.028683455299187838,
+            0.15917517128375136,
+            -0.7095707141655003,
+            -0.2812800607226771,
+            -0.6492963272643144,
+            0.03952030986910565,
+        ]
+    )
+    b = np.array(
+        [
+            -0.1325842590102584,
+            -0.028795842634077584,
+            0.1591201659695115,
+            -0.7081715251572192,
+            -0.2832605200103777,
+            -0.6503194436774176,
+            0.03893422276133507,
+        ]
+    )
     c = _clipped_sweep(a, b)
     dist, normal = np.asarray(c.dist)[:, 4:], np.asarray(c.frame)[:, 4:, 0]  # slots 4-11: the target
     active = (dist < 0).sum(1)

@@ -176,12 +176,16 @@ def test_cube_toss_forward_is_unchanged_with_cfd():
 
 @pytest.mark.parametrize(
     "scene, reaches, push",  # reaches: a pair moves within w_c = 0.2 m, so CFD has rows to act with
-    [("sphere_drop", True, None), pytest.param("box_drop", True, None, marks=pytest.mark.slow),  # suite budget
-     pytest.param("billiard", True, None, marks=pytest.mark.slow),  # suite budget: sphere_drop makes the claim
-     pytest.param("box_pair", True, (8, -1.0), marks=pytest.mark.slow),  # suite budget; the upper box sinks
-     # towards the lower one, 0.125 m below
-     ("tumbling_box", False, None), ("actuated_hinge", False, None)],  # these two have no contact pairs
-)  # fmt: skip
+    [
+        ("sphere_drop", True, None),
+        pytest.param("box_drop", True, None, marks=pytest.mark.slow),  # suite budget
+        pytest.param("billiard", True, None, marks=pytest.mark.slow),  # suite budget: sphere_drop makes the claim
+        pytest.param("box_pair", True, (8, -1.0), marks=pytest.mark.slow),  # suite budget; the upper box sinks
+        # towards the lower one, 0.125 m below
+        ("tumbling_box", False, None),
+        ("actuated_hinge", False, None),
+    ],  # these two have no contact pairs
+)
 def test_every_scene_keeps_its_forward_with_cfd(scene, reaches, push):
     """The other scenes of the test suite and studies, 30 periods from their model pose: with CFD in
     straight-through mode every leaf of the trajectory is bitwise the trajectory without it; applied
@@ -204,7 +208,9 @@ def test_every_scene_keeps_its_forward_with_cfd(scene, reaches, push):
 
 
 # suite budget: forward mode (the cheapest compile) runs by default, the reverse adjoints under -m slow
-@pytest.mark.parametrize("adjoint", ["forward", *(pytest.param(a, marks=pytest.mark.slow) for a in ("checkpoint", "backsolve"))])
+@pytest.mark.parametrize(
+    "adjoint", ["forward", *(pytest.param(a, marks=pytest.mark.slow) for a in ("checkpoint", "backsolve"))]
+)
 def test_gradient_between_bodies_that_never_touch(adjoint):
     """Eight-ball displacement w.r.t. cue speed: exactly 0 without CFD (no contact row exists, so no
     adjoint has anything to carry: checked in forward mode, the cheaper compile), positive with it."""
@@ -267,7 +273,7 @@ def test_cfd_rows_fade_out_at_w_c_with_impedance_floor_zero(floor):
         d = _MJX_FORWARD(mx, mjx.make_data(mx).replace(qpos=jnp.array([0.0, 0.0, height, 1.0, 0.0, 0.0, 0.0])))
         rows, _ = constraint.contact_rows(mx, _mjx.contact(d))
         efc_d = np.asarray(_mjx.efc(distance_rows(mx, d, cfg, floor))[1])[rows]
-        deep = _MJX_FORWARD(mx, d.replace(qpos=d.qpos.at[2].set(0.0))) # 5 cm deep: MJX's impedance 0.95
+        deep = _MJX_FORWARD(mx, d.replace(qpos=d.qpos.at[2].set(0.0)))  # 5 cm deep: MJX's impedance 0.95
         weight = (1 / np.asarray(_mjx.efc(deep)[1])[rows]) * 0.95 / 0.05
         return efc_d * weight / (1 + efc_d * weight)
 
@@ -290,7 +296,8 @@ def test_cfd_presets_taper_off_from_contact(name):
     assert cfg.cfd.enabled
     mj = (0.1, 0.95, 0.001, 0.5, 2.0) if name == "cfd_mpc" else (d_0, 0.95, 0.001, 0.5, 2.0)
     r = np.linspace(1e-9, w_c, 200)
-    d = np.asarray(jax.vmap(lambda x: cfd_impedance(x, jnp.asarray(mj), jnp.asarray(cfg.cfd.solimp), 0.0))(jnp.asarray(r)))
+    d = np.asarray(
+        jax.vmap(lambda x: cfd_impedance(x, jnp.asarray(mj), jnp.asarray(cfg.cfd.solimp), 0.0))(jnp.asarray(r))
+    )
     assert d[0] == pytest.approx(d_0, abs=1e-6) and d[-1] == pytest.approx(d_c, abs=1e-9)
     assert np.all(np.diff(d) <= 1e-15)
-

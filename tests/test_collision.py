@@ -267,7 +267,9 @@ def test_plane_box_deepest_keeps_every_penetrating_corner():
     stock = np.asarray(_detect(mx, d, None).dist)
     rules = diffmjx.CollisionConfig(plane_box="deepest", plane_cylinder="mjx", box_box="mjx")
     deepest = np.asarray(_detect(mx, d, rules).dist)
-    smooth = diffmjx.CollisionConfig(smooth=True, sharpness=1e4, plane_box="deepest", plane_cylinder="mjx", box_box="mjx")
+    smooth = diffmjx.CollisionConfig(
+        smooth=True, sharpness=1e4, plane_box="deepest", plane_cylinder="mjx", box_box="mjx"
+    )
     smooth_deepest = np.asarray(_detect(mx, d, smooth).dist)
     assert (stock < 0).sum() == 1  # MJX drops the second penetrating corner
     np.testing.assert_allclose(np.sort(deepest), truth, atol=1e-12)
@@ -304,14 +306,18 @@ def test_plane_cylinder_deepest_keeps_the_far_end_in_contact():
     stock = np.asarray(_detect(mx, d, None).dist)
     assert (stock < 0).sum() == 1  # MJX drops the far end
     for smooth in (False, True):
-        rules = diffmjx.CollisionConfig(smooth=smooth, sharpness=1e4, plane_box="mjx", plane_cylinder="deepest", box_box="mjx")
+        rules = diffmjx.CollisionConfig(
+            smooth=smooth, sharpness=1e4, plane_box="mjx", plane_cylinder="deepest", box_box="mjx"
+        )
         dist = np.sort(np.asarray(_detect(mx, d, rules).dist))
         np.testing.assert_allclose(dist[:2], truth, atol=1e-12)
         assert dist[2] > 0.01  # the third slot: the near disk's 120-degree point, well above
     cfg = diffmjx.Config()
     assert cfg.collision.plane_cylinder == "deepest"
     n_active = [
-        int((np.asarray(_mjx.contact(_forward(mx, d, cfg.override(f"collision.plane_cylinder={rule}"))).dist) < 0).sum())
+        int(
+            (np.asarray(_mjx.contact(_forward(mx, d, cfg.override(f"collision.plane_cylinder={rule}"))).dist) < 0).sum()
+        )
         for rule in ("deepest", "mjx")
     ]
     assert n_active == [2, 1]
@@ -459,7 +465,9 @@ def test_sphere_cylinder_is_exact_with_finite_derivatives(sphere_cylinder_scene,
     distance has a kink)."""
     mj = sphere_cylinder_scene[0]
     q = _ball_qpos(mj, SPHERE_CYLINDER_POSES[pose])
-    _check_ball_contact(sphere_cylinder_scene, "cyl", q, exact=pose != "inside_near_side", differentiable=pose != "on_rim")
+    _check_ball_contact(
+        sphere_cylinder_scene, "cyl", q, exact=pose != "inside_near_side", differentiable=pose != "on_rim"
+    )
 
 
 _SPHERE_BOX_XML = """
@@ -533,8 +541,12 @@ def capsule_box_scene():
         c = collision.detect(mx, d0.replace(qpos=qpos), rules)
         return c.dist, c.pos, c.frame
 
-    return (mj, jax.jit(contact), jax.jit(functools.partial(contact, rule="mjx")),
-            jax.jit(jax.jacrev(lambda q: contact(q)[0][0])))  # fmt: skip
+    return (
+        mj,
+        jax.jit(contact),
+        jax.jit(functools.partial(contact, rule="mjx")),
+        jax.jit(jax.jacrev(lambda q: contact(q)[0][0])),
+    )
 
 
 def _capsule_box_qpos(mj, centre, axis):

@@ -62,8 +62,10 @@ def test_cylinder_pairs_keep_mjx_contacts_with_a_finite_gradient(name):
         j = np.asarray(jac_ours(q))[:, :3]
         assert np.isfinite(j).all()
         h = 1e-6
-        fd = np.stack([(np.asarray(ours(q.at[i].add(h))[0]) - np.asarray(ours(q.at[i].add(-h))[0])) / (2 * h)
-                       for i in range(3)], axis=-1)  # fmt: skip
+        fd = np.stack(
+            [(np.asarray(ours(q.at[i].add(h))[0]) - np.asarray(ours(q.at[i].add(-h))[0])) / (2 * h) for i in range(3)],
+            axis=-1,
+        )
         cos = np.sum(j * fd, axis=1) / (np.linalg.norm(j, axis=1) * np.linalg.norm(fd, axis=1))
         cosines.extend(cos)
     assert np.median(cosines) > 0.5

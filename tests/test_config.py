@@ -211,7 +211,9 @@ def test_discretise_then_optimise_solves_its_forward_tighter():
     tol = lambda *o: diffmjx.Config().override(*o).integrator.tolerances()
     assert tol() == (1e-7, 1e-7)  # backsolve
     assert tol("integrator.adjoint=checkpoint") == pytest.approx((1e-8, 1e-8))
-    assert tol("integrator.adjoint=forward", "integrator.rtol=1e-6", "integrator.atol=1e-9") == pytest.approx((1e-7, 1e-10))
+    assert tol("integrator.adjoint=forward", "integrator.rtol=1e-6", "integrator.atol=1e-9") == pytest.approx(
+        (1e-7, 1e-10)
+    )
     assert tol("integrator.adjoint=checkpoint", "integrator.dto_tighten=1") == (1e-7, 1e-7)
     assert diffmjx.Config.paper().integrator.tolerances() == (1e-5, 1e-5)
     ckpt = diffmjx.Config().override("integrator.adjoint=checkpoint")
@@ -279,7 +281,9 @@ def test_config_presets_by_name() -> None:
     assert Config.load("default") == Config()
     assert Config.load("paper") == Config.paper()
     assert Config.load("cfd_mpc", ["cfd.sharpness=500"]).cfd.sharpness == 500.0
-    with pytest.raises(ValueError, match="unknown config preset 'fast'; choose one of: cfd_billiard, .*paper or a path"):
+    with pytest.raises(
+        ValueError, match="unknown config preset 'fast'; choose one of: cfd_billiard, .*paper or a path"
+    ):
         Config.load("fast")
     parser = argparse.ArgumentParser()
     add_cli_arguments(parser)
@@ -302,7 +306,9 @@ def test_config_presets_by_name() -> None:
     ],
     ids=lambda v: v.split(":")[0].replace("\n", "") if isinstance(v, str) else None,
 )
-def test_every_config_refuses_unknown_fields_in_a_file(tmp_path: Path, kind: str, text: str, field: str, allowed: str) -> None:
+def test_every_config_refuses_unknown_fields_in_a_file(
+    tmp_path: Path, kind: str, text: str, field: str, allowed: str
+) -> None:
     """An unknown section or field in a preset file raises, naming it, the allowed ones and the file."""
     cls = _preset_classes()[kind]
     path = tmp_path / "preset.yaml"
@@ -319,7 +325,9 @@ def test_every_config_reads_an_empty_file_as_defaults_and_lists_its_presets(tmp_
     path = tmp_path / "empty.yaml"
     path.write_text("")
     assert cls.from_yaml(path) == cls.load(path) == cls.load() == cls()
-    with pytest.raises(ValueError, match=f"unknown {kind} preset 'fast'; choose one of: {', '.join(SHIPPED_PRESETS[kind])}"):
+    with pytest.raises(
+        ValueError, match=f"unknown {kind} preset 'fast'; choose one of: {', '.join(SHIPPED_PRESETS[kind])}"
+    ):
         cls.load("fast")
 
 

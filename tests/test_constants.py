@@ -78,13 +78,27 @@ def _edit(spec: mujoco.MjSpec, rng: np.random.Generator) -> None:
         a.gear = np.asarray(a.gear) * rng.uniform(0.5, 2.0)
 
 
-PRIMARY = ("body_mass", "body_inertia", "body_ipos", "body_iquat", "geom_size", "geom_pos", "geom_quat", "dof_armature",
-           "actuator_gear", "qpos0")  # fmt: skip
+PRIMARY = (
+    "body_mass",
+    "body_inertia",
+    "body_ipos",
+    "body_iquat",
+    "geom_size",
+    "geom_pos",
+    "geom_quat",
+    "dof_armature",
+    "actuator_gear",
+    "qpos0",
+)
 
 
 @pytest.mark.parametrize("name", ["free", "chain", "tendon", "myofinger"])
 def test_set_const_matches_the_c_model_rebuilt_at_other_values(name):
-    spec_a = _finger() if name == "myofinger" else mujoco.MjSpec.from_string({"free": FREE, "chain": CHAIN, "tendon": TENDON}[name])
+    spec_a = (
+        _finger()
+        if name == "myofinger"
+        else mujoco.MjSpec.from_string({"free": FREE, "chain": CHAIN, "tendon": TENDON}[name])
+    )
     spec_b = spec_a.copy()
     _edit(spec_b, np.random.default_rng(0))
     a, b = spec_a.compile(), spec_b.compile()

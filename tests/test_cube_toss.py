@@ -27,8 +27,9 @@ SWEEP = SWEEP9[::2]  # the default run checks every other shot (suite budget); t
 # rtol = atol = 1e-12: stored, so the default run compiles only the gradients it checks;
 # test_stored_references_are_the_converged_solves (slow) recomputes them.
 LOSS0 = -0.2609129458128788
-GRAD9 = np.array([0.7176913, 0.77331594, 0.75991958, 0.68732605, 0.57590857,
-                  0.05287295, 0.04994685, 0.13640078, 0.00189738])  # fmt: skip
+GRAD9 = np.array(
+    [0.7176913, 0.77331594, 0.75991958, 0.68732605, 0.57590857, 0.05287295, 0.04994685, 0.13640078, 0.00189738]
+)
 TIGHT = FLOOR0.override("integrator.rtol=1e-12", "integrator.atol=1e-12")
 
 
@@ -84,9 +85,11 @@ def test_converged_solve_matches_c_engine(truth):
 )
 def test_adaptive_gradient_median_error(mx, truth, sweep_truth, adjoint, tol, median_bound, max_bound, kink_step):
     cfg = FLOOR0.override(
-        f"integrator.rtol={tol}", f"integrator.atol={tol}", f"integrator.adjoint={adjoint}",
+        f"integrator.rtol={tol}",
+        f"integrator.atol={tol}",
+        f"integrator.adjoint={adjoint}",
         f"integrator.kink_step={kink_step}",
-    )  # fmt: skip
+    )
     loss, grad = jax.jit(jax.vmap(jax.value_and_grad(cube_toss_loss(mx, cfg))))(SWEEP)
     assert abs(float(loss[2]) - truth[0]) < 1e-4
     err = relative_errors(np.asarray(grad), sweep_truth)

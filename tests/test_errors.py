@@ -53,9 +53,11 @@ def test_budget_exhausted_is_flagged(mx):
 @pytest.mark.slow  # suite budget: the flagged budget above runs by default; raising compiles a host callback
 def test_budget_exhausted_can_raise(mx):
     cfg = diffmjx.Config().override(
-        "integrator.max_steps=3", "integrator.rtol=1e-9", "integrator.atol=1e-9",
+        "integrator.max_steps=3",
+        "integrator.rtol=1e-9",
+        "integrator.atol=1e-9",
         "integrator.on_budget_exhausted=raise",
-    )  # fmt: skip
+    )
     with pytest.raises((eqx.EquinoxRuntimeError, RuntimeError), match="max_steps|maximum number"):
         jax.block_until_ready(diffmjx.rollout(mx, cube_toss_data(mx), jnp.zeros((40, 0)), cfg))
 

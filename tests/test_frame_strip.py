@@ -22,8 +22,18 @@ def _frames(out: Path, **env) -> subprocess.CompletedProcess:
     """``python -m experiments.myo_mpc --task baoding --frames --out OUT`` with ``env`` on top of ours
     (a value None removes the variable)."""
     environ = {k: v for k, v in {**os.environ, **env}.items() if v is not None}
-    cmd = [sys.executable, "-m", "experiments.myo_mpc", "--task", "baoding", "--preset", "quick", "--frames",
-           "--out", str(out)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "experiments.myo_mpc",
+        "--task",
+        "baoding",
+        "--preset",
+        "quick",
+        "--frames",
+        "--out",
+        str(out),
+    ]
     run = subprocess.run(cmd, cwd=ROOT, env=environ, capture_output=True, text=True, check=False)
     assert run.returncode == 0, run.stderr[-3000:]
     return run

@@ -51,7 +51,9 @@ def test_batched_central_differences_equal_the_serial_ones():
     batched, _ = diffmjx.central_differences(loss, params, (1e-2, 1e-3), batch=True)
     assert batched.shape == (2, 3)
     np.testing.assert_allclose(batched, serial, rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(batched[1], [4 * np.cos(0.3), 4 * np.cos(1.0), 4 * (np.sin(0.3) + np.sin(1.0))], rtol=1e-5)
+    np.testing.assert_allclose(
+        batched[1], [4 * np.cos(0.3), 4 * np.cos(1.0), 4 * (np.sin(0.3) + np.sin(1.0))], rtol=1e-5
+    )
 
 
 def test_reference_gradient_solves_the_converged_physics():

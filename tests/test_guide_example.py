@@ -18,15 +18,21 @@ def _example(path: Path, heading: str) -> str:
 
 
 def test_readme_and_guide_show_the_same_example():
-    assert _example(ROOT / "README.md", "### Identify your own model") == _example(ROOT / "docs" / "sysid.md",
-                                                                                    "## Identify your own model")
+    assert _example(ROOT / "README.md", "### Identify your own model") == _example(
+        ROOT / "docs" / "sysid.md", "## Identify your own model"
+    )
 
 
 @pytest.fixture(scope="module")
 def fitted(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("guide")
-    run = subprocess.run([sys.executable, "-c", _example(ROOT / "docs" / "sysid.md", "## Identify your own model")],
-                         cwd=tmp, capture_output=True, text=True, timeout=600)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-c", _example(ROOT / "docs" / "sysid.md", "## Identify your own model")],
+        cwd=tmp,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     return run.stdout, tmp
 

@@ -102,7 +102,9 @@ def test_dtmax_caps_the_step():
     d = mjx.make_data(mx).replace(qvel=jnp.asarray(QVEL0))
     steps = {}
     for dtmax in (None, 0.0025):
-        cfg = diffmjx.Config().override("integrator.rtol=1e-3", "integrator.atol=1e-3", f"integrator.dtmax={dtmax if dtmax else 'null'}")
+        cfg = diffmjx.Config().override(
+            "integrator.rtol=1e-3", "integrator.atol=1e-3", f"integrator.dtmax={dtmax if dtmax else 'null'}"
+        )
         _, traj = jax.jit(lambda d, cfg=cfg: diffmjx.rollout(mx, d, jnp.zeros((3, 0)), cfg))(d)
         steps[dtmax] = np.asarray(traj.stats.accepted)
     assert np.all(steps[0.0025] >= 4)
@@ -128,12 +130,19 @@ def test_diffrax_objects_equal_config_strings(toss):
     import diffrax
 
     mx, d = toss
-    cfg = diffmjx.Config().override("integrator.rtol=1e-6", "integrator.atol=1e-6", "integrator.solver=bosh3",
-                                    "integrator.adjoint=checkpoint")  # fmt: skip
+    cfg = diffmjx.Config().override(
+        "integrator.rtol=1e-6", "integrator.atol=1e-6", "integrator.solver=bosh3", "integrator.adjoint=checkpoint"
+    )
     pid = diffrax.PIDController(rtol=1e-6, atol=1e-6, pcoeff=0.2, icoeff=0.4)
     ref = _final(mx, d, cfg)
-    objects = _final(mx, d, diffmjx.Config(), solver=diffrax.Bosh3(), stepsize_controller=pid,
-                     adjoint=diffrax.RecursiveCheckpointAdjoint())  # fmt: skip
+    objects = _final(
+        mx,
+        d,
+        diffmjx.Config(),
+        solver=diffrax.Bosh3(),
+        stepsize_controller=pid,
+        adjoint=diffrax.RecursiveCheckpointAdjoint(),
+    )
     np.testing.assert_array_equal(np.asarray(objects), np.asarray(ref))
     # a controller the config cannot name: a looser PID with a step cap moves the result, and runs
     loose = diffrax.PIDController(rtol=1e-3, atol=1e-3, pcoeff=0.2, icoeff=0.4, dtmax=2e-3)
@@ -171,7 +180,10 @@ def test_kink_control_shrinks_straddling_steps_and_keeps_the_trajectory(toss):
     contact row is active (free flight of the first periods)."""
     mx, d = toss
     cfg = diffmjx.Config().override(  # kink control applies to checkpoint (backsolve has its own error control)
-        "integrator.adjoint=checkpoint", "integrator.rtol=1e-8", "integrator.atol=1e-8", "solver.impedance_floor=0",
+        "integrator.adjoint=checkpoint",
+        "integrator.rtol=1e-8",
+        "integrator.atol=1e-8",
+        "solver.impedance_floor=0",
         "integrator.kink_step=null",  # off (checkpoint's default, auto, would turn it on)
         "integrator.dto_tighten=1",  # the forward solve at the rtol named
     )

@@ -79,8 +79,17 @@ def test_config_names_the_interpolated_adjoint():
 def _ramp():
     """Dense solution of y' = 1 from y(0) = -0.1 over [0, 1] in two steps of 0.5: y(t) = t - 0.1."""
     term = diffrax.ODETerm(lambda t, y, args: jnp.ones_like(y))
-    return diffrax.diffeqsolve(term, diffrax.Tsit5(), 0.0, 1.0, 0.5, jnp.array([-0.1]), max_steps=4,
-                               saveat=diffrax.SaveAt(dense=True), stepsize_controller=diffrax.ConstantStepSize())
+    return diffrax.diffeqsolve(
+        term,
+        diffrax.Tsit5(),
+        0.0,
+        1.0,
+        0.5,
+        jnp.array([-0.1]),
+        max_steps=4,
+        saveat=diffrax.SaveAt(dense=True),
+        stepsize_controller=diffrax.ConstantStepSize(),
+    )
 
 
 @pytest.mark.parametrize(

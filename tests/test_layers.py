@@ -22,7 +22,14 @@ PACKAGES = ("diffmjx", "cfd", "experiments")
 # package itself). A module may import modules of its own layer or of layers below it, never above.
 # A new module must be placed here; submodules of the packages in NESTED take their parent's layer.
 LAYERS = (
-    ("_mjx", "knobs", "config", "runtime", "profiling", "checkpoint"),  # MJX internals, typed config, process settings, checkpoint files
+    (
+        "_mjx",
+        "knobs",
+        "config",
+        "runtime",
+        "profiling",
+        "checkpoint",
+    ),  # MJX internals, typed config, process settings, checkpoint files
     ("impedance",),  # MuJoCo's solimp spline
     ("constraint", "solver", "tendon", "manifold"),  # rows, their solve, tendon stage, joint manifold
     ("constants",),  # derived model constants (a traced mj_setConst)
@@ -244,14 +251,23 @@ def test_architecture_check_names_missing_stale_and_misplaced_modules():
     and a row above a lower layer's is reported."""
     layers = (("config",), ("sysid",), ("__init__",))
     modules = {"pkg", "pkg.config", "pkg.sysid", "pkg.sysid.train"}
-    page = "\n".join([
-        "# Page", "", "## Modules", "",
-        "| layer | module | what it is |", "|---|---|---|",
-        "| top | `__init__` | the API, with `config.knob` |",
-        "| base | `config` | knobs |",
-        "| apps | `sysid` | fits; see `sysid.gone` |",
-        "", "## Elsewhere", "", "`sysid.train` and `sysid.other` outside the table do not count",
-    ])  # fmt: skip
+    page = "\n".join(
+        [
+            "# Page",
+            "",
+            "## Modules",
+            "",
+            "| layer | module | what it is |",
+            "|---|---|---|",
+            "| top | `__init__` | the API, with `config.knob` |",
+            "| base | `config` | knobs |",
+            "| apps | `sysid` | fits; see `sysid.gone` |",
+            "",
+            "## Elsewhere",
+            "",
+            "`sysid.train` and `sysid.other` outside the table do not count",
+        ]
+    )
     assert architecture_problems(modules, module_table(page), layers, ("sysid",), "pkg") == [
         "`sysid.train` has no row in the module table of docs/architecture.md",
         "the module table of docs/architecture.md names `sysid.gone`, which is no module of pkg",

@@ -100,6 +100,10 @@ def test_bad_inputs_name_the_argument(model):
     d = _data(mx, "flight")
     with pytest.raises(ValueError, match="ctrls"):
         diffmjx.linearize(mx, d, np.zeros((3, 1)))
-    passive = mjx.put_model(mujoco.MjModel.from_xml_string("<mujoco><worldbody><body><freejoint/><geom size='.1'/></body></worldbody></mujoco>"))
+    passive = mjx.put_model(
+        mujoco.MjModel.from_xml_string(
+            "<mujoco><worldbody><body><freejoint/><geom size='.1'/></body></worldbody></mujoco>"
+        )
+    )
     with pytest.raises(ValueError, match="no actuators"):
         diffmjx.linearize(passive, mjx.make_data(passive), np.zeros((1, 0)))

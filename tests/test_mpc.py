@@ -49,7 +49,9 @@ def slider():
 def test_rollout_observes_each_period_end_state_and_returns_step_sizes(slider):
     mx, d0 = slider
     u = jnp.linspace(-1.0, 1.0, 5)[:, None]
-    _, traj = jax.jit(lambda d: diffmjx.rollout(mx, d, u, diffmjx.Config(), observe=lambda d: (d.site_xpos[0], d.ctrl)))(d0)
+    _, traj = jax.jit(
+        lambda d: diffmjx.rollout(mx, d, u, diffmjx.Config(), observe=lambda d: (d.site_xpos[0], d.ctrl))
+    )(d0)
     site, ctrl = traj.obs
     np.testing.assert_allclose(np.asarray(site[:, 0]), np.asarray(traj.qpos[:, 0]) + 0.05, atol=1e-12)
     np.testing.assert_array_equal(np.asarray(ctrl), np.asarray(u))  # each period's own control
@@ -68,11 +70,23 @@ def _do_nothing_cost(mx, d0, steps):
 # suite budget: hybrid (gradient steps on sampled plans) runs under -m slow
 # suite budget: gradient and hybrid under -m slow (the gradient planner's descent is checked by default
 # against iLQR below, its closed loop against its one-program plan)
-@pytest.mark.parametrize("kind", ["sampling", *(pytest.param(k, marks=pytest.mark.slow) for k in ("gradient", "hybrid"))])
+@pytest.mark.parametrize(
+    "kind", ["sampling", *(pytest.param(k, marks=pytest.mark.slow) for k in ("gradient", "hybrid"))]
+)
 def test_closed_loop_planners_drive_the_slider_to_its_target(slider, kind):
     mx, d0 = slider
-    cfg = mpc.PlannerConfig.load("quick", [f"kind={kind}", "horizon=12", "execute=4", "iterations=6",
-                                           "learning_rate=0.2", "samples=16", "noise_scale=0.3"])  # fmt: skip
+    cfg = mpc.PlannerConfig.load(
+        "quick",
+        [
+            f"kind={kind}",
+            "horizon=12",
+            "execute=4",
+            "iterations=6",
+            "learning_rate=0.2",
+            "samples=16",
+            "noise_scale=0.3",
+        ],
+    )
     planner = mpc.make_planner(cfg, SIM)
     out = mpc.closed_loop(mx, d0, cost, planner, steps=16, key=jax.random.PRNGKey(0), progress=False)
     assert out.qpos.shape == (16, 1) and out.ctrl.shape == (16, 1) and out.cost.shape == (16,)
@@ -89,7 +103,9 @@ def test_closed_loop_planners_drive_the_slider_to_its_target(slider, kind):
 def test_gradient_planner_keeps_its_lowest_cost_iterate(slider):
     mx, d0 = slider
     cfg = mpc.PlannerConfig(kind="gradient", horizon=8, execute=4, iterations=5, learning_rate=5.0, clip_norm=None)
-    plan, info = jax.jit(lambda d: mpc.make_planner(cfg, SIM).plan(mx, d, jnp.zeros((8, 1)), cost, jax.random.PRNGKey(0)))(d0)
+    plan, info = jax.jit(
+        lambda d: mpc.make_planner(cfg, SIM).plan(mx, d, jnp.zeros((8, 1)), cost, jax.random.PRNGKey(0))
+    )(d0)
     trace = np.asarray(info["trace"])
     assert float(info["cost"]) <= trace.min() + 1e-12  # never worse than any iterate it saw
     np.testing.assert_allclose(float(mpc.plan_cost(mx, d0, plan, cost, SIM)[0]), float(info["cost"]), rtol=1e-12)
@@ -119,7 +135,9 @@ def test_ilqr_reaches_adams_final_cost_in_a_tenth_of_the_iterations(slider):
     nominal = jnp.zeros((8, 1))
     adam = mpc.PlannerConfig(kind="gradient", horizon=8, execute=4, iterations=30, learning_rate=0.2)
     ilqr = mpc.PlannerConfig(kind="ilqr", horizon=8, execute=4, iterations=3)
-    plan = lambda cfg: jax.jit(lambda d: mpc.make_planner(cfg, SIM).plan(mx, d, nominal, cost, jax.random.PRNGKey(0)))(d0)
+    plan = lambda cfg: jax.jit(lambda d: mpc.make_planner(cfg, SIM).plan(mx, d, nominal, cost, jax.random.PRNGKey(0)))(
+        d0
+    )
     (u_adam, info_adam), (u_ilqr, info_ilqr) = plan(adam), plan(ilqr)
     idle = float(mpc.plan_cost(mx, d0, nominal, cost, SIM)[0])
     c_adam, c_ilqr = float(info_adam["cost"]), float(info_ilqr["cost"])
@@ -170,7 +188,9 @@ def test_planner_config_validates_and_presets_load():
     assert mpc.PlannerConfig.load("paper") == mpc.PlannerConfig()  # the paper's settings are the defaults
     quick = mpc.PlannerConfig.load("quick")
     assert quick.horizon < 256 and quick.iterations < 32
-    with pytest.raises(ValueError, match="planner.kind='newton' is not allowed; choose one of: gradient, sampling, hybrid, ilqr"):
+    with pytest.raises(
+        ValueError, match="planner.kind='newton' is not allowed; choose one of: gradient, sampling, hybrid, ilqr"
+    ):
         mpc.PlannerConfig(kind="newton")
     with pytest.raises(ValueError, match="planner.execute=20 .* <= planner.horizon=10"):
         mpc.PlannerConfig(horizon=10, execute=20)
@@ -205,8 +225,9 @@ print("PLAN_GAP", np.abs(out[0][0] - out[1][0]).max(), "COST_GAP", np.abs(out[0]
 def test_sampling_sharded_over_two_devices_equals_unsharded():
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    res = subprocess.run([sys.executable, "-c", textwrap.dedent(SHARDED)], env=env, cwd=root, capture_output=True,
-                         text=True, timeout=600)  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(SHARDED)], env=env, cwd=root, capture_output=True, text=True, timeout=600
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     words = res.stdout.split()
     plan_gap, cost_gap = float(words[words.index("PLAN_GAP") + 1]), float(words[words.index("COST_GAP") + 1])

@@ -296,7 +296,14 @@ def test_baoding_scene_starts_palm_up_and_holds_both_balls():
     mujoco.mj_forward(mj, d)
     balls = [mj.body(f"ball{i}").id for i in (1, 2)]
     gap = np.linalg.norm(d.xpos[balls[0]] - d.xpos[balls[1]])
-    c0 = float(cost(types.SimpleNamespace(xpos=jnp.asarray(d.xpos), xmat=jnp.asarray(d.xmat).reshape(-1, 3, 3), qpos=jnp.asarray(d.qpos)), None))
+    c0 = float(
+        cost(
+            types.SimpleNamespace(
+                xpos=jnp.asarray(d.xpos), xmat=jnp.asarray(d.xmat).reshape(-1, 3, 3), qpos=jnp.asarray(d.qpos)
+            ),
+            None,
+        )
+    )
     assert abs(c0 - 2 * gap) < 1e-6 * gap and gap > 0.03
     start_z = min(d.xpos[b][2] for b in balls)
     for _ in range(256):

@@ -15,8 +15,15 @@ from diffmjx.scenes import load
 def _grad(remat: bool, periods: int):
     _, mx = load("sphere_drop")
     # checkpointed AD, whose stored internals remat trades for recomputation (and the rtol of its figures)
-    ic = dataclasses.replace(diffmjx.Config().integrator, adjoint="checkpoint", rtol=1e-5, atol=1e-5, remat=remat,
-                             kink_step=None, dto_tighten=1.0)  # fmt: skip
+    ic = dataclasses.replace(
+        diffmjx.Config().integrator,
+        adjoint="checkpoint",
+        rtol=1e-5,
+        atol=1e-5,
+        remat=remat,
+        kink_step=None,
+        dto_tighten=1.0,
+    )
     cfg = dataclasses.replace(diffmjx.Config(), integrator=ic)
     ctrls = jnp.zeros((periods, 0))
 

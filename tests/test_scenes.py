@@ -72,8 +72,13 @@ def test_primitive_swaps_the_thrown_geom(kind, geom_type):
     assert mj.ngeom == 2 and mj.geom_type[1] == geom_type and mj.geom_type[0] == mujoco.mjtGeom.mjGEOM_PLANE
     assert isinstance(mx, mjx.Model)
     # the same density: the mass scales with the volume
-    volume = {"ball": 4 / 3 * np.pi * 0.05**3, "cube": 0.1**3, "cylinder": np.pi * 0.05**2 * 0.1,
-              "capsule": np.pi * 0.03**2 * (0.1 + 4 / 3 * 0.03), "ellipsoid": 4 / 3 * np.pi * 0.06 * 0.05 * 0.04}  # fmt: skip
+    volume = {
+        "ball": 4 / 3 * np.pi * 0.05**3,
+        "cube": 0.1**3,
+        "cylinder": np.pi * 0.05**2 * 0.1,
+        "capsule": np.pi * 0.03**2 * (0.1 + 4 / 3 * 0.03),
+        "ellipsoid": 4 / 3 * np.pi * 0.06 * 0.05 * 0.04,
+    }
     np.testing.assert_allclose(mj.body_mass[1], 100 * volume[kind], rtol=1e-12)
     np.testing.assert_allclose(toss.body_mass[1], 100 * 0.1**3, rtol=1e-12)
     assert set(scenes.PRIMITIVES) == {"ball", "cube", "capsule", "cylinder", "ellipsoid"}

@@ -34,8 +34,17 @@ def _final_y(mx, cfg):
 
 
 def _solve_dict(code=None, ignored=(False,)):
-    return PeriodSolve(solver=diffrax.Tsit5(), t0=0.0, t1=1.0, dt0=0.1, max_steps=256, throw=False, ignored=ignored,
-                       code=code, controller=diffrax.PIDController(rtol=1e-8, atol=1e-8))  # fmt: skip
+    return PeriodSolve(
+        solver=diffrax.Tsit5(),
+        t0=0.0,
+        t1=1.0,
+        dt0=0.1,
+        max_steps=256,
+        throw=False,
+        ignored=ignored,
+        code=code,
+        controller=diffrax.PIDController(rtol=1e-8, atol=1e-8),
+    )
 
 
 def test_linear_ode_derivatives_are_exact():

@@ -110,7 +110,9 @@ def _touchdown_qacc(mx, d, depth, floor):
     """qacc of the cube falling at 1 m/s with its lowest vertex ``depth`` below the floor."""
     cfg = diffmjx.Config().override(f"solver.impedance_floor={floor}")
     qpos = d.qpos.at[2].set(0.05 * (np.cos(np.pi / 3) + np.sin(np.pi / 3)) - depth)
-    return np.asarray(jax.jit(lambda q: diffmjx.forward(mx, d.replace(qpos=q, qvel=d.qvel.at[2].set(-1.0)), cfg).qacc)(qpos))
+    return np.asarray(
+        jax.jit(lambda q: diffmjx.forward(mx, d.replace(qpos=q, qvel=d.qvel.at[2].set(-1.0)), cfg).qacc)(qpos)
+    )
 
 
 def test_impedance_floor_makes_touchdown_continuous(scene):
@@ -165,7 +167,9 @@ def test_rematerialised_iterations_give_the_stored_iterations_gradient(scene):
     from diffmjx import _mjx, solver
 
     _, mx, d = scene
-    pre = jax.jit(lambda d: _mjx.fwd_acceleration(mx, _mjx.fwd_actuation(mx, _mjx.fwd_velocity(mx, _mjx.fwd_position(mx, d)))))
+    pre = jax.jit(
+        lambda d: _mjx.fwd_acceleration(mx, _mjx.fwd_actuation(mx, _mjx.fwd_velocity(mx, _mjx.fwd_position(mx, d))))
+    )
 
     def qacc(qvel, remat):
         return solver.solve(mx, pre(d.replace(qvel=qvel)), "unroll", remat_iterations=remat).qacc
@@ -192,7 +196,9 @@ def test_auto_gradient_is_implicit_for_pyramidal_and_unroll_for_elliptic_cones(s
                     diffmjx.forward(mx, d, diffmjx.Config().override(f"solver.gradient={g}"))
                 continue
             cfg = diffmjx.Config().override(f"solver.gradient={g}")
-            jac[cone, g] = np.asarray(jax.jit(jax.jacrev(lambda v, c=cfg, m=mx, d0=d: diffmjx.forward(m, d0.replace(qvel=v), c).qacc))(d.qvel))
+            jac[cone, g] = np.asarray(
+                jax.jit(jax.jacrev(lambda v, c=cfg, m=mx, d0=d: diffmjx.forward(m, d0.replace(qvel=v), c).qacc))(d.qvel)
+            )
     pyr, ell = mujoco.mjtCone.mjCONE_PYRAMIDAL, mujoco.mjtCone.mjCONE_ELLIPTIC
     np.testing.assert_array_equal(jac[pyr, "auto"], jac[pyr, "implicit"])
     np.testing.assert_array_equal(jac[ell, "auto"], jac[ell, "unroll"])

@@ -10,6 +10,7 @@ from diffmjx.runtime import stage, stage_path
 
 ROOT = Path(__file__).resolve().parents[1]
 
+
 def test_stage_reuses_saved_result_and_recomputes_on_fresh_or_new_key(tmp_path):
     calls = []
 
@@ -36,8 +37,14 @@ def test_stage_reuses_saved_result_and_recomputes_on_fresh_or_new_key(tmp_path):
 def _study(check: str, *args: str, stdin: str | None = None):
     """Run ``python -m experiments.selfcheck CHECK ARGS`` (study code: tests import no study module)
     at the repository root and return the JSON it prints on its last line."""
-    run = subprocess.run([sys.executable, "-m", "experiments.selfcheck", check, *args], cwd=ROOT, input=stdin, capture_output=True,
-                         text=True, check=False)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-m", "experiments.selfcheck", check, *args],
+        cwd=ROOT,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout.strip().splitlines()[-1])
 
@@ -66,12 +73,27 @@ def test_pareto_summary_picks_the_fastest_backward_within_the_error_bar():
     2 % too (t1 hits 1.5 % by luck, t2 does not); a run out of step budget never counts."""
 
     def row(fam, name, err, bwd, jit=30.0, exhausted=False):
-        return {"family": fam, "method": name, "rel_error": err, "backward_run_s": bwd, "forward_run_s": 0.1,
-                "backward_jit_s": jit, "budget_exhausted": exhausted}  # fmt: skip
+        return {
+            "family": fam,
+            "method": name,
+            "rel_error": err,
+            "backward_run_s": bwd,
+            "forward_run_s": 0.1,
+            "backward_jit_s": jit,
+            "budget_exhausted": exhausted,
+        }
 
-    rows = [row("mjx_euler", "e1", 0.5, 0.1), row("mjx_euler", "e2", 0.01, 8.0), row("mjx_rk4", "r1", 0.015, 4.0),
-            row("tsit5", "t1", 0.015, 0.2), row("tsit5", "t2", 0.3, 0.4), row("tsit5", "t3", 0.002, 0.8),
-            row("tsit5", "t4", 0.001, 1.6), row("heun", "h1", 0.9, 0.1), row("heun", "h2", 0.001, 0.5, exhausted=True)]  # fmt: skip
+    rows = [
+        row("mjx_euler", "e1", 0.5, 0.1),
+        row("mjx_euler", "e2", 0.01, 8.0),
+        row("mjx_rk4", "r1", 0.015, 4.0),
+        row("tsit5", "t1", 0.015, 0.2),
+        row("tsit5", "t2", 0.3, 0.4),
+        row("tsit5", "t3", 0.002, 0.8),
+        row("tsit5", "t4", 0.001, 1.6),
+        row("heun", "h1", 0.9, 0.1),
+        row("heun", "h2", 0.001, 0.5, exhausted=True),
+    ]
     best = {b["family"]: b for b in _study("pareto-summary", stdin=json.dumps(rows))}
     assert [best[f]["fastest_method"] for f in ("mjx_euler", "mjx_rk4", "tsit5", "heun")] == ["e2", "r1", "t1", ""]
     assert [best[f]["reliable_method"] for f in ("mjx_euler", "mjx_rk4", "tsit5", "heun")] == ["e2", "r1", "t3", ""]

@@ -139,10 +139,16 @@ def test_two_processes_train_and_evaluate_like_one_with_two_devices(tmp_path):
         *((f"p{i}", {"XLA_FLAGS": "", **_env(coordinator, "2", str(i))}) for i in range(2)),
     ):
         (tmp_path / name).mkdir()
-        procs.append(subprocess.Popen(
-            [sys.executable, "-c", WORKER, cache, str(tmp_path / name)], env={**base, **env}, cwd=ROOT,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        ))  # fmt: skip
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", WORKER, cache, str(tmp_path / name)],
+                env={**base, **env},
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     try:
         one, p0, p1 = (_result(p, timeout=900) for p in procs)
     finally:

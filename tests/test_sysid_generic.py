@@ -55,17 +55,30 @@ def test_parameter_errors_name_what_is_wrong_and_what_exists():
         (lambda: Parameter("body_masses", "arm"), "body_masses.*choose one of: body_mass"),
         (lambda: ParameterSet(m, [Parameter("body_mass", "leg")]), "no body named 'leg'.*'arm', 'ball'"),
         (lambda: ParameterSet(m, [Parameter("dof_damping", "elbow")]), "no joint named 'elbow'.*'hinge'"),
-        (lambda: ParameterSet(m, [Parameter("geom_friction", "ball", index=3)]), "index 3 is out of range.*\\[0, 1, 2\\]"),
-        (lambda: ParameterSet(m, [Parameter("geom_friction", "ball", index=0, bounds=(-1, 2))]), "legal range \\[0, inf\\]"),
+        (
+            lambda: ParameterSet(m, [Parameter("geom_friction", "ball", index=3)]),
+            "index 3 is out of range.*\\[0, 1, 2\\]",
+        ),
+        (
+            lambda: ParameterSet(m, [Parameter("geom_friction", "ball", index=0, bounds=(-1, 2))]),
+            "legal range \\[0, inf\\]",
+        ),
         (lambda: ParameterSet(m, [Parameter("geom_solimp", "ball", index=0, bounds=(0.5, 2))]), "legal range"),
-        (lambda: ParameterSet(m, [Parameter("body_mass", "ball", bounds=(1, 2))]), "value 0.2.*not strictly inside \\(1, 2\\)"),
+        (
+            lambda: ParameterSet(m, [Parameter("body_mass", "ball", bounds=(1, 2))]),
+            "value 0.2.*not strictly inside \\(1, 2\\)",
+        ),
         (lambda: ParameterSet(m, [Parameter("geom_size", "floor")]), "plane; only primitive"),
-        (lambda: ParameterSet(m, [Parameter("geom_solimp", ("floor", "ball")), Parameter("geom_solimp", ("floor", "ball"))]),
-         "given twice"),
+        (
+            lambda: ParameterSet(
+                m, [Parameter("geom_solimp", ("floor", "ball")), Parameter("geom_solimp", ("floor", "ball"))]
+            ),
+            "given twice",
+        ),
         (lambda: ParameterSet(m, [Parameter("dof_damping", "hinge", bounds=(0.5, 0.1))]), "not strictly inside|empty"),
         (lambda: Parameter("opt.gravity", "world"), "pass name=None"),
         (lambda: ParameterSet(m, [Parameter("body_ipos", "ball", index=0)]), "simple body"),
-    ]  # fmt: skip
+    ]
     for make, message in cases:
         with pytest.raises(ParameterError, match=message):
             make()
@@ -133,9 +146,12 @@ def test_mujoco_sysid_peer_recovers_its_own_engines_values():
     truth = mujoco.MjModel.from_xml_string(PENDULUM)
     rng = np.random.default_rng(2)
     recs = [record(truth, [0.5], [0.0], rng.uniform(-1, 1, (40, 1)), 0.01, step=None)]
-    start = mujoco.MjModel.from_xml_string(PENDULUM.replace('damping="0.3"', 'damping="0.42"').replace('gear="2"', 'gear="1.4"'))
-    fit = sysid.identify_mujoco_sysid(start, [Parameter("dof_damping", "hinge"), Parameter("actuator_gear", "m", index=0)],
-                                      recs)  # fmt: skip
+    start = mujoco.MjModel.from_xml_string(
+        PENDULUM.replace('damping="0.3"', 'damping="0.42"').replace('gear="2"', 'gear="1.4"')
+    )
+    fit = sysid.identify_mujoco_sysid(
+        start, [Parameter("dof_damping", "hinge"), Parameter("actuator_gear", "m", index=0)], recs
+    )
     assert fit.values["dof_damping:hinge"] == pytest.approx(0.3, rel=1e-5)
     assert fit.values["actuator_gear:m[0]"] == pytest.approx(2.0, rel=1e-5)
     assert fit.loss < 1e-6 * fit.loss_start
@@ -171,15 +187,22 @@ def test_parameters_and_ties_match_the_c_model_rebuilt_at_other_values():
     ]
     ps = ParameterSet(spec.compile(), params, spec=spec)
     new = {
-        "body_mass:box": 3.0, "geom_size:box": [0.12, 0.05, 0.045], "geom_size:pa[0]": 0.07,
-        "geom_pos:pb[0,1]": [-0.08, 0.05], "geom_friction:floor+box+pa[0]": 0.4, "opt.gravity[2]": -9.0,
-        "dof_armature:j": 0.05, "actuator_gear:mj[0]": 1.5,
-    }  # fmt: skip
+        "body_mass:box": 3.0,
+        "geom_size:box": [0.12, 0.05, 0.045],
+        "geom_size:pa[0]": 0.07,
+        "geom_pos:pb[0,1]": [-0.08, 0.05],
+        "geom_friction:floor+box+pa[0]": 0.4,
+        "opt.gravity[2]": -9.0,
+        "dof_armature:j": 0.05,
+        "actuator_gear:mj[0]": 1.5,
+    }
     values = ps.from_dict(new)
     # the full inertial: other mass, centre of mass and inertia, through its log-Cholesky coordinates
     inertia = np.array([[0.025, 0.002, -0.001], [0.002, 0.035, 0.004], [-0.001, 0.004, 0.045]])
     i = ps.keys.index("body_inertial:full")
-    values[ps._slices[i] : ps._slices[i + 1]] = constants.log_cholesky_from_mass_properties(1.8, [0.02, -0.01, 0.12], inertia)
+    values[ps._slices[i] : ps._slices[i + 1]] = constants.log_cholesky_from_mass_properties(
+        1.8, [0.02, -0.01, 0.12], inertia
+    )
     got = jax.jit(ps.model)(values, mjx.put_model(ps.models[0]))
 
     edit = spec.copy()
@@ -197,10 +220,13 @@ def test_parameters_and_ties_match_the_c_model_rebuilt_at_other_values():
     edit.joint("j").armature = 0.05
     edit.actuator("mj").gear[0] = 1.5
     want = mjx.put_model(edit.compile())
-    for leaf in sorted(constants.WRITTEN_LEAVES - {"body_iquat", "body_inertia"} | {"geom_size", "geom_pos", "geom_friction",
-                                                                                    "opt.gravity", "dof_armature"}):  # fmt: skip
-        np.testing.assert_allclose(np.asarray(_get(got, leaf)), np.asarray(_get(want, leaf)), rtol=1e-8, atol=1e-10,
-                                   err_msg=leaf)  # fmt: skip
+    for leaf in sorted(
+        constants.WRITTEN_LEAVES - {"body_iquat", "body_inertia"}
+        | {"geom_size", "geom_pos", "geom_friction", "opt.gravity", "dof_armature"}
+    ):
+        np.testing.assert_allclose(
+            np.asarray(_get(got, leaf)), np.asarray(_get(want, leaf)), rtol=1e-8, atol=1e-10, err_msg=leaf
+        )
     # inertias compared as tensors: the principal axes of equal moments are not unique
     for b in range(1, ps.models[0].nbody):
         np.testing.assert_allclose(_tensor(got, b), _tensor(want, b), rtol=1e-8, atol=1e-12, err_msg=f"body {b}")
@@ -210,7 +236,9 @@ def _share(m, geom: str) -> float:
     """A geom's share of its body's mass at one density (the tie keeps each geom's mass)."""
     g = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, geom)
     b = m.geom_bodyid[g]
-    vol = {i: float(constants.geom_volume(int(m.geom_type[i]), m.geom_size[i])) for i in np.flatnonzero(m.geom_bodyid == b)}
+    vol = {
+        i: float(constants.geom_volume(int(m.geom_type[i]), m.geom_size[i])) for i in np.flatnonzero(m.geom_bodyid == b)
+    }
     return vol[g] / sum(vol.values())
 
 
@@ -274,10 +302,15 @@ def test_segment_jacobian_matches_central_differences_of_a_tightened_solve():
 
 
 # ------------------------------------------------------------------------------------------ identify
-PAYLOAD = '<body name="payload" pos=".4 0 0"><geom type="sphere" size=".04" mass=".3" contype="0" conaffinity="0"/></body>'
+PAYLOAD = (
+    '<body name="payload" pos=".4 0 0"><geom type="sphere" size=".04" mass=".3" contype="0" conaffinity="0"/></body>'
+)
 START = PENDULUM.replace('damping="0.3"', 'damping="0.42"').replace('gear="2"', 'gear="1.3"')
-PENDULUM_PARAMS = [Parameter("dof_damping", "hinge"), Parameter("actuator_gear", "m", index=0),
-                   Parameter("geom_friction", "rod", index=0)]  # fmt: skip
+PENDULUM_PARAMS = [
+    Parameter("dof_damping", "hinge"),
+    Parameter("actuator_gear", "m", index=0),
+    Parameter("geom_friction", "rod", index=0),
+]
 
 
 def payload_recording(seed: int) -> Recording:
@@ -290,9 +323,16 @@ def payload_recording(seed: int) -> Recording:
 def _pendulum_identify(steps: int, checkpoint_path, horizon: int = 5):
     variant = START.replace("</body>", PAYLOAD + "</body>", 1)
     recs = [pendulum_recording(0), payload_recording(1)]
-    return sysid.identify(mujoco.MjModel.from_xml_string(START), PENDULUM_PARAMS, recs, variants=[variant_model(variant)],
-                          held_out=[pendulum_recording(2)], fit=sysid.FitConfig(horizon=horizon, steps=steps),
-                          checkpoint_path=checkpoint_path, progress=False)  # fmt: skip
+    return sysid.identify(
+        mujoco.MjModel.from_xml_string(START),
+        PENDULUM_PARAMS,
+        recs,
+        variants=[variant_model(variant)],
+        held_out=[pendulum_recording(2)],
+        fit=sysid.FitConfig(horizon=horizon, steps=steps),
+        checkpoint_path=checkpoint_path,
+        progress=False,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -341,9 +381,14 @@ def test_identify_with_adam_on_a_quaternion_joint():
     rec = record(truth, q, [0.0, 1.0, 2.0], np.zeros((30, 0)), 0.01)
     start = mujoco.MjModel.from_xml_string(SPHERICAL.replace('damping="0.05"', 'damping="0.075"'))
     fwd = sysid.forward_config(diffmjx.Config())  # Adam's gradient in forward mode: one parameter, one tangent
-    r = sysid.identify(start, [Parameter("dof_damping", "ball", uniform=True)], [rec], cfg=fwd,
-                       fit=sysid.FitConfig(method="adam", horizon=5, steps=25, learning_rate=0.05, intervals=False),
-                       progress=False)  # fmt: skip
+    r = sysid.identify(
+        start,
+        [Parameter("dof_damping", "ball", uniform=True)],
+        [rec],
+        cfg=fwd,
+        fit=sysid.FitConfig(method="adam", horizon=5, steps=25, learning_rate=0.05, intervals=False),
+        progress=False,
+    )
     assert r.values["dof_damping:ball"] == pytest.approx(0.05, rel=0.02)
     assert r.loss < 1e-2 * r.loss_start
 

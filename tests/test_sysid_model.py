@@ -23,10 +23,17 @@ def _random_params(rng) -> CubeParams:
         side_length=rng.uniform(0.02, 0.3),
         mass=rng.uniform(0.05, 3.0),
         solref=np.array([rng.uniform(0.015, 0.05), rng.uniform(0.5, 2.0)]),
-        solimp=np.array([rng.uniform(0.01, 0.5), rng.uniform(0.6, 0.99), rng.uniform(1e-3, 0.05),
-                         rng.uniform(0.2, 0.8), rng.uniform(1.0, 4.0)]),
+        solimp=np.array(
+            [
+                rng.uniform(0.01, 0.5),
+                rng.uniform(0.6, 0.99),
+                rng.uniform(1e-3, 0.05),
+                rng.uniform(0.2, 0.8),
+                rng.uniform(1.0, 4.0),
+            ]
+        ),
         friction=rng.uniform(0.05, 1.0),
-    )  # fmt: skip
+    )
 
 
 # two random sets and a cube small enough (sqrt(3) h < 0.01 m) that stat.extent takes the plane's bound
@@ -35,10 +42,23 @@ PARAM_SETS = [_random_params(RNG), _random_params(RNG), CubeParams(side_length=0
 
 # the mjx.Model leaves that depend on the parameters (diffing put_model at two parameter sets)
 DERIVED = {
-    ".geom_size", ".geom_rbound", ".geom_aabb", ".body_mass", ".body_subtreemass", ".body_inertia",
-    ".body_invweight0", ".dof_invweight0", ".dof_M0", ".stat.meanmass", ".stat.meaninertia", ".stat.meansize",
-    ".stat.extent", ".geom_solref", ".geom_solimp", ".geom_friction",
-}  # fmt: skip
+    ".geom_size",
+    ".geom_rbound",
+    ".geom_aabb",
+    ".body_mass",
+    ".body_subtreemass",
+    ".body_inertia",
+    ".body_invweight0",
+    ".dof_invweight0",
+    ".dof_M0",
+    ".stat.meanmass",
+    ".stat.meaninertia",
+    ".stat.meansize",
+    ".stat.extent",
+    ".geom_solref",
+    ".geom_solimp",
+    ".geom_friction",
+}
 
 
 @pytest.fixture(scope="module")
@@ -146,8 +166,15 @@ def test_bad_arguments(base):
 # (checked in the C engine), so the loss is smooth in the parameters and central differences converge.
 HORIZON = 3
 STEP = 1e-5  # relative; the differences agree with AD to ~1e-8 at this step
-CHECKED = [("side_length", None), ("mass", None), ("solref", 0), ("solref", 1), ("friction", None), ("solimp", 0),
-           ("solimp", 2)]  # fmt: skip
+CHECKED = [
+    ("side_length", None),
+    ("mass", None),
+    ("solref", 0),
+    ("solref", 1),
+    ("friction", None),
+    ("solimp", 0),
+    ("solimp", 2),
+]
 
 
 def _value(p, name, i):
@@ -190,7 +217,9 @@ def _gradient_and_differences(cfg, iterations):
         # kind the cube uses (a size with its inertia, solref, friction) through contact by default
         pytest.param(diffmjx.Config(), 2, id="default", marks=pytest.mark.slow),
         # suite budget: fixed-step MJX's gradient through the traced model runs under -m slow
-        pytest.param(diffmjx.Config().override("integrator.solver=mjx_euler"), 4, id="mjx_euler", marks=pytest.mark.slow),
+        pytest.param(
+            diffmjx.Config().override("integrator.solver=mjx_euler"), 4, id="mjx_euler", marks=pytest.mark.slow
+        ),
     ],
 )
 def test_rollout_gradient_matches_central_differences(cfg, iterations):
@@ -232,8 +261,15 @@ def test_impedance_gradient_is_finite_and_right_beyond_solimp_width(base):
     grad = jax.jit(jax.grad(f))(jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), p0))
     bad = [name for name, g in grad._asdict().items() if not np.all(np.isfinite(g))]
     assert not bad, f"NaN gradient for {bad}"
-    checked = [("side_length", None), ("solref", 0), ("solimp", 0), ("solimp", 1), ("solimp", 2), ("solimp", 3),
-               ("solimp", 4)]  # fmt: skip
+    checked = [
+        ("side_length", None),
+        ("solref", 0),
+        ("solimp", 0),
+        ("solimp", 1),
+        ("solimp", 2),
+        ("solimp", 3),
+        ("solimp", 4),
+    ]
     shifted = [_perturbed(p0, n, i, 1 + s * 1e-6) for n, i in checked for s in (1, -1)]
     batch = jax.tree.map(lambda *xs: jnp.stack([jnp.asarray(x, jnp.float64) for x in xs]), *shifted)
     values = np.asarray(jax.jit(jax.vmap(f))(batch)).reshape(len(checked), 2)

@@ -53,8 +53,14 @@ def test_select_refuses_what_it_cannot_judge():
     with pytest.raises(ValueError, match="stride"):
         sysid.snapshots(start, _history([100]), every=0)
     with pytest.raises(FloatingPointError, match="non-finite"):
-        sysid.select({"a": (start, _history([100]))}, [], sysid.SysidConfig(), every=1, progress=False,
-                     score=lambda p: float("nan"))  # fmt: skip
+        sysid.select(
+            {"a": (start, _history([100]))},
+            [],
+            sysid.SysidConfig(),
+            every=1,
+            progress=False,
+            score=lambda p: float("nan"),
+        )
 
 
 def test_selection_split_halves_the_validation_tosses_without_overlap():

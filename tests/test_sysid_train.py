@@ -160,8 +160,12 @@ def test_fixed_step_mjx_with_cfd_has_a_gradient(resting_segment):
     def loss(side, cfg):
         return sysid.segment_loss(p._replace(side_length=side), base, qpos, qvel, cfg)
 
-    both = jax.jit(lambda s: (jax.value_and_grad(loss)(s, MJX_EULER.override("collision.smooth=true")),
-                              jax.value_and_grad(loss)(s, cfd)))  # fmt: skip
+    both = jax.jit(
+        lambda s: (
+            jax.value_and_grad(loss)(s, MJX_EULER.override("collision.smooth=true")),
+            jax.value_and_grad(loss)(s, cfd),
+        )
+    )
     (v_plain, g_plain), (v_cfd, g_cfd) = both(p.side_length)
     assert float(v_plain) == float(v_cfd)  # CFD is in the gradient only
     assert abs(float(g_plain)) < 1e-15
@@ -240,9 +244,13 @@ def test_batch_sharding_refuses_an_indivisible_batch():
 # loss history is comparable step to step. Started at 115 mm the cube sits 5 mm deeper than the real
 # one and is pushed up: the gradient says "shrink".
 TRAIN_SETTINGS = (
-    "integrator.solver=mjx_euler", "data.horizon=3", "train.horizon=3", "train.batch_size=2",
-    "train.learning_rate=0.02", "train.inits={side_length: 0.115}",
-)  # fmt: skip
+    "integrator.solver=mjx_euler",
+    "data.horizon=3",
+    "train.horizon=3",
+    "train.batch_size=2",
+    "train.learning_rate=0.02",
+    "train.inits={side_length: 0.115}",
+)
 
 
 @pytest.fixture(scope="module")
@@ -257,13 +265,16 @@ def training_runs(train_segments, tmp_path_factory):
     """Interrupted after epoch 2, resumed to 3; and 3 epochs in one go."""
     interrupted = tmp_path_factory.mktemp("interrupted")
     cfg = SysidConfig.load(None, TRAIN_SETTINGS)
-    first = sysid.train(cfg.override("train.epochs=2", f"train.checkpoint_dir={interrupted}"), train_segments,
-                        progress=False)  # fmt: skip
-    resumed = sysid.train(cfg.override("train.epochs=3", f"train.checkpoint_dir={interrupted}"), train_segments,
-                          progress=False)  # fmt: skip
+    first = sysid.train(
+        cfg.override("train.epochs=2", f"train.checkpoint_dir={interrupted}"), train_segments, progress=False
+    )
+    resumed = sysid.train(
+        cfg.override("train.epochs=3", f"train.checkpoint_dir={interrupted}"), train_segments, progress=False
+    )
     fresh_dir = tmp_path_factory.mktemp("fresh")
-    fresh = sysid.train(cfg.override("train.epochs=3", f"train.checkpoint_dir={fresh_dir}"), train_segments,
-                        progress=False)  # fmt: skip
+    fresh = sysid.train(
+        cfg.override("train.epochs=3", f"train.checkpoint_dir={fresh_dir}"), train_segments, progress=False
+    )
     return cfg, interrupted, first, resumed, fresh
 
 
@@ -353,8 +364,15 @@ def test_params_json_round_trip_and_schema(tmp_path):
     path = tmp_path / "params.json"
     p = CubeParams(side_length=0.1031, friction=0.2)
     options = sysid.model_options(sysid.cube_mjmodel(iterations=4))
-    assert options == {"timestep": sysid.DT, "solver": "newton", "iterations": 4, "ls_iterations": 10,
-                       "tolerance": 1e-8, "impratio": 1.0, "cone": "pyramidal"}  # fmt: skip
+    assert options == {
+        "timestep": sysid.DT,
+        "solver": "newton",
+        "iterations": 4,
+        "ls_iterations": 10,
+        "tolerance": 1e-8,
+        "impratio": 1.0,
+        "cone": "pyramidal",
+    }
     assert sysid.model_options(mjx.put_model(sysid.cube_mjmodel(iterations=4))) == options
     overrides = sysid.sim_overrides(diffmjx.Config().override("cfd.enabled=true", "integrator.rtol=1e-6"))
     assert overrides == {"integrator.rtol": 1e-6, "cfd.enabled": True}
@@ -439,8 +457,15 @@ def test_train_config_normalises():
 
 
 def test_sysid_config_overrides_presets_and_yaml(tmp_path):
-    cfg = SysidConfig.load("quick", ["integrator.solver=mjx_euler", "sim.collision.smooth=true",
-                                     "train.inits={side_length: 0.06}", "train.free=[side_length, friction]"])  # fmt: skip
+    cfg = SysidConfig.load(
+        "quick",
+        [
+            "integrator.solver=mjx_euler",
+            "sim.collision.smooth=true",
+            "train.inits={side_length: 0.06}",
+            "train.free=[side_length, friction]",
+        ],
+    )
     assert cfg.sim.integrator.solver == "mjx_euler" and cfg.sim.collision.smooth
     assert cfg.iterations == 4 and SysidConfig().iterations == 2
     assert cfg.override("train.iterations=3").iterations == 3

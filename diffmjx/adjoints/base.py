@@ -57,9 +57,20 @@ class PeriodSolve(NamedTuple):
 def solve_forward(y0_args, term, spec: PeriodSolve, saveat):
     """One period's forward ``diffeqsolve`` as ``spec`` describes it, with no autodiff inside."""
     y0, args = y0_args
-    return diffrax.diffeqsolve(term, spec.solver, t0=spec.t0, t1=spec.t1, dt0=spec.dt0, y0=y0, args=args,
-                               saveat=saveat, stepsize_controller=spec.controller, max_steps=spec.max_steps,
-                               throw=spec.throw, adjoint=UNDIFFERENTIATED)  # fmt: skip
+    return diffrax.diffeqsolve(
+        term,
+        spec.solver,
+        t0=spec.t0,
+        t1=spec.t1,
+        dt0=spec.dt0,
+        y0=y0,
+        args=args,
+        saveat=saveat,
+        stepsize_controller=spec.controller,
+        max_steps=spec.max_steps,
+        throw=spec.throw,
+        adjoint=UNDIFFERENTIATED,
+    )
 
 
 def period_end_state(y0_args, term, spec: PeriodSolve):

@@ -116,9 +116,19 @@ def _interpolated_solve_bwd(residuals, grad_out, perturbed, y0_args, term, spec,
     if spec.code is not None and isinstance(back, diffrax.AbstractAdaptiveStepSizeController):
         back = diffrax.ClipStepSizeController(back, jump_ts=kinks.locate(sol, spec.code, args))
     dt0 = None if spec.dt0 is None else -spec.dt0
-    adj = diffrax.diffeqsolve(diffrax.ODETerm(vf), spec.solver, t0=spec.t1, t1=spec.t0, dt0=dt0, y0=a1,
-                              saveat=diffrax.SaveAt(t1=True), stepsize_controller=back,
-                              max_steps=spec.max_steps, throw=spec.throw, adjoint=UNDIFFERENTIATED)  # fmt: skip
+    adj = diffrax.diffeqsolve(
+        diffrax.ODETerm(vf),
+        spec.solver,
+        t0=spec.t1,
+        t1=spec.t0,
+        dt0=dt0,
+        y0=a1,
+        saveat=diffrax.SaveAt(t1=True),
+        stepsize_controller=back,
+        max_steps=spec.max_steps,
+        throw=spec.throw,
+        adjoint=UNDIFFERENTIATED,
+    )
     # a backward solve that ran out of max_steps gives NaN, not a partial gradient
     ok = adj.result == diffrax.RESULTS.successful
     a_y0, a_diff = jax.tree.map(lambda x: jnp.where(ok, x[-1], jnp.nan), adj.ys)

@@ -116,7 +116,9 @@ def _sensitivity_solve_jvp(primals, tangents):
     t_y0_leaves = (
         [None] * len(jax.tree.leaves(y0)) if t_y0 is None else jax.tree.leaves(t_y0, is_leaf=lambda x: x is None)
     )
-    z_t = jnp.concatenate([flat(x, t) for x, t in zip(jax.tree.leaves(y0), t_y0_leaves, strict=True)]
-                          + [flat(args[i], t_args[i]) for i in idx])  # fmt: skip
+    z_t = jnp.concatenate(
+        [flat(x, t) for x, t in zip(jax.tree.leaves(y0), t_y0_leaves, strict=True)]
+        + [flat(args[i], t_args[i]) for i in idx]
+    )
     t_y1 = unravel(w[:n] @ z_t)
     return (y1, (sol.stats, sol.result)), (t_y1, jax.tree.map(lambda _: None, (sol.stats, sol.result)))

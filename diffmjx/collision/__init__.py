@@ -19,5 +19,14 @@ from diffmjx.collision.driver import (
     table,
 )
 
-__all__ = ["BOX_BOX_SLOTS", "SMOOTHED_PAIRS", "allocate", "check_model", "collide", "contact_dims", "detect", "stage",
-           "table"]  # fmt: skip
+__all__ = [
+    "BOX_BOX_SLOTS",
+    "SMOOTHED_PAIRS",
+    "allocate",
+    "check_model",
+    "collide",
+    "contact_dims",
+    "detect",
+    "stage",
+    "table",
+]

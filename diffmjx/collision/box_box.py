@@ -298,9 +298,9 @@ def box_box_clipped(b1, b2, sharpness=None):
     cross = jnp.cross(jnp.repeat(axes_a, 3, axis=0), jnp.tile(axes_b, (3, 1)))  # (9, 3): a_i x b_j at 3 i + j
     cross_sq = jnp.sum(cross**2, axis=1)
     degenerate = cross_sq < _EDGE_DEGENERATE
-    edge_axes = jnp.where(degenerate[:, None], axes_b[:1], cross) / jnp.sqrt(
-        jnp.where(degenerate, 1.0, cross_sq)
-    )[:, None]
+    edge_axes = (
+        jnp.where(degenerate[:, None], axes_b[:1], cross) / jnp.sqrt(jnp.where(degenerate, 1.0, cross_sq))[:, None]
+    )
     axes = jnp.concatenate([axes_a, axes_b, edge_axes])  # (15, 3)
     pa, pb = verts_a @ axes.T, verts_b @ axes.T
     below = pa.max(0) - pb.min(0)  # overlap if box 1 is on the negative side

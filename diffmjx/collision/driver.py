@@ -35,7 +35,17 @@ from diffmjx.collision.pairs import (
 )
 from diffmjx.config import CollisionConfig
 
-__all__ = ["BOX_BOX_SLOTS", "SMOOTHED_PAIRS", "allocate", "check_model", "collide", "contact_dims", "detect", "stage", "table"]
+__all__ = [
+    "BOX_BOX_SLOTS",
+    "SMOOTHED_PAIRS",
+    "allocate",
+    "check_model",
+    "collide",
+    "contact_dims",
+    "detect",
+    "stage",
+    "table",
+]
 
 _G = _mjx.GeomType
 # (geom types, MJX collider, contacts per pair, smoothed function)
@@ -112,8 +122,11 @@ def _padded(fn):
     def padded(b1, b2):
         dist, pos, frame = fn(b1, b2)
         n = BOX_BOX_SLOTS - dist.shape[0]
-        return (jnp.concatenate([dist, jnp.ones(n, dist.dtype)]), jnp.concatenate([pos, jnp.repeat(pos[:1], n, 0)]),
-                jnp.concatenate([frame, jnp.repeat(frame[:1], n, 0)]))  # fmt: skip
+        return (
+            jnp.concatenate([dist, jnp.ones(n, dist.dtype)]),
+            jnp.concatenate([pos, jnp.repeat(pos[:1], n, 0)]),
+            jnp.concatenate([frame, jnp.repeat(frame[:1], n, 0)]),
+        )
 
     return padded
 

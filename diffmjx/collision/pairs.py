@@ -67,8 +67,6 @@ def plane_box(plane, box, sharpness):
     return _box_contacts(plane, box, weight * support + (1.0 - weight) * jnp.minimum(support, 0.0))
 
 
-
-
 def plane_capsule(plane, cap, sharpness):
     """Plane-capsule: two end-sphere contacts; the friction frame's tangent is blended.
 

@@ -59,8 +59,17 @@ def held_point(types):
         p = jnp.einsum("kji,kj->ki", r2, pos0 - x2)  # the point found, in geom 2's frame (held)
 
         def at(p, a, b):
-            return _at_point(sdf1, sdf2, p, d.geom_xpos[a], d.geom_xmat[a], m.geom_size[a], d.geom_xpos[b],
-                             d.geom_xmat[b], m.geom_size[b])  # fmt: skip
+            return _at_point(
+                sdf1,
+                sdf2,
+                p,
+                d.geom_xpos[a],
+                d.geom_xmat[a],
+                m.geom_size[a],
+                d.geom_xpos[b],
+                d.geom_xmat[b],
+                m.geom_size[b],
+            )
 
         dist, pos, frame = jax.vmap(at)(p, g1, g2)
         # MJX's values forward, the held point's derivative backward

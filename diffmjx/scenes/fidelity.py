@@ -208,8 +208,12 @@ def shots(sc: Scene, n: int, seed: int) -> dict[str, np.ndarray]:
     """
     if sc.family == "readme":  # the README's "Use" snippet: one shot
         qpos = np.r_[0.0, 0.0, CUBE_TOSS["qz0"], 1.0, 0.0, 0.0, 0.0]
-        return {"qpos": qpos[None], "qvel": np.r_[0.0, 0.0, CUBE_TOSS["u0"], 0, 0, 0][None],
-                "w": np.array([[0.0, 1.0, 0.0]]), "motion": np.array(["readme"])}  # fmt: skip
+        return {
+            "qpos": qpos[None],
+            "qvel": np.r_[0.0, 0.0, CUBE_TOSS["u0"], 0, 0, 0][None],
+            "w": np.array([[0.0, 1.0, 0.0]]),
+            "motion": np.array(["readme"]),
+        }
     rng = np.random.default_rng([seed, list(FAMILIES).index(sc.family), 1])
     qpos, qvel, w, motion = [], [], [], []
     for k in range(n):
@@ -290,8 +294,11 @@ def reference_config(cfg: Config) -> Config:
     Returns:
         The reference :class:`diffmjx.Config`.
     """
-    return converged(dataclasses.replace(cfg, integrator=dataclasses.replace(cfg.integrator, adjoint="checkpoint")),
-                     REF_TOL, max_steps=4096)  # fmt: skip
+    return converged(
+        dataclasses.replace(cfg, integrator=dataclasses.replace(cfg.integrator, adjoint="checkpoint")),
+        REF_TOL,
+        max_steps=4096,
+    )
 
 
 def _reference_value(mx, cfg: Config, horizon: int):
@@ -310,8 +317,9 @@ def _no_progress(iterable: Iterable) -> Iterable:
     return iterable
 
 
-def truth(mx, cfg: Config, states: dict, horizon: int = HORIZON,
-          progress: Callable[[Iterable], Iterable] | None = None) -> dict:  # fmt: skip
+def truth(
+    mx, cfg: Config, states: dict, horizon: int = HORIZON, progress: Callable[[Iterable], Iterable] | None = None
+) -> dict:
     """Central differences (:func:`diffmjx.central_differences`, steps :data:`FD_STEPS`) of the
     :data:`REF_TOL` solve (:func:`reference_config`) with ``cfg``'s model settings.
 
@@ -371,13 +379,21 @@ def measure(mx, cfg: Config, states: dict, ref: dict, horizon: int = HORIZON) ->
         stats.append([np.asarray(x) for x in s])
     grads = np.array(grads)
     err = np.linalg.norm(grads - ref["grad"], axis=1) / np.linalg.norm(ref["grad"], axis=1)
-    return {"grad": grads, "rel_error": err, "wrong_sign": np.sum(grads * ref["grad"], axis=1) <= 0,
-            "accepted": np.array([int(s[0]) for s in stats]), "rejected": np.array([int(s[1]) for s in stats]),
-            "exhausted": np.array([bool(s[2]) for s in stats]), "run_s": np.array(run_s), "jit_s": jit_s}  # fmt: skip
+    return {
+        "grad": grads,
+        "rel_error": err,
+        "wrong_sign": np.sum(grads * ref["grad"], axis=1) <= 0,
+        "accepted": np.array([int(s[0]) for s in stats]),
+        "rejected": np.array([int(s[1]) for s in stats]),
+        "exhausted": np.array([bool(s[2]) for s in stats]),
+        "run_s": np.array(run_s),
+        "jit_s": jit_s,
+    }
 
 
-def timeline(mx, cfg: Config, state: dict, horizon: int = HORIZON,
-             progress: Callable[[Iterable], Iterable] | None = None) -> dict:  # fmt: skip
+def timeline(
+    mx, cfg: Config, state: dict, horizon: int = HORIZON, progress: Callable[[Iterable], Iterable] | None = None
+) -> dict:
     """Where along one shot a gradient error enters: for every control period k, AD of
     ``w . position(k)`` with ``cfg`` against central differences (two steps) of the 1e-12 solve.
 
@@ -406,11 +422,15 @@ def timeline(mx, cfg: Config, state: dict, horizon: int = HORIZON,
 
         return f
 
-    sweep, _ = central_differences(positions(reference_config(cfg)), np.asarray(state["qvel"], dtype=float), FD_STEPS,
-                                   workers=2)  # fmt: skip
+    sweep, _ = central_differences(
+        positions(reference_config(cfg)), np.asarray(state["qvel"], dtype=float), FD_STEPS, workers=2
+    )
     g, check = sweep[0].T, sweep[1].T  # (horizon, 6)
     at = jax.jit(jax.grad(lambda v, k: positions(cfg)(v)[k]))
     ad = np.stack([np.asarray(at(jnp.asarray(state["qvel"]), k)) for k in (progress or _no_progress)(range(horizon))])
     norm = np.linalg.norm(g, axis=1)
-    return {"rel_error": np.linalg.norm(ad - g, axis=1) / norm,
-            "truth_agreement": np.linalg.norm(g - check, axis=1) / norm, "truth_norm": norm}  # fmt: skip
+    return {
+        "rel_error": np.linalg.norm(ad - g, axis=1) / norm,
+        "truth_agreement": np.linalg.norm(g - check, axis=1) / norm,
+        "truth_norm": norm,
+    }

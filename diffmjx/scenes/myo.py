@@ -102,9 +102,27 @@ def baoding(cfd: bool):
     return mj, mx, d0, cost
 
 
-TENNIS_HAND = ("firstmc", "proximal_thumb", "distal_thumb", "secondmc", "proxph2", "midph2", "distph2", "thirdmc",
-               "proxph3", "midph3", "distph3", "fourthmc", "proxph4", "midph4", "distph4", "fifthmc", "proxph5",
-               "midph5", "distph5")  # fmt: skip
+TENNIS_HAND = (
+    "firstmc",
+    "proximal_thumb",
+    "distal_thumb",
+    "secondmc",
+    "proxph2",
+    "midph2",
+    "distph2",
+    "thirdmc",
+    "proxph3",
+    "midph3",
+    "distph3",
+    "fourthmc",
+    "proxph4",
+    "midph4",
+    "distph4",
+    "fifthmc",
+    "proxph5",
+    "midph5",
+    "distph5",
+)
 """Bodies of the muscle hand whose capsules the tennis ball can touch."""
 TENNIS_BALL = {"pos": (0.124, 0.214, 0.56), "vel": (0.0, -1.5, 0.0), "radius": 0.033, "mass": 0.058}
 """Start of the tennis ball (world frame, model at ``qpos0``): 7 cm in front of the racket face, moving
@@ -143,22 +161,39 @@ def bionic_tennis(cfd: bool):
         spec.delete(item)
     spec.delete(spec.body("manip_object"))
     racket = spec.body("prosthesis/palm").add_body(name="racket", pos=[0.0, -0.30, 0.0])
-    racket.add_geom(name="racket_head", type=mujoco.mjtGeom.mjGEOM_BOX, size=[0.07, 0.09, 0.008], mass=0.15,
-                    rgba=[0.8, 0.2, 0.2, 1])  # fmt: skip
-    racket.add_geom(name="racket_handle", type=mujoco.mjtGeom.mjGEOM_CAPSULE, fromto=[0, 0.09, 0, 0, 0.24, 0],
-                    size=[0.012, 0, 0], mass=0.1)  # fmt: skip
+    racket.add_geom(
+        name="racket_head", type=mujoco.mjtGeom.mjGEOM_BOX, size=[0.07, 0.09, 0.008], mass=0.15, rgba=[0.8, 0.2, 0.2, 1]
+    )
+    racket.add_geom(
+        name="racket_handle",
+        type=mujoco.mjtGeom.mjGEOM_CAPSULE,
+        fromto=[0, 0.09, 0, 0, 0.24, 0],
+        size=[0.012, 0, 0],
+        mass=0.1,
+    )
     ball = spec.worldbody.add_body(name="ball", pos=list(TENNIS_BALL["pos"]))
     ball.add_freejoint(name="ball")
-    ball.add_geom(name="ball", type=mujoco.mjtGeom.mjGEOM_SPHERE, size=[TENNIS_BALL["radius"], 0, 0],
-                  mass=TENNIS_BALL["mass"], rgba=[0.8, 0.9, 0.2, 1])  # fmt: skip
+    ball.add_geom(
+        name="ball",
+        type=mujoco.mjtGeom.mjGEOM_SPHERE,
+        size=[TENNIS_BALL["radius"], 0, 0],
+        mass=TENNIS_BALL["mass"],
+        rgba=[0.8, 0.9, 0.2, 1],
+    )
     spec.worldbody.add_site(name="tennis_goal", pos=list(TENNIS_GOAL), size=[0.02, 0, 0], rgba=[0, 1, 0, 0.5])
     for g in spec.geoms:  # only the explicit pairs below may collide
         g.contype, g.conaffinity = 0, 0
     solimp = list(SOLIMP_CFD if cfd else SOLIMP)
 
     def ball_pair(other: str, solref=(0.02, 1.0)):
-        spec.add_pair(geomname1="ball", geomname2=other, condim=3, solref=list(solref), solimp=solimp,
-                      friction=[1.0, 1.0, 0.005, 0.0001, 0.0001])  # fmt: skip
+        spec.add_pair(
+            geomname1="ball",
+            geomname2=other,
+            condim=3,
+            solref=list(solref),
+            solimp=solimp,
+            friction=[1.0, 1.0, 0.005, 0.0001, 0.0001],
+        )
 
     ball_pair("racket_head", solref=(-100000.0, 0.0))
     ball_pair("floor")
@@ -232,8 +267,13 @@ def die_reorient(cfd: bool, on_table: bool = False):
             g.contype, g.conaffinity = 0, 0
     cx, cy, top = DIE_TABLE
     if on_table:
-        spec.worldbody.add_geom(name="table", type=mujoco.mjtGeom.mjGEOM_BOX, size=[0.15, 0.15, 0.02],
-                                pos=[cx, cy, top - 0.02], rgba=[0.6, 0.5, 0.4, 1.0])  # fmt: skip
+        spec.worldbody.add_geom(
+            name="table",
+            type=mujoco.mjtGeom.mjGEOM_BOX,
+            size=[0.15, 0.15, 0.02],
+            pos=[cx, cy, top - 0.02],
+            rgba=[0.6, 0.5, 0.4, 1.0],
+        )
     spec.option.timestep = 0.0025
     spec.option.solver = mujoco.mjtSolver.mjSOL_NEWTON
     spec.option.iterations, spec.option.ls_iterations = 4, 16

@@ -256,8 +256,10 @@ MODELS = (PENALTY, ELASTIC, ELASTIC_MIRROR)
 
 def _check(model) -> ContactModel:
     if not isinstance(model, ContactModel):
-        raise TypeError(f"model must be a point_mass.ContactModel (one of point_mass.MODELS: PENALTY, ELASTIC, "
-                        f"ELASTIC_MIRROR), not {model!r}")  # fmt: skip
+        raise TypeError(
+            f"model must be a point_mass.ContactModel (one of point_mass.MODELS: PENALTY, ELASTIC, "
+            f"ELASTIC_MIRROR), not {model!r}"
+        )
     return model
 
 

@@ -89,8 +89,10 @@ def _one(model, control, measured, initial_state, name: str, variant: int) -> Re
         has[key] = True
     if not has["qpos"] or np.isnan(qpos).any():
         i, j = np.argwhere(np.isnan(qpos))[0] if np.isnan(qpos).any() else (0, 0)
-        raise RecordingError(f"{where}: qpos[{i}, {j}] has no measured value; a recording needs every joint's "
-                             "position at every sample (measure <joint>_qpos / <body>_qpos signals)")
+        raise RecordingError(
+            f"{where}: qpos[{i}, {j}] has no measured value; a recording needs every joint's "
+            "position at every sample (measure <joint>_qpos / <body>_qpos signals)"
+        )
     qvel_out = qvel if has["qvel"] and not np.isnan(qvel).any() else None
     sens_out = None
     if has["sens"]:
@@ -98,8 +100,10 @@ def _one(model, control, measured, initial_state, name: str, variant: int) -> Re
             sens[-1] = sens[-2]
         if np.isnan(sens).any():
             i, j = np.argwhere(np.isnan(sens))[0]
-            raise RecordingError(f"{where}: sensordata[{i}, {j}] has no measured value; measure every sensor of the "
-                                 "model at every sample, or none")
+            raise RecordingError(
+                f"{where}: sensordata[{i}, {j}] has no measured value; measure every sensor of the "
+                "model at every sample, or none"
+            )
         sens_out = sens
     return Recording(qpos=qpos, qvel=qvel_out, ctrl=ctrl, sensordata=sens_out, dt=dt, name=name, variant=variant)
 
@@ -119,7 +123,9 @@ def from_mujoco_sysid(data, *, name: str | None = None, variant: int = 0) -> lis
         if isinstance(item, sysid.ModelSequences):
             for j, traj in enumerate(item.measured_rollout):
                 seq = item.sequence_name[j] if j < len(item.sequence_name) else str(j)
-                out.append(_one(traj.model, traj.control, traj.sensordata, traj.initial_state, f"{label}/{seq}", variant))
+                out.append(
+                    _one(traj.model, traj.control, traj.sensordata, traj.initial_state, f"{label}/{seq}", variant)
+                )
         elif isinstance(item, sysid.SystemTrajectory):
             out.append(_one(item.model, item.control, item.sensordata, item.initial_state, label, variant))
         else:

@@ -28,7 +28,6 @@ FREE_PARAMS = CubeParams._fields
 """Parameters that can be identified (the fields of :class:`~diffmjx.sysid.CubeParams`)."""
 
 
-
 def check_free(key: str, value: Any) -> tuple[str, ...]:
     """``train.free``: a non-empty set of parameter names, returned in :data:`FREE_PARAMS` order."""
     if isinstance(value, str):
@@ -192,7 +191,9 @@ class SysidConfig(Preset):
             ValueError: for an unknown section or field (naming it and listing the allowed ones) or a
                 bad value (naming the field).
         """
-        builders = {name: functools.partial(section_from_dict, section, name) for name, section in _OWN_SECTIONS.items()}
+        builders = {
+            name: functools.partial(section_from_dict, section, name) for name, section in _OWN_SECTIONS.items()
+        }
         return cls(**sections_from_dict(d, {**builders, "sim": _sim_from}))
 
     def override(self, *assignments: str) -> "SysidConfig":

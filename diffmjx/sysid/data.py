@@ -186,7 +186,9 @@ def toss_recordings(tosses: dict[str, Toss], names=None) -> list:
     from diffmjx.sysid.recording import Recording
 
     names = list(tosses) if names is None else list(names)
-    return [Recording(qpos=tosses[n].qpos, qvel=tosses[n].qvel, dt=DT, name=n) for n in names if len(tosses[n].qpos) > 1]
+    return [
+        Recording(qpos=tosses[n].qpos, qvel=tosses[n].qvel, dt=DT, name=n) for n in names if len(tosses[n].qpos) > 1
+    ]
 
 
 def split(names, val_fraction: float, seed: int) -> tuple[list[str], list[str]]:

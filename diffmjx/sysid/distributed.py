@@ -81,8 +81,9 @@ def _resolve(coordinator_address, num_processes, process_id, environ) -> tuple[s
     """Each setting from its argument or else its variable, checked on its own and the id against the count."""
     env = os.environ if environ is None else environ
     address = _address(env.get(ENV_COORDINATOR) if coordinator_address is None else coordinator_address)
-    count = _integer("num_processes", ENV_NUM_PROCESSES, env.get(ENV_NUM_PROCESSES) if num_processes is None
-                     else num_processes, 1)  # fmt: skip
+    count = _integer(
+        "num_processes", ENV_NUM_PROCESSES, env.get(ENV_NUM_PROCESSES) if num_processes is None else num_processes, 1
+    )
     pid = _integer("process_id", ENV_PROCESS_ID, env.get(ENV_PROCESS_ID) if process_id is None else process_id, 0)
     if count is not None and pid is not None and pid >= count:
         raise ValueError(
@@ -129,8 +130,11 @@ def process_settings(
         return Processes(0, 1, None)
     if count == 1:
         return Processes(0, 1, None)
-    missing = [f"{arg} ({var})" for arg, var, v in (("coordinator_address", ENV_COORDINATOR, address),
-                                                      ("process_id", ENV_PROCESS_ID, pid)) if v is None]  # fmt: skip
+    missing = [
+        f"{arg} ({var})"
+        for arg, var, v in (("coordinator_address", ENV_COORDINATOR, address), ("process_id", ENV_PROCESS_ID, pid))
+        if v is None
+    ]
     if missing:
         raise ValueError(f"num_processes={count} needs {' and '.join(missing)} as well; every process sets all three")
     return Processes(pid, count, address)  # type: ignore[arg-type]

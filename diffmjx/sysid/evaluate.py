@@ -67,9 +67,12 @@ def _gather(x: jax.Array) -> np.ndarray:
 
 
 def rollout_tosses(
-    params: CubeParams, tosses: Mapping[str, Toss] | Sequence[Toss], cfg: SysidConfig | Config, *,
+    params: CubeParams,
+    tosses: Mapping[str, Toss] | Sequence[Toss],
+    cfg: SysidConfig | Config,
+    *,
     devices: Sequence | None = None,
-):  # fmt: skip
+):
     """Simulate every toss from its first recorded state, all in one padded, vmapped rollout.
 
     Arguments:
@@ -100,8 +103,14 @@ def rollout_tosses(
         idx = np.minimum(np.arange(-(-k // len(devices)) * len(devices)), k - 1)  # pad with the last toss
         batch, replicated = batch_sharding(len(idx), devices)
         p, base = replicate((params, options_model(iterations)), replicated)
-        out = _toss_rollout(p, base, sharded_rows(qpos[:, 0], idx, batch), sharded_rows(qvel[:, 0], idx, batch),
-                            horizon=horizon, cfg=sim)  # fmt: skip
+        out = _toss_rollout(
+            p,
+            base,
+            sharded_rows(qpos[:, 0], idx, batch),
+            sharded_rows(qvel[:, 0], idx, batch),
+            horizon=horizon,
+            cfg=sim,
+        )
         pq, pv = (_gather(x)[:k] for x in out)
     pq = np.concatenate([qpos[:, :1], np.asarray(pq)], axis=1)
     pv = np.concatenate([qvel[:, :1], np.asarray(pv)], axis=1)
@@ -109,9 +118,13 @@ def rollout_tosses(
 
 
 def trajectory_error(
-    params: CubeParams, tosses: Mapping[str, Toss] | Sequence[Toss], cfg: SysidConfig | Config, *,
-    per_toss: bool = False, devices: Sequence | None = None,
-):  # fmt: skip
+    params: CubeParams,
+    tosses: Mapping[str, Toss] | Sequence[Toss],
+    cfg: SysidConfig | Config,
+    *,
+    per_toss: bool = False,
+    devices: Sequence | None = None,
+):
     """Mean position error (mm) of whole-toss rollouts from each toss's first state.
 
     The error of a sample is the Euclidean distance between simulated and recorded centre

@@ -26,7 +26,6 @@ their checkpoints and the confidence intervals share the fit's private state; ea
 of at most about 110 lines.
 """
 
-
 import dataclasses
 import math
 import time
@@ -46,7 +45,16 @@ from diffmjx.sysid.parameter import Parameter, ParameterSet
 from diffmjx.sysid.problem import BATCHINGS, ORIENTATIONS, Problem, Weights
 from diffmjx.sysid.recording import Recording
 
-__all__ = ["METHODS", "FitConfig", "IdentifyResult", "Interval", "forward_config", "identify", "load_model", "select_fit"]
+__all__ = [
+    "METHODS",
+    "FitConfig",
+    "IdentifyResult",
+    "Interval",
+    "forward_config",
+    "identify",
+    "load_model",
+    "select_fit",
+]
 
 METHODS = ("lm", "adam")
 """Optimisers of :func:`identify`."""
@@ -229,8 +237,13 @@ def _fingerprint(fit: FitConfig, cfg: Config, ps: ParameterSet, recs: Sequence[R
     arrays = [a for r in recs for a in (r.qpos, r.qvel, r.ctrl, np.float64(r.dt)) if a is not None]
     # a fit may run longer or stop otherwise, and batching moves results by rounding only: none of them is compared
     free = ("batching", "steps", "patience", "intervals", "confidence")
-    return checkpoint.fingerprint(fit={k: v for k, v in fit.to_dict().items() if k not in free}, sim=cfg.to_dict(),
-                                  params=list(ps.labels), start=ps.start.tolist(), data=checkpoint.digest(*arrays))  # fmt: skip
+    return checkpoint.fingerprint(
+        fit={k: v for k, v in fit.to_dict().items() if k not in free},
+        sim=cfg.to_dict(),
+        params=list(ps.labels),
+        start=ps.start.tolist(),
+        data=checkpoint.digest(*arrays),
+    )
 
 
 def identify(
@@ -271,9 +284,12 @@ def identify(
     cfg = Config() if cfg is None else cfg
     fit = FitConfig() if fit is None else fit
     if not jax.config.jax_enable_x64:
-        warnings.warn("identify runs in float32 (jax_enable_x64 is off): losses below about 1e-7 and tolerances "
-                      "below 1e-6 are rounding; call diffmjx.enable_compilation_cache() (float64 and a compile "
-                      "cache) or jax.config.update('jax_enable_x64', True) first", stacklevel=2)  # fmt: skip
+        warnings.warn(
+            "identify runs in float32 (jax_enable_x64 is off): losses below about 1e-7 and tolerances "
+            "below 1e-6 are rounding; call diffmjx.enable_compilation_cache() (float64 and a compile "
+            "cache) or jax.config.update('jax_enable_x64', True) first",
+            stacklevel=2,
+        )
     if not isinstance(cfg, Config):
         raise TypeError(f"cfg must be a diffmjx.Config; got {type(cfg).__name__}")
     if not isinstance(fit, FitConfig):
@@ -307,8 +323,10 @@ def identify(
     setup = time.perf_counter() - start
     loss_start = float(state["r"] @ state["r"]) if fit.method == "lm" else runner.loss(theta)
     if not math.isfinite(loss_start):
-        raise FloatingPointError(f"the loss at the start is {loss_start}: the model's simulation of the recordings "
-                                 "is not finite; check the recordings' states and controls")
+        raise FloatingPointError(
+            f"the loss at the start is {loss_start}: the model's simulation of the recordings "
+            "is not finite; check the recordings' states and controls"
+        )
     track = _Track(ps, fit, held_fn, float(held_fn(theta)) if held_fn else math.inf)
     if fit.method == "adam":
         hist = runner.run(theta, track, fp, ckpt, progress)
@@ -332,15 +350,29 @@ def identify(
     fitted = [ps.write(values, v) for v in range(len(models))]
     wall = time.perf_counter() - start
     history = History(
-        step=np.asarray(hist["step"], int), loss=np.asarray(hist["loss"], float),
-        held_out=np.asarray(hist["held_out"], float), values=np.asarray(hist["values"], float).reshape(-1, ps.size),
-        accepted=np.asarray(hist["accepted"], bool), wall_s=np.asarray(hist["wall_s"], float),
-    )  # fmt: skip
+        step=np.asarray(hist["step"], int),
+        loss=np.asarray(hist["loss"], float),
+        held_out=np.asarray(hist["held_out"], float),
+        values=np.asarray(hist["values"], float).reshape(-1, ps.size),
+        accepted=np.asarray(hist["accepted"], bool),
+        wall_s=np.asarray(hist["wall_s"], float),
+    )
     return IdentifyResult(
-        values=ps.as_dict(values), model=fitted[0], models=fitted, history=history, step=step, loss=loss_best,
-        loss_start=loss_start, held_out_loss=held_best, intervals=intervals, unidentifiable=unident,
-        converged=track.converged, wall_s=wall, setup_s=setup, params=ps,
-    )  # fmt: skip
+        values=ps.as_dict(values),
+        model=fitted[0],
+        models=fitted,
+        history=history,
+        step=step,
+        loss=loss_best,
+        loss_start=loss_start,
+        held_out_loss=held_best,
+        intervals=intervals,
+        unidentifiable=unident,
+        converged=track.converged,
+        wall_s=wall,
+        setup_s=setup,
+        params=ps,
+    )
 
 
 def forward_config(cfg: Config) -> Config:
@@ -353,14 +385,23 @@ def forward_config(cfg: Config) -> Config:
     contact)."""
     ic = cfg.integrator
     rtol, atol = ic.tolerances()
-    fwd = dataclasses.replace(ic, adjoint="forward", rtol=rtol, atol=atol, dto_tighten=1.0, kink_step=ic.kink_step_used())
+    fwd = dataclasses.replace(
+        ic, adjoint="forward", rtol=rtol, atol=atol, dto_tighten=1.0, kink_step=ic.kink_step_used()
+    )
     return dataclasses.replace(cfg, integrator=fwd)
 
 
 def _forward(problem: Problem) -> Problem:
     """The problem with its simulation differentiated in forward mode (for Jacobians)."""
-    return Problem(problem.params, problem.recordings, problem.horizon, problem.stride, forward_config(problem.cfg),
-                   problem.weights, problem.batching)  # fmt: skip
+    return Problem(
+        problem.params,
+        problem.recordings,
+        problem.horizon,
+        problem.stride,
+        forward_config(problem.cfg),
+        problem.weights,
+        problem.batching,
+    )
 
 
 class _Track:
@@ -394,8 +435,11 @@ class _Track:
         return self.converged or (self.fit.patience is not None and self.stale >= self.fit.patience)
 
     def state(self) -> dict:
-        return {"best": np.asarray([self.best[0], self.best[1]]), "best_values": np.asarray(self.best[2]),
-                "stale": np.asarray(self.stale)}  # fmt: skip
+        return {
+            "best": np.asarray([self.best[0], self.best[1]]),
+            "best_values": np.asarray(self.best[2]),
+            "stale": np.asarray(self.stale),
+        }
 
     def restore(self, saved: dict) -> None:
         b = saved["best"]
@@ -403,8 +447,9 @@ class _Track:
         self.stale = int(saved["stale"])
 
 
-def _lm_loop(runner: "_LM", theta, state, track: _Track, fp: str, ckpt: Path | None, saved: dict | None,
-             progress: bool) -> dict:  # fmt: skip
+def _lm_loop(
+    runner: "_LM", theta, state, track: _Track, fp: str, ckpt: Path | None, saved: dict | None, progress: bool
+) -> dict:
     """Levenberg–Marquardt's steps with held-out tracking and a checkpoint after each (resumed from ``saved``)."""
     from tqdm.auto import tqdm
 
@@ -445,6 +490,7 @@ class _LM:
     def __init__(self, problem: Problem, fit: FitConfig):
         self.fit = fit
         self.args = problem.arguments()
+
         def rj(theta, args):  # traced once: the residual rides along as the Jacobian's auxiliary output
             r = lambda th: (problem.residuals(th, args),) * 2
             j, res = jax.jacfwd(r, has_aux=True)(theta)
@@ -504,7 +550,6 @@ class _Adam:
     reverse mode through the config's adjoint, or in forward mode (one tangent per component, cheaper
     for a few parameters) when the config's ``integrator.adjoint`` is ``forward``."""
 
-
     def __init__(self, problem: Problem, fit: FitConfig):
         import optax
 
@@ -519,8 +564,10 @@ class _Adam:
 
         def loss(theta, coords, bases, batches):
             values = problem.params.to_values(theta, coords)
-            sq = [jnp.sum(problem.group_residuals(values, k, base, b) ** 2)
-                  for k, (base, b) in enumerate(zip(bases, batches))]  # fmt: skip
+            sq = [
+                jnp.sum(problem.group_residuals(values, k, base, b) ** 2)
+                for k, (base, b) in enumerate(zip(bases, batches))
+            ]
             return sum(sq) / float(sum(weights))
 
         forward = problem.cfg.integrator.adjoint == "forward"  # the config asks for forward mode: P tangents
@@ -554,10 +601,13 @@ class _Adam:
             placed = []
             for g in self.groups:
                 batch, replicated = batch_sharding(g.size)
-                placed.append(tuple(None if a is None else sharded_rows(a, np.arange(g.size), batch) for a in g.arrays()))
+                placed.append(
+                    tuple(None if a is None else sharded_rows(a, np.arange(g.size), batch) for a in g.arrays())
+                )
             theta, state = replicate((theta, self.init(theta)), replicated)
-            return float(self._step(theta, state, jnp.asarray(self.fit.learning_rate), self.coords, self.bases,
-                                    placed)[2])  # fmt: skip
+            return float(
+                self._step(theta, state, jnp.asarray(self.fit.learning_rate), self.coords, self.bases, placed)[2]
+            )
         if self._full is None:
             self._full = jax.jit(self.problem.loss)
         return float(self._full(theta, self.problem.arguments()))
@@ -601,15 +651,32 @@ class _Adam:
                 held_log.extend(np.asarray(extra["held_out"]).tolist())
 
         loop = adam_loop(
-            step, theta, packed, self.sizes, epochs=-(-fit.steps // per_epoch), steps_per_epoch=per_epoch,
-            seed=fit.seed, fingerprint=fp, checkpoint_path=ckpt, progress=progress, desc="identify (adam)",
-            record=lambda th: {"values": np.asarray(track.ps.to_values(th))}, on_step=on_step, on_resume=on_resume,
+            step,
+            theta,
+            packed,
+            self.sizes,
+            epochs=-(-fit.steps // per_epoch),
+            steps_per_epoch=per_epoch,
+            seed=fit.seed,
+            fingerprint=fp,
+            checkpoint_path=ckpt,
+            progress=progress,
+            desc="identify (adam)",
+            record=lambda th: {"values": np.asarray(track.ps.to_values(th))},
+            on_step=on_step,
+            on_resume=on_resume,
             hint=_CKPT_HINT,
-        )  # fmt: skip
+        )
         h = loop.history
         n = len(h["step"])
-        return {"step": h["step"], "loss": h["loss"], "held_out": list(loop.extra.get("held_out", [math.nan] * n)),
-                "values": h["values"], "accepted": [True] * n, "wall_s": h["wall_s"]}  # fmt: skip
+        return {
+            "step": h["step"],
+            "loss": h["loss"],
+            "held_out": list(loop.extra.get("held_out", [math.nan] * n)),
+            "values": h["values"],
+            "accepted": [True] * n,
+            "wall_s": h["wall_s"],
+        }
 
 
 def _intervals(r: np.ndarray, jac: np.ndarray, ps: ParameterSet, values: np.ndarray, level: float):
@@ -630,8 +697,10 @@ def _intervals(r: np.ndarray, jac: np.ndarray, ps: ParameterSet, values: np.ndar
     touched = np.any(np.abs(v[:, null]) > 1e-3, axis=1) if null.any() else np.zeros(p, bool)
     std = np.where(touched, np.inf, std)
     t = float(stats.t.ppf(0.5 + level / 2, dof))
-    intervals = {lab: Interval(float(values[i]), float(values[i] - t * std[i]), float(values[i] + t * std[i]), float(std[i]))
-                 for i, lab in enumerate(ps.labels)}  # fmt: skip
+    intervals = {
+        lab: Interval(float(values[i]), float(values[i] - t * std[i]), float(values[i] + t * std[i]), float(std[i]))
+        for i, lab in enumerate(ps.labels)
+    }
     unident = []
     for j in np.flatnonzero(null):
         vec = v[:, j]

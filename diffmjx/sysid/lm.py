@@ -79,12 +79,18 @@ def _fingerprint(cfg: SysidConfig, qpos: np.ndarray, qvel: np.ndarray, rtol: flo
 
 
 def _save(path: Path, fingerprint: str, theta, step_size, loss_init: float, done: bool, hist: dict) -> None:
-    checkpoint.save(path, fingerprint, {
-        "step_size": step_size, "loss_init": loss_init, "done": done,
-        **{f"theta/{k}": v for k, v in theta.items()},
-        **{f"history/{k}": hist[k] for k in ("step", "loss", "accepted", "wall_s")},
-        **{f"history/params/{n}": np.stack(v) for n, v in hist["params"].items()},
-    })  # fmt: skip
+    checkpoint.save(
+        path,
+        fingerprint,
+        {
+            "step_size": step_size,
+            "loss_init": loss_init,
+            "done": done,
+            **{f"theta/{k}": v for k, v in theta.items()},
+            **{f"history/{k}": hist[k] for k in ("step", "loss", "accepted", "wall_s")},
+            **{f"history/params/{n}": np.stack(v) for n, v in hist["params"].items()},
+        },
+    )
 
 
 def _load(path: Path, fingerprint: str, theta):
@@ -151,8 +157,7 @@ def fit_lm(
 
     def fn(th, args):
         params = from_unconstrained(CubeParams(**args[0], **th))
-        return segment_residuals(params, args[1], args[2], args[3], sim, velocity_weight=vw,
-                                 batching=tc.batching), None  # fmt: skip
+        return segment_residuals(params, args[1], args[2], args[3], sim, velocity_weight=vw, batching=tc.batching), None
 
     args = (fixed, base, jnp.asarray(qpos), jnp.asarray(qvel))
     solver = optx.LevenbergMarquardt(rtol=rtol, atol=atol)

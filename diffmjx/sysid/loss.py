@@ -75,8 +75,9 @@ def state_residuals(qpos, qvel, qpos_rec, qvel_rec, velocity_weight=0.0, *, xp=j
     return xp.concatenate([r[..., :12], xp.sqrt(velocity_weight) * r[..., 12:]], axis=-1)
 
 
-def predict_segments(params: CubeParams, base, qpos0, qvel0, horizon: int, cfg: Config, *, batching: str = "auto",
-                     chunks: int = 1):  # fmt: skip
+def predict_segments(
+    params: CubeParams, base, qpos0, qvel0, horizon: int, cfg: Config, *, batching: str = "auto", chunks: int = 1
+):
     """The ``horizon`` states after each initial state, simulated with ``params``
     (:func:`diffmjx.sysid.problem.predict` of :func:`~diffmjx.sysid.cube_mjx_model`, no controls).
 
@@ -96,21 +97,24 @@ def predict_segments(params: CubeParams, base, qpos0, qvel0, horizon: int, cfg: 
     b = qpos0.shape[0]
     empty = jnp.zeros((b, 0), qpos0.dtype)
     ctrl = jnp.zeros((b, horizon, 0), qpos0.dtype)
-    qpos, qvel, _ = problem.predict(cube_mjx_model(params, base), base, qpos0, qvel0, empty, ctrl, cfg,
-                                    batching=batching, chunks=chunks)  # fmt: skip
+    qpos, qvel, _ = problem.predict(
+        cube_mjx_model(params, base), base, qpos0, qvel0, empty, ctrl, cfg, batching=batching, chunks=chunks
+    )
     return qpos, qvel
 
 
 def _segment_state_residuals(params: CubeParams, base, qpos, qvel, cfg: Config, velocity_weight, batching, chunks):
     """(B, N, 18) :func:`state_residuals` of the N states predicted from each segment's first."""
     qpos, qvel = jnp.asarray(qpos), jnp.asarray(qvel)
-    pq, pv = predict_segments(params, base, qpos[:, 0], qvel[:, 0], qpos.shape[1] - 1, cfg, batching=batching,
-                              chunks=chunks)  # fmt: skip
+    pq, pv = predict_segments(
+        params, base, qpos[:, 0], qvel[:, 0], qpos.shape[1] - 1, cfg, batching=batching, chunks=chunks
+    )
     return state_residuals(pq, pv, qpos[:, 1:], qvel[:, 1:], velocity_weight)
 
 
-def segment_loss(params: CubeParams, base, qpos, qvel, cfg: Config, *, velocity_weight=0.0, batching: str = "auto",
-                 chunks: int = 1):  # fmt: skip
+def segment_loss(
+    params: CubeParams, base, qpos, qvel, cfg: Config, *, velocity_weight=0.0, batching: str = "auto", chunks: int = 1
+):
     """Mean squared error of the predicted segment states (see the module docstring).
 
     Arguments:
@@ -133,8 +137,9 @@ def segment_loss(params: CubeParams, base, qpos, qvel, cfg: Config, *, velocity_
     return jnp.mean(pos + rot + vel)
 
 
-def segment_residuals(params: CubeParams, base, qpos, qvel, cfg: Config, *, velocity_weight=0.0, batching: str = "auto",
-                      chunks: int = 1):  # fmt: skip
+def segment_residuals(
+    params: CubeParams, base, qpos, qvel, cfg: Config, *, velocity_weight=0.0, batching: str = "auto", chunks: int = 1
+):
     """Residuals of the predicted segment states, flat: ``sum(r**2)`` equals :func:`segment_loss`.
 
     :func:`state_residuals` of every predicted state, divided by ``sqrt(B * N)``.

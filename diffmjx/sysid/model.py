@@ -66,7 +66,6 @@ FLOOR_GEOM = 0
 """Geom id of the plane."""
 
 
-
 def _const(values) -> np.ndarray:
     a = np.array(values, dtype=np.float64)
     a.flags.writeable = False  # a shared NamedTuple default must not be mutated
@@ -166,8 +165,12 @@ def cube_parameters() -> list[Parameter]:
 
 def cube_values(params: CubeParams):
     """Flat physical values of :func:`cube_parameters` (the half size, not the side), traced or not."""
-    return jnp.concatenate([jnp.atleast_1d(jnp.asarray(x, jnp.result_type(float))) for x in (
-        jnp.asarray(params.side_length) / 2, params.mass, params.solref, params.solimp, params.friction)])  # fmt: skip
+    return jnp.concatenate(
+        [
+            jnp.atleast_1d(jnp.asarray(x, jnp.result_type(float)))
+            for x in (jnp.asarray(params.side_length) / 2, params.mass, params.solref, params.solimp, params.friction)
+        ]
+    )
 
 
 def cube_mjmodel(params: CubeParams | None = None, *, iterations: int = 2) -> mujoco.MjModel:
@@ -302,9 +305,14 @@ def from_unconstrained(z: CubeParams) -> CubeParams:
     solref = _softplus(jnp.asarray(z.solref))
     s = jnp.asarray(z.solimp)
     solimp = jnp.stack(
-        [_into(s[0], MINIMP, MAXIMP), _into(s[1], MINIMP, MAXIMP), _softplus(s[2]), _into(s[3], MINIMP, MAXIMP),
-         1.0 + _softplus(s[4])]
-    )  # fmt: skip
+        [
+            _into(s[0], MINIMP, MAXIMP),
+            _into(s[1], MINIMP, MAXIMP),
+            _softplus(s[2]),
+            _into(s[3], MINIMP, MAXIMP),
+            1.0 + _softplus(s[4]),
+        ]
+    )
     return CubeParams(
         side_length=_softplus(jnp.asarray(z.side_length)),
         mass=_softplus(jnp.asarray(z.mass)),
@@ -332,9 +340,14 @@ def to_unconstrained(params: CubeParams) -> CubeParams:
     solref = _inverse_softplus(jnp.asarray(params.solref))
     s = jnp.asarray(params.solimp)
     solimp = jnp.stack(
-        [_out_of(s[0], MINIMP, MAXIMP), _out_of(s[1], MINIMP, MAXIMP), _inverse_softplus(s[2]),
-         _out_of(s[3], MINIMP, MAXIMP), _inverse_softplus(s[4] - 1.0)]
-    )  # fmt: skip
+        [
+            _out_of(s[0], MINIMP, MAXIMP),
+            _out_of(s[1], MINIMP, MAXIMP),
+            _inverse_softplus(s[2]),
+            _out_of(s[3], MINIMP, MAXIMP),
+            _inverse_softplus(s[4] - 1.0),
+        ]
+    )
     return CubeParams(
         side_length=_inverse_softplus(jnp.asarray(params.side_length)),
         mass=_inverse_softplus(jnp.asarray(params.mass)),

@@ -111,11 +111,18 @@ FIELDS: dict[str, _Field] = {
     "body_mass": _Field(_BODY, 1, *_POS, lo_open=True, doc="kg"),
     "body_inertia": _Field(_BODY, 3, *_POS, lo_open=True, doc="principal moments, kg m^2"),
     "body_ipos": _Field(_BODY, 3, *_ANY, doc="centre of mass in the body frame, m"),
-    "body_inertial": _Field(_BODY, 10, *_ANY, leaf="", doc="mass, centre of mass (3), inertia about it (xx yy zz xy xz yz)"),
+    "body_inertial": _Field(
+        _BODY, 10, *_ANY, leaf="", doc="mass, centre of mass (3), inertia about it (xx yy zz xy xz yz)"
+    ),
     "geom_friction": _Field(_GEOM, 3, *_NONNEG, doc="sliding, torsional, rolling"),
     "geom_solref": _Field(_GEOM, 2, *_ANY, doc="timeconst, dampratio (or -stiffness, -damping)"),
-    "geom_solimp": _Field(_GEOM, 5, (MINIMP, MINIMP, 0.0, MINIMP, 1.0), (MAXIMP, MAXIMP, _INF, MAXIMP, _INF),
-                          doc="d0, dwidth, width, midpoint, power"),
+    "geom_solimp": _Field(
+        _GEOM,
+        5,
+        (MINIMP, MINIMP, 0.0, MINIMP, 1.0),
+        (MAXIMP, MAXIMP, _INF, MAXIMP, _INF),
+        doc="d0, dwidth, width, midpoint, power",
+    ),
     "geom_size": _Field(_GEOM, 3, *_POS, lo_open=True, doc="primitive sizes (half sizes, radius, half length), m"),
     "geom_pos": _Field(_GEOM, 3, *_ANY, doc="m, in the body frame"),
     "geom_margin": _Field(_GEOM, 1, *_NONNEG, doc="m"),
@@ -143,14 +150,30 @@ FIELDS: dict[str, _Field] = {
     "opt.impratio": _Field(None, 1, *_POS, lo_open=True),
     "sensor_gain": _Field(_SENSOR, 0, *_ANY, leaf="", doc="measured = gain * simulated + bias"),
     "sensor_bias": _Field(_SENSOR, 0, *_ANY, leaf="", doc="measured = gain * simulated + bias"),
-    "sensor_delay": _Field(_SENSOR, 0, *_POS, lo_open=True, leaf="",
-                           doc="s: measured(t) = simulated(t - delay), up to one sample; starts at 0.1 ms"),
+    "sensor_delay": _Field(
+        _SENSOR,
+        0,
+        *_POS,
+        lo_open=True,
+        leaf="",
+        doc="s: measured(t) = simulated(t - delay), up to one sample; starts at 0.1 ms",
+    ),
 }
 """The fields a :class:`Parameter` may name, with their element kinds and legal ranges."""
 
 # fields whose change moves what mj_setConst or the compiler derives (masses, geometry, transmissions)
-_CONST_FIELDS = {"body_mass", "body_inertia", "body_ipos", "body_inertial", "geom_size", "geom_pos", "dof_armature",
-                 "actuator_gear", "tendon_armature", "jnt_range"}  # fmt: skip
+_CONST_FIELDS = {
+    "body_mass",
+    "body_inertia",
+    "body_ipos",
+    "body_inertial",
+    "geom_size",
+    "geom_pos",
+    "dof_armature",
+    "actuator_gear",
+    "tendon_armature",
+    "jnt_range",
+}
 _PRIMITIVE_COLUMNS = {
     mujoco.mjtGeom.mjGEOM_SPHERE: (0,),
     mujoco.mjtGeom.mjGEOM_CAPSULE: (0, 1),
@@ -193,33 +216,46 @@ class Parameter:
     def __post_init__(self) -> None:
         if self.field not in FIELDS:
             near = [f for f in FIELDS if f.split("_")[0] == str(self.field).split("_")[0]] or list(FIELDS)
-            raise ParameterError(f"Parameter field {self.field!r} is not supported; choose one of: {', '.join(near)}"
-                                 + ("" if len(near) == len(FIELDS) else f" (all fields: {', '.join(FIELDS)})"))
+            raise ParameterError(
+                f"Parameter field {self.field!r} is not supported; choose one of: {', '.join(near)}"
+                + ("" if len(near) == len(FIELDS) else f" (all fields: {', '.join(FIELDS)})")
+            )
         names = (self.name,) if isinstance(self.name, str) or self.name is None else tuple(self.name)
         if FIELDS[self.field].obj is None:
             if self.name is not None:
                 raise ParameterError(f"Parameter({self.field!r}): an option has no element; pass name=None")
         elif not names or not all(isinstance(n, str) and n for n in names):
-            raise ParameterError(f"Parameter({self.field!r}): name={self.name!r} is invalid; expected an element's "
-                                 "name or a list of names")
+            raise ParameterError(
+                f"Parameter({self.field!r}): name={self.name!r} is invalid; expected an element's "
+                "name or a list of names"
+            )
         elif len(set(names)) != len(names):
             raise ParameterError(f"Parameter({self.field!r}): name={list(names)!r} names an element twice")
         object.__setattr__(self, "name", names[0] if len(names) == 1 else names)
         if self.index is not None:
             idx = (self.index,) if isinstance(self.index, (int, np.integer)) else tuple(self.index)
             if not idx or not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in idx):
-                raise ParameterError(f"Parameter({self.field!r}): index={self.index!r} is invalid; expected an int, "
-                                     "a list of ints or None")
+                raise ParameterError(
+                    f"Parameter({self.field!r}): index={self.index!r} is invalid; expected an int, "
+                    "a list of ints or None"
+                )
             if len(set(idx)) != len(idx):
                 raise ParameterError(f"Parameter({self.field!r}): index={self.index!r} names a column twice")
-            object.__setattr__(self, "index", int(idx[0]) if len(idx) == 1 and not isinstance(self.index, Sequence)
-                               else tuple(int(i) for i in idx))
+            object.__setattr__(
+                self,
+                "index",
+                int(idx[0]) if len(idx) == 1 and not isinstance(self.index, Sequence) else tuple(int(i) for i in idx),
+            )
         if not isinstance(self.transform, Transform):
-            raise ParameterError(f"Parameter({self.field!r}): transform={self.transform!r} is invalid; expected a "
-                                 f"diffmjx.sysid.Transform ({', '.join(t.name for t in Transform)})")
+            raise ParameterError(
+                f"Parameter({self.field!r}): transform={self.transform!r} is invalid; expected a "
+                f"diffmjx.sysid.Transform ({', '.join(t.name for t in Transform)})"
+            )
         if self.field == "body_inertial" and (self.index is not None or self.bounds is not None or self.uniform):
-            raise ParameterError("Parameter('body_inertial'): the 10 mass properties are one unit; index, bounds and "
-                                 "uniform do not apply")
+            raise ParameterError(
+                "Parameter('body_inertial'): the 10 mass properties are one unit; index, bounds and "
+                "uniform do not apply"
+            )
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -250,8 +286,9 @@ def _element(m: mujoco.MjModel, p: Parameter, name: str) -> int:
     if i < 0:
         have = [n for n in _names(m, obj) if n]
         listed = ", ".join(repr(n) for n in have[:40]) + (" ..." if len(have) > 40 else "")
-        raise ParameterError(f"{p.key}: the model has no {_KIND[obj]} named {name!r}; its named {_KIND[obj]}s: "
-                             f"{listed or 'none'}")
+        raise ParameterError(
+            f"{p.key}: the model has no {_KIND[obj]} named {name!r}; its named {_KIND[obj]}s: {listed or 'none'}"
+        )
     return i
 
 
@@ -269,8 +306,10 @@ def _row(m: mujoco.MjModel, field: str, i: int) -> tuple[np.ndarray, tuple[int, 
         cols = _PRIMITIVE_COLUMNS.get(int(m.geom_type[i]))
         if cols is None:
             kind = mujoco.mjtGeom(int(m.geom_type[i])).name.removeprefix("mjGEOM_").lower()
-            raise ParameterError(f"geom_size: geom {mujoco.mj_id2name(m, _GEOM, i)!r} is a {kind}; only primitive "
-                                 "geoms (sphere, capsule, cylinder, ellipsoid, box) have sizes to identify")
+            raise ParameterError(
+                f"geom_size: geom {mujoco.mj_id2name(m, _GEOM, i)!r} is a {kind}; only primitive "
+                "geoms (sphere, capsule, cylinder, ellipsoid, box) have sizes to identify"
+            )
         return i * 3 + np.arange(3), cols
     if f.obj is None:
         return np.arange(f.width), tuple(range(f.width))
@@ -320,8 +359,17 @@ def _resolve(m: mujoco.MjModel, p: Parameter) -> _Resolved:
             raise ParameterError(f"{p.key}: the world body has no mass properties")
         start = _log_cholesky_of_body(m, i)
         labels = tuple(f"{p.key}[{c}]" for c in range(10))
-        return _Resolved(p, (i,), tuple(range(10)), np.zeros((1, 0), int), start, np.full(10, -_INF),
-                         np.full(10, _INF), (Transform.AFFINE,) * 10, labels)  # fmt: skip
+        return _Resolved(
+            p,
+            (i,),
+            tuple(range(10)),
+            np.zeros((1, 0), int),
+            start,
+            np.full(10, -_INF),
+            np.full(10, _INF),
+            (Transform.AFFINE,) * 10,
+            labels,
+        )
     elements = tuple(_element(m, p, n) for n in p.names) if p.names else ()
     if p.field.startswith("body_") and 0 in elements:
         raise ParameterError(f"{p.key}: the world body has no mass properties to identify")
@@ -329,16 +377,20 @@ def _resolve(m: mujoco.MjModel, p: Parameter) -> _Resolved:
     usable = rows[0][1]
     for (_, cols), i in zip(rows[1:], elements[1:]):
         if cols != usable:
-            raise ParameterError(f"{p.key}: the elements have rows of different columns ({usable} vs {cols} for "
-                                 f"{_names(m, f.obj)[i]!r}); one shared value needs the same columns")
+            raise ParameterError(
+                f"{p.key}: the elements have rows of different columns ({usable} vs {cols} for "
+                f"{_names(m, f.obj)[i]!r}); one shared value needs the same columns"
+            )
     if p.index is None:
         columns = usable
     else:
         columns = (p.index,) if isinstance(p.index, int) else p.index
         for c in columns:
             if c not in usable:
-                raise ParameterError(f"{p.key}: index {c} is out of range; the row has columns {list(usable)}"
-                                     + (f" ({f.doc})" if f.doc else ""))
+                raise ParameterError(
+                    f"{p.key}: index {c} is out of range; the row has columns {list(usable)}"
+                    + (f" ({f.doc})" if f.doc else "")
+                )
     flat = np.array([[r[0][c] for c in columns] for r in rows], int)
     values = _leaf_values(m, p.field) if f.leaf != "" else None
     if p.field == "sensor_gain":
@@ -352,14 +404,17 @@ def _resolve(m: mujoco.MjModel, p: Parameter) -> _Resolved:
     if not np.allclose(start_all, start_all[:1], rtol=0, atol=0) and len(elements) > 1:
         first = start_all[0]
         k = int(np.argmax(np.any(start_all != first, axis=1)))
-        raise ParameterError(f"{p.key}: the elements start at different values ({first.tolist()} for "
-                             f"{p.names[0]!r}, {start_all[k].tolist()} for {p.names[k]!r}); one shared value needs "
-                             "one start: write it into the model first")
+        raise ParameterError(
+            f"{p.key}: the elements start at different values ({first.tolist()} for "
+            f"{p.names[0]!r}, {start_all[k].tolist()} for {p.names[k]!r}); one shared value needs "
+            "one start: write it into the model first"
+        )
     start = start_all[0]
     if p.uniform:
         if not np.all(start == start[0]):
-            raise ParameterError(f"{p.key}: uniform=True needs the selected columns to start equal; they are "
-                                 f"{start.tolist()}")
+            raise ParameterError(
+                f"{p.key}: uniform=True needs the selected columns to start equal; they are {start.tolist()}"
+            )
         start = start[:1]
         labels = (p.key,)
     else:
@@ -382,15 +437,24 @@ def _resolve(m: mujoco.MjModel, p: Parameter) -> _Resolved:
         a, b = llo, lhi
         if given is not None:
             a, b = float(glo[j]), float(ghi[j])
-            if a < llo or (a == llo and lo_open and math.isfinite(a)) or b > lhi or (b == lhi and hi_open and math.isfinite(b)):
+            if (
+                a < llo
+                or (a == llo and lo_open and math.isfinite(a))
+                or b > lhi
+                or (b == lhi and hi_open and math.isfinite(b))
+            ):
                 legal = f"{'(' if lo_open else '['}{llo:g}, {lhi:g}{')' if hi_open else ']'}"
-                raise ParameterError(f"{labels[j]}: bounds ({a:g}, {b:g}) leave the legal range {legal}"
-                                     + (f" ({f.doc})" if f.doc else ""))
+                raise ParameterError(
+                    f"{labels[j]}: bounds ({a:g}, {b:g}) leave the legal range {legal}"
+                    + (f" ({f.doc})" if f.doc else "")
+                )
             if not a < b:
                 raise ParameterError(f"{labels[j]}: bounds ({a:g}, {b:g}) are empty; expected lower < upper")
         if not a < start[j] < b:
-            raise ParameterError(f"{labels[j]}: the model's value {start[j]:g} (the start) is not strictly inside "
-                                 f"({a:g}, {b:g}); write a start inside the bounds into the model, or widen them")
+            raise ParameterError(
+                f"{labels[j]}: the model's value {start[j]:g} (the start) is not strictly inside "
+                f"({a:g}, {b:g}); write a start inside the bounds into the model, or widen them"
+            )
         lo[j], hi[j] = a, b
         kinds.append(_kind(p, labels[j], a, b))
     return _Resolved(p, elements, tuple(columns), flat, np.asarray(start, np.float64), lo, hi, tuple(kinds), labels)
@@ -403,8 +467,10 @@ def _kind(p: Parameter, label: str, lo: float, hi: float) -> Transform:
         return (Transform.AFFINE, Transform.LOG, Transform.LOGIT)[finite]
     need = {Transform.LOGIT: (2,), Transform.LOG: (1,), Transform.SOFTPLUS: (1,), Transform.AFFINE: (0, 1, 2)}[t]
     if finite not in need:
-        raise ParameterError(f"{label}: transform {t.name} needs {'two finite bounds' if need == (2,) else 'one finite bound'}; "
-                             f"the bounds are ({lo:g}, {hi:g})")
+        raise ParameterError(
+            f"{label}: transform {t.name} needs {'two finite bounds' if need == (2,) else 'one finite bound'}; "
+            f"the bounds are ({lo:g}, {hi:g})"
+        )
     return t
 
 
@@ -433,8 +499,14 @@ class ParameterSet:
             a start outside the bounds, a tie that cannot hold (named).
     """
 
-    def __init__(self, model: mujoco.MjModel, params: Sequence[Parameter], variants: Sequence[mujoco.MjModel] = (),
-                 spec: mujoco.MjSpec | None = None, variant_specs: Sequence[mujoco.MjSpec | None] = ()):  # fmt: skip
+    def __init__(
+        self,
+        model: mujoco.MjModel,
+        params: Sequence[Parameter],
+        variants: Sequence[mujoco.MjModel] = (),
+        spec: mujoco.MjSpec | None = None,
+        variant_specs: Sequence[mujoco.MjSpec | None] = (),
+    ):
         params = list(params)
         if not params:
             raise ParameterError("no parameters given: pass a list of diffmjx.sysid.Parameter")
@@ -472,7 +544,9 @@ class ParameterSet:
         self._groups = {t: np.array([i for i, k in enumerate(kinds) if k is t], int) for t in Transform}
         self._scale = np.where(self.start != 0, np.abs(self.start), 1.0)
         with jax.ensure_compile_time_eval():  # static: also when first built inside a traced function
-            self.ties = [_MassTies(mv, res, self._slices, sv) for mv, sv, res in zip(self.models, self.specs, self.resolved)]
+            self.ties = [
+                _MassTies(mv, res, self._slices, sv) for mv, sv, res in zip(self.models, self.specs, self.resolved)
+            ]
         self.recompute_constants = any(p.field in _CONST_FIELDS for p in params)
         self.theta0 = self.to_theta(self.start)
 
@@ -527,7 +601,9 @@ class ParameterSet:
             inside = (v > a) & (v < b)
             if not inside.all():
                 j = idx[int(np.argmin(inside))]
-                raise ParameterError(f"{self.labels[j]}={x[j]:g} is not strictly inside its bounds ({lo[j]:g}, {hi[j]:g})")
+                raise ParameterError(
+                    f"{self.labels[j]}={x[j]:g} is not strictly inside its bounds ({lo[j]:g}, {hi[j]:g})"
+                )
             if t is Transform.LOGIT:
                 u = (v - a) / (b - a)
                 z[idx] = np.log(u) - np.log1p(-u)
@@ -610,8 +686,11 @@ class ParameterSet:
     def sensor_terms(self, values, nsensordata: int, variant: int = 0) -> tuple[jax.Array, jax.Array, jax.Array]:
         """``(gain, bias, delay)`` per sensordata column (ones, zeros and zeros where no parameter acts)."""
         values = jnp.asarray(values)
-        terms = {"sensor_gain": jnp.ones(nsensordata, values.dtype), "sensor_bias": jnp.zeros(nsensordata, values.dtype),
-                 "sensor_delay": jnp.zeros(nsensordata, values.dtype)}  # fmt: skip
+        terms = {
+            "sensor_gain": jnp.ones(nsensordata, values.dtype),
+            "sensor_bias": jnp.zeros(nsensordata, values.dtype),
+            "sensor_delay": jnp.zeros(nsensordata, values.dtype),
+        }
         for r, (a, b) in zip(self.resolved[variant], zip(self._slices[:-1], self._slices[1:])):
             if r.param.field in terms:
                 v = values[a:b]
@@ -679,9 +758,11 @@ def _unsimplify(m: mujoco.MjModel, moving: set[int], spec):
         return m, spec
     names = [mujoco.mj_id2name(m, _BODY, b) or f"body {b}" for b in simple]
     if spec is None:
-        raise ParameterError(f"the parameters move the centre of mass of {', '.join(map(repr, names))}, which MuJoCo "
-                             "compiled as a simple body (its inertial frame its joint frame, mass-matrix entries left "
-                             "out); add simple=\"false\" to the body in the MJCF, or pass the MjSpec or MJCF path")
+        raise ParameterError(
+            f"the parameters move the centre of mass of {', '.join(map(repr, names))}, which MuJoCo "
+            "compiled as a simple body (its inertial frame its joint frame, mass-matrix entries left "
+            'out); add simple="false" to the body in the MJCF, or pass the MjSpec or MJCF path'
+        )
     spec = spec.copy()
     for b in simple:
         spec.bodies[b].simple = False
@@ -736,22 +817,29 @@ def _mass_parts(m: mujoco.MjModel, b: int, spec) -> tuple | str:
         vols = np.array([float(constants.geom_volume(t, m.geom_size[g])) for t, g in zip(types, geoms)])
         masses = float(m.body_mass[b]) * vols / vols.sum()
     if not _made_of(m, b, geoms, types, masses):
-        return ("its compiled mass properties are not its geoms' at one density (an <inertial>, or geoms of "
-                "several densities: pass the MjSpec or MJCF path so each geom's mass is known)")
+        return (
+            "its compiled mass properties are not its geoms' at one density (an <inertial>, or geoms of "
+            "several densities: pass the MjSpec or MJCF path so each geom's mass is known)"
+        )
     return geoms, types, masses
 
 
 def _made_of(m, b, geoms, types, masses) -> bool:
     """Whether body ``b``'s compiled mass, centre of mass and inertia are those of ``geoms`` of ``masses``."""
     mass, com, full = constants.combine_inertia(
-        jnp.asarray(masses), jnp.asarray(m.geom_pos[geoms]), jnp.asarray(m.geom_quat[geoms]),
-        jnp.stack([constants.geom_inertia(t, m.geom_size[g], mm) for t, g, mm in zip(types, geoms, masses)]))
+        jnp.asarray(masses),
+        jnp.asarray(m.geom_pos[geoms]),
+        jnp.asarray(m.geom_quat[geoms]),
+        jnp.stack([constants.geom_inertia(t, m.geom_size[g], mm) for t, g, mm in zip(types, geoms, masses)]),
+    )
     r = np.asarray(constants.quat_to_mat(jnp.asarray(m.body_iquat[b])))
     want = r @ np.diag(m.body_inertia[b]) @ r.T
     scale = max(float(np.max(np.abs(want))), 1e-12)
-    return bool(abs(float(mass) - m.body_mass[b]) <= 1e-6 * m.body_mass[b]
-                and np.allclose(np.asarray(com), m.body_ipos[b], rtol=0, atol=1e-6 * max(1.0, float(m.stat.meansize)))
-                and np.allclose(np.asarray(full), want, rtol=0, atol=1e-6 * scale))  # fmt: skip
+    return bool(
+        abs(float(mass) - m.body_mass[b]) <= 1e-6 * m.body_mass[b]
+        and np.allclose(np.asarray(com), m.body_ipos[b], rtol=0, atol=1e-6 * max(1.0, float(m.stat.meansize)))
+        and np.allclose(np.asarray(full), want, rtol=0, atol=1e-6 * scale)
+    )
 
 
 class _MassTies:
@@ -768,8 +856,10 @@ class _MassTies:
         def claim(b: int, key: str) -> None:
             if b in owner and owner[b] != key:
                 name = mujoco.mj_id2name(m, _BODY, b)
-                raise ParameterError(f"{key} and {owner[b]} both set body {name!r}'s mass properties; choose one "
-                                     "(or pass scale_inertia=False / mass_from_geoms=False)")
+                raise ParameterError(
+                    f"{key} and {owner[b]} both set body {name!r}'s mass properties; choose one "
+                    "(or pass scale_inertia=False / mass_from_geoms=False)"
+                )
             owner[b] = key
 
         fields_of: dict[int, set[str]] = {}
@@ -782,15 +872,19 @@ class _MassTies:
             if p.field == "body_inertial":
                 b = r.elements[0]
                 if fields_of.get(b, set()) - {"body_inertial"}:
-                    raise ParameterError(f"{p.key}: the body's other mass parameters ({', '.join(sorted(fields_of[b] - {'body_inertial'}))}) "
-                                         "contradict its full mass properties; keep one")
+                    raise ParameterError(
+                        f"{p.key}: the body's other mass parameters ({', '.join(sorted(fields_of[b] - {'body_inertial'}))}) "
+                        "contradict its full mass properties; keep one"
+                    )
                 claim(b, p.key)
                 self.inertial[b] = int(a)
             elif p.field == "body_mass" and p.scale_inertia:
                 for b in r.elements:
                     if "body_inertia" in fields_of.get(b, set()):
-                        raise ParameterError(f"{p.key}: body_inertia of the same body is a parameter too; pass "
-                                             "scale_inertia=False to fit both")
+                        raise ParameterError(
+                            f"{p.key}: body_inertia of the same body is a parameter too; pass "
+                            "scale_inertia=False to fit both"
+                        )
                     self.mass[b] = int(a)
             elif p.field in ("geom_size", "geom_pos") and p.mass_from_geoms:
                 for g in r.elements:
@@ -798,8 +892,10 @@ class _MassTies:
                     if b == 0 or b in self.geo or b in self.untied:
                         continue
                     if fields_of.get(b, set()) & {"body_inertia", "body_ipos", "body_inertial"}:
-                        raise ParameterError(f"{p.key}: the body's inertia or centre of mass is a parameter too; pass "
-                                             "mass_from_geoms=False to fit both")
+                        raise ParameterError(
+                            f"{p.key}: the body's inertia or centre of mass is a parameter too; pass "
+                            "mass_from_geoms=False to fit both"
+                        )
                     parts = _mass_parts(m, b, spec)
                     if isinstance(parts, str):  # as the compiler: the geoms do not set this body's inertia
                         self.untied[b] = parts
@@ -811,8 +907,11 @@ class _MassTies:
         self.moving.update(self.inertial)
         self.moving.update(e for r in resolved if r.param.field == "body_ipos" for e in r.elements)
         for b, why in self.untied.items():
-            warnings.warn(f"body {mujoco.mj_id2name(m, _BODY, b)!r}: {why}; its geoms' sizes and positions change "
-                          "only their collision shapes (as MuJoCo's compiler would)", stacklevel=4)
+            warnings.warn(
+                f"body {mujoco.mj_id2name(m, _BODY, b)!r}: {why}; its geoms' sizes and positions change "
+                "only their collision shapes (as MuJoCo's compiler would)",
+                stacklevel=4,
+            )
 
     def apply(self, mx, values, base):
         """``mx`` (parameters written into ``base``) with the tied bodies' mass, centre of mass and inertia
@@ -842,4 +941,6 @@ class _MassTies:
             inertia, q = constants.principal_axes(full)
             mass_l, ipos_l = mass_l.at[b].set(mass), ipos_l.at[b].set(com)
             iquat_l, inert_l = iquat_l.at[b].set(q), inert_l.at[b].set(inertia)
-        return mx.tree_replace({"body_mass": mass_l, "body_ipos": ipos_l, "body_iquat": iquat_l, "body_inertia": inert_l})
+        return mx.tree_replace(
+            {"body_mass": mass_l, "body_ipos": ipos_l, "body_iquat": iquat_l, "body_inertia": inert_l}
+        )

@@ -142,8 +142,9 @@ def _drive(sysid, pdict, build, trajs, modify_residual, *, n_threads: int, verbo
     def residual_fn(x, p):
         x = np.asarray(x, np.float64)
         counter["points"] += 1 if x.ndim == 1 else x.shape[1]
-        r, pred, meas = sysid.model_residual(x, p, build, trajs, modify_residual=modify_residual,
-                                             resample_true=False, n_threads=int(n_threads))  # fmt: skip
+        r, pred, meas = sysid.model_residual(
+            x, p, build, trajs, modify_residual=modify_residual, resample_true=False, n_threads=int(n_threads)
+        )
         if x.ndim == 2:  # (per-segment residual, point * segment) with columns (point, segment)
             r = r.reshape(r.shape[0], x.shape[1], batch).transpose(2, 0, 1).reshape(-1, x.shape[1])
         return [r], pred, meas
@@ -229,7 +230,9 @@ def fit_mujoco_sysid(
         pdict.add(sysid.Parameter(name, np.ones_like(lo), lo / scale[name], hi / scale[name], frozen=name not in free))
 
     def physical(p) -> CubeParams:
-        return CubeParams(**{n: (p[n].value * scale[n]).reshape(PARAM_SHAPES[n]).astype(np.float64) for n in FREE_PARAMS})
+        return CubeParams(
+            **{n: (p[n].value * scale[n]).reshape(PARAM_SHAPES[n]).astype(np.float64) for n in FREE_PARAMS}
+        )
 
     def build(p):
         return cube_mjmodel(physical(p), iterations=iterations)
@@ -259,10 +262,27 @@ def fit_mujoco_sysid(
         pred = sysid.TimeSeries(state[:, 0], np.hstack([qp, qv]), meas_ts.signal_mapping)
         return norm * res, pred, sysid.TimeSeries(state[:, 0], meas, meas_ts.signal_mapping)
 
-    run = _drive(sysid, pdict, build, trajs, modify_residual, n_threads=n_threads, verbose=verbose,
-                 max_iters=int(max_iters), eps=float(eps), xtol=1e-10, gtol=1e-12)  # fmt: skip
-    return PeerResult(params=physical(run.fitted), loss_init=run.loss_start, loss_final=run.loss, wall_s=run.wall_s,
-                      evaluations=run.evaluations, iterations=run.iterations)  # fmt: skip
+    run = _drive(
+        sysid,
+        pdict,
+        build,
+        trajs,
+        modify_residual,
+        n_threads=n_threads,
+        verbose=verbose,
+        max_iters=int(max_iters),
+        eps=float(eps),
+        xtol=1e-10,
+        gtol=1e-12,
+    )
+    return PeerResult(
+        params=physical(run.fitted),
+        loss_init=run.loss_start,
+        loss_final=run.loss,
+        wall_s=run.wall_s,
+        evaluations=run.evaluations,
+        iterations=run.iterations,
+    )
 
 
 class PeerFit(NamedTuple):
@@ -359,8 +379,11 @@ def identify_mujoco_sysid(
     pdict = sysid.ParameterDict()
     for i in range(ps.size):
         a, b = _peer_box(ps._lo[i], ps._hi[i], start[i])
-        pdict.add(sysid.Parameter(f"p{i}", np.array([start[i] / scale[i]]), np.array([a / scale[i]]),
-                                  np.array([b / scale[i]])))  # fmt: skip
+        pdict.add(
+            sysid.Parameter(
+                f"p{i}", np.array([start[i] / scale[i]]), np.array([a / scale[i]]), np.array([b / scale[i]])
+            )
+        )
 
     def values_of(p) -> np.ndarray:
         return np.array([p[f"p{i}"].value[0] * scale[i] for i in range(ps.size)])
@@ -380,7 +403,9 @@ def identify_mujoco_sysid(
             ctrl = np.repeat(u, k, axis=0)
             ctrl = np.vstack([ctrl, ctrl[-1:]]) if m0.nu else np.zeros((n * k + 1, 0))
             control = sysid.TimeSeries(times, ctrl)
-            measured = sysid.TimeSeries(times, np.zeros((n * k + 1, 1)), {"row": (sysid.SignalType.CustomObs, np.array([0]))})
+            measured = sysid.TimeSeries(
+                times, np.zeros((n * k + 1, 1)), {"row": (sysid.SignalType.CustomObs, np.array([0]))}
+            )
             s0 = sysid.create_initial_state(m0, g.qpos0[b], g.qvel0[b], g.act0[b] if m0.na else None)
             trajs.append(sysid.SystemTrajectory(m0, control, measured, s0, None))
             meta.append((g, b, k))
@@ -401,8 +426,16 @@ def identify_mujoco_sysid(
             res = np.hstack([res, np.sqrt(w.sensor) * g.sensor_weights[b] * (measured - g.sensordata[b])])
         return norm * res, meas_ts, meas_ts  # the residual is ours; mujoco.sysid checks the mappings agree
 
-    run = _drive(sysid, pdict, build, trajs, modify_residual, n_threads=n_threads, verbose=verbose,
-                 max_iters=int(max_iters))  # fmt: skip
+    run = _drive(
+        sysid, pdict, build, trajs, modify_residual, n_threads=n_threads, verbose=verbose, max_iters=int(max_iters)
+    )
     values = values_of(run.fitted)
-    return PeerFit(values=ps.as_dict(values), model=ps.write(values), loss_start=run.loss_start, loss=run.loss,
-                   wall_s=run.wall_s, evaluations=run.evaluations, iterations=run.iterations)  # fmt: skip
+    return PeerFit(
+        values=ps.as_dict(values),
+        model=ps.write(values),
+        loss_start=run.loss_start,
+        loss=run.loss,
+        wall_s=run.wall_s,
+        evaluations=run.evaluations,
+        iterations=run.iterations,
+    )

@@ -21,7 +21,6 @@ The residual vector is divided by ``sqrt(number of predicted states)``, so its s
 mean over segments and states of the squared residual: the segment loss of the paper's App. E.2.
 """
 
-
 import dataclasses
 import functools
 from collections.abc import Sequence
@@ -103,7 +102,9 @@ def map_segments(fn, xs, batching: str = "auto", chunks: int = 1):
         ``fn``'s outputs with the batch axis in front.
     """
     if batching not in ("vmap", "map"):
-        raise ValueError(f"batching={batching!r} is not allowed here; choose vmap or map (resolve_batching resolves auto)")
+        raise ValueError(
+            f"batching={batching!r} is not allowed here; choose vmap or map (resolve_batching resolves auto)"
+        )
     if batching == "vmap":
         return jax.vmap(fn)(*xs)
     b = jnp.shape(xs[0])[0]
@@ -112,8 +113,6 @@ def map_segments(fn, xs, batching: str = "auto", chunks: int = 1):
     split = tuple(jnp.reshape(x, (chunks, b // chunks, *jnp.shape(x)[1:])) for x in xs)
     out = jax.vmap(lambda *c: jax.lax.map(lambda row: fn(*row), c))(*split)
     return jax.tree.map(lambda y: jnp.reshape(y, (b, *y.shape[2:])), out)
-
-
 
 
 class Weights(NamedTuple):
@@ -191,8 +190,17 @@ class Group(NamedTuple):
 
     def arrays(self) -> tuple:
         """The per-segment arrays a compiled residual takes (None where absent)."""
-        return (self.qpos0, self.qvel0, self.act0, self.ctrl, self.qpos, self.qvel, self.sensordata, self.sensor_weights,
-                self.sensor_ctrl)  # fmt: skip
+        return (
+            self.qpos0,
+            self.qvel0,
+            self.act0,
+            self.ctrl,
+            self.qpos,
+            self.qvel,
+            self.sensordata,
+            self.sensor_weights,
+            self.sensor_ctrl,
+        )
 
 
 def sensor_model(sim, gain, bias, delay, dt: float, *, xp=jnp):
@@ -223,8 +231,10 @@ def cut(recordings: Sequence[Recording], horizon: int, stride: int) -> list[Grou
     for (variant, dt), items in sorted(keyed.items()):
         with_sensors = [r.sensordata is not None for _, r in items]
         if any(with_sensors) and not all(with_sensors):
-            raise ValueError(f"recordings of variant {variant} at dt={dt:g}: some have sensordata and some do not; "
-                             "give all of them sensordata or none")
+            raise ValueError(
+                f"recordings of variant {variant} at dt={dt:g}: some have sensordata and some do not; "
+                "give all of them sensordata or none"
+            )
         cols: dict[str, list] = {k: [] for k in Group._fields[2:]}
         for i, r in items:
             starts = np.arange(0, r.T - horizon + 1, stride)

@@ -161,9 +161,12 @@ class Recording:
         """
         where = f"recording {self.name!r}"
         for key, n, what in (
-            ("qpos", m.nq, "nq"), ("qvel", m.nv, "nv"), ("ctrl", m.nu, "nu"), ("act", m.na, "na"),
+            ("qpos", m.nq, "nq"),
+            ("qvel", m.nv, "nv"),
+            ("ctrl", m.nu, "nu"),
+            ("act", m.na, "na"),
             ("sensordata", m.nsensordata, "nsensordata"),
-        ):  # fmt: skip
+        ):
             a = getattr(self, key)
             if a is not None and a.shape[1] != n:
                 raise RecordingError(f"{where}: {key} has {a.shape[1]} columns; the model has {what} = {n}")
@@ -220,8 +223,19 @@ class Recording:
         return self.segment(0, cut), self.segment(cut, self.T)
 
     @classmethod
-    def simulate(cls, model: mujoco.MjModel, ctrl, dt: float, *, qpos0=None, qvel0=None, act0=None,
-                 step: float | None = None, name: str = "simulated", variant: int = 0) -> Recording:  # fmt: skip
+    def simulate(
+        cls,
+        model: mujoco.MjModel,
+        ctrl,
+        dt: float,
+        *,
+        qpos0=None,
+        qvel0=None,
+        act0=None,
+        step: float | None = None,
+        name: str = "simulated",
+        variant: int = 0,
+    ) -> Recording:
         """A recording made by MuJoCo's C engine: ``model`` from a state, ``ctrl`` held over each period.
 
         For recovery studies and tests, where the "real system" is a model at known values. With
@@ -269,8 +283,16 @@ class Recording:
             for _ in range(sub):
                 mujoco.mj_step(m, d)
         sample(ctrl[-1])
-        return cls(qpos=np.array(qpos), qvel=np.array(qvel), ctrl=ctrl, dt=dt, act=np.array(act) if m.na else None,
-                   sensordata=np.array(sens) if m.nsensordata else None, name=name, variant=variant)  # fmt: skip
+        return cls(
+            qpos=np.array(qpos),
+            qvel=np.array(qvel),
+            ctrl=ctrl,
+            dt=dt,
+            act=np.array(act) if m.na else None,
+            sensordata=np.array(sens) if m.nsensordata else None,
+            name=name,
+            variant=variant,
+        )
 
     # ----------------------------------------------------------------------------------------- files
     @classmethod
@@ -389,7 +411,11 @@ def _read_csv(path: Path, dt: float | None, name: str, variant: int) -> Recordin
         t = np.array([cell(r, time_col) for r in range(len(body))])
         steps = np.diff(t)
         if len(steps) and (not np.all(np.isfinite(steps)) or np.ptp(steps) > 1e-6 * max(abs(steps.mean()), 1e-12)):
-            i = int(np.argmax(np.abs(steps - steps.mean()) > 1e-6 * abs(steps.mean()))) if np.all(np.isfinite(steps)) else 0
+            i = (
+                int(np.argmax(np.abs(steps - steps.mean()) > 1e-6 * abs(steps.mean())))
+                if np.all(np.isfinite(steps))
+                else 0
+            )
             raise RecordingError(f"{path}: the time column is not evenly spaced (row {i + 3}); resample first")
         file_dt = float(steps.mean()) if len(steps) else None
     return Recording(dt=_pick_dt(path, file_dt, dt), name=name, variant=variant, **arrays)

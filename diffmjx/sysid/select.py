@@ -146,7 +146,9 @@ def select(
         raise ValueError("no runs to select from")
     score = score or (lambda p: grouped_trajectory_error(p, tosses, cfg))
     plan = [(name, step, p) for name, (init, hist) in runs.items() for step, p in snapshots(init, hist, every)]
-    scored = [Scored(name, step, p, float(score(p))) for name, step, p in tqdm(plan, desc="selection", disable=not progress)]
+    scored = [
+        Scored(name, step, p, float(score(p))) for name, step, p in tqdm(plan, desc="selection", disable=not progress)
+    ]
     finite = [s for s in scored if np.isfinite(s.error_mm)]
     if not finite:
         raise FloatingPointError("every snapshot's trajectory error is non-finite")

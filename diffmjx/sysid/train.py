@@ -220,8 +220,9 @@ def adam_loop(
         raise ValueError(f"{counts[g]} segments hold no full minibatch of train.batch_size={sizes[g]}")
     steps = steps_per_epoch or full
     if steps > full:
-        raise ValueError(f"train.steps_per_epoch={steps} exceeds the {full} full minibatches of {sizes[0]} in "
-                         f"{counts[0]} segments")  # fmt: skip
+        raise ValueError(
+            f"train.steps_per_epoch={steps} exceeds the {full} full minibatches of {sizes[0]} in {counts[0]} segments"
+        )
     if stop_after is not None and stop_after < 1:
         raise ValueError(f"stop_after={stop_after} is invalid; allowed: an integer >= 1 or None")
     shardings = [batch_sharding(b, devices) for b in sizes]
@@ -238,8 +239,9 @@ def adam_loop(
             if on_resume is not None:
                 on_resume(extra)
             if done > epochs * steps:
-                raise ValueError(f"checkpoint {checkpoint_path} holds {done / steps:g} epochs, more than "
-                                 f"train.epochs={epochs}")  # fmt: skip
+                raise ValueError(
+                    f"checkpoint {checkpoint_path} holds {done / steps:g} epochs, more than train.epochs={epochs}"
+                )
     if jax.process_count() > 1:
         _check_processes_agree(fingerprint, done)
     theta, opt_state = replicate((theta, opt_state), replicated)
@@ -249,13 +251,17 @@ def adam_loop(
     stop = False
     try:
         for epoch in range(done // steps, epochs):
-            orders = [np.random.default_rng([seed, epoch] if g == 0 else [seed, epoch, g]).permutation(n)
-                      for g, n in enumerate(counts)]  # fmt: skip
+            orders = [
+                np.random.default_rng([seed, epoch] if g == 0 else [seed, epoch, g]).permutation(n)
+                for g, n in enumerate(counts)
+            ]
             for k in range(steps):
                 if epoch * steps + k < done or (stop_after is not None and ran >= stop_after) or stop:
                     continue  # done before a resume, or beyond this piece
-                batches = [tuple(sharded_rows(a, order[k * b : (k + 1) * b], sh) for a in arrays)
-                           for arrays, order, b, (sh, _) in zip(data, orders, sizes, shardings)]  # fmt: skip
+                batches = [
+                    tuple(sharded_rows(a, order[k * b : (k + 1) * b], sh) for a in arrays)
+                    for arrays, order, b, (sh, _) in zip(data, orders, sizes, shardings)
+                ]
                 t = time.perf_counter()
                 new_theta, new_state, loss, grad = step(theta, opt_state, batches)
                 loss = float(loss)
@@ -304,10 +310,11 @@ def _restore(saved: dict, theta, opt_state, steps: int, extra: dict):
     else:
         theta = jnp.asarray(saved["theta/"])
     leaves, treedef = jax.tree.flatten(opt_state)
-    opt_state = jax.tree.unflatten(treedef, [jnp.asarray(saved[f"opt/{i}"], dtype=leaf.dtype)
-                                             for i, leaf in enumerate(leaves)])  # fmt: skip
-    hist = {k[len("history/"):]: list(v) for k, v in saved.items() if k.startswith("history/")}
-    extra = {**extra, **{k[len("extra/"):]: v for k, v in saved.items() if k.startswith("extra/")}}
+    opt_state = jax.tree.unflatten(
+        treedef, [jnp.asarray(saved[f"opt/{i}"], dtype=leaf.dtype) for i, leaf in enumerate(leaves)]
+    )
+    hist = {k[len("history/") :]: list(v) for k, v in saved.items() if k.startswith("history/")}
+    extra = {**extra, **{k[len("extra/") :]: v for k, v in saved.items() if k.startswith("extra/")}}
     # steps_done: checkpoints written after every step; older ones, after every epoch, hold epochs_done
     done = int(saved["steps_done"]) if "steps_done" in saved else int(saved["epochs_done"]) * steps
     return theta, opt_state, done, hist, extra
@@ -346,9 +353,11 @@ def train(
         FloatingPointError: a non-finite loss or gradient (the last checkpoint is kept).
     """
     if not jax.config.jax_enable_x64:  # as identify warns: a whole fit in float32 is easy to miss
-        warnings.warn("sysid.train runs in float32 (jax_enable_x64 is off); call diffmjx.enable_compilation_cache() "
-                      "(float64 and a compile cache) or jax.config.update('jax_enable_x64', True) first",
-                      stacklevel=2)  # fmt: skip
+        warnings.warn(
+            "sysid.train runs in float32 (jax_enable_x64 is off); call diffmjx.enable_compilation_cache() "
+            "(float64 and a compile cache) or jax.config.update('jax_enable_x64', True) first",
+            stacklevel=2,
+        )
     tc = cfg.train
     if data is None:
         tosses, train_names, _, _ = load_split(cfg.data)
@@ -379,13 +388,27 @@ def train(
         return {f"params/{n}": np.asarray(getattr(now, n)) for n in FREE_PARAMS}
 
     loop = adam_loop(
-        step, theta, [(qpos_all, qvel_all)], [tc.batch_size], epochs=tc.epochs, steps_per_epoch=tc.steps_per_epoch,
-        seed=tc.seed, fingerprint=_fingerprint(cfg, qpos_all, qvel_all),
-        checkpoint_path=Path(tc.checkpoint_dir) / CHECKPOINT if tc.checkpoint_dir else None, devices=devices,
-        progress=progress, desc=desc, stop_after=stop_after, record=record,
+        step,
+        theta,
+        [(qpos_all, qvel_all)],
+        [tc.batch_size],
+        epochs=tc.epochs,
+        steps_per_epoch=tc.steps_per_epoch,
+        seed=tc.seed,
+        fingerprint=_fingerprint(cfg, qpos_all, qvel_all),
+        checkpoint_path=Path(tc.checkpoint_dir) / CHECKPOINT if tc.checkpoint_dir else None,
+        devices=devices,
+        progress=progress,
+        desc=desc,
+        stop_after=stop_after,
+        record=record,
         postfix=lambda loss, rec: {"side_mm": f"{1e3 * float(rec['params/side_length']):.2f}"},
         hint="choose another train.checkpoint_dir",
-    )  # fmt: skip
+    )
     steps = tc.steps_per_epoch or len(qpos_all) // tc.batch_size
-    return TrainResult(params=_physical(loop.theta, fixed, init), history=_history(loop.history),
-                       resumed_epochs=loop.resumed // steps, resumed_steps=loop.resumed)  # fmt: skip
+    return TrainResult(
+        params=_physical(loop.theta, fixed, init),
+        history=_history(loop.history),
+        resumed_epochs=loop.resumed // steps,
+        resumed_steps=loop.resumed,
+    )
