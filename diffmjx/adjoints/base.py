@@ -14,8 +14,6 @@ A *gradient mode* is how one control period's ``diffeqsolve`` is differentiated.
   are modes themselves, carried out by DiffMJX's own custom derivatives.
 """
 
-from __future__ import annotations
-
 from typing import Any, ClassVar, NamedTuple
 
 import diffrax
