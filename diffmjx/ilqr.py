@@ -96,7 +96,7 @@ def _backward(A, B, g, h, mu, n):
 
 
 def iteration(
-    m, d, state: ILQRState, cost, sim: Config | None = None, *, dt0=None, line_search: int = 6
+    m, d, state: ILQRState, cost, sim: Config | None = None, *, dt0=None, line_search: int = 6, descent: bool = True
 ) -> tuple[ILQRState, dict]:
     """One iLQR iteration on the plan of ``state`` from ``d``.
 
@@ -109,6 +109,9 @@ def iteration(
             (see :func:`diffmjx.linearize`), so the costs compared are of one and the same solve.
         dt0: the first integrator step (see :func:`diffmjx.rollout`).
         line_search: step lengths tried, ``1, 1/2, ..., 2^-(line_search - 1)``.
+        descent: accept only a step that lowers the cost (default). False: where none does, take the
+            full step if it is finite (the model's step, e.g. off a plateau that only contacts from
+            distance see past; see ``planner.keep_best``).
 
     Returns:
         ``(state, info)``: the new state and ``info`` with ``cost`` (the cost of the plan this
@@ -160,7 +163,11 @@ def iteration(
     us, costs = jax.vmap(policy)(alphas)
     costs = jnp.where(jnp.isfinite(costs) & jnp.all(jnp.isfinite(us), axis=(1, 2)), costs, jnp.inf)
     best = jnp.argmin(costs)
-    accept = gains_ok & (costs[best] < c0)
+    lower = costs[best] < c0
+    if not descent:  # where no step lowers the cost, follow the model's full step
+        best = jnp.where(lower, best, 0)
+        lower = lower | jnp.isfinite(costs[0])
+    accept = gains_ok & lower
     mu = jnp.where(accept, jnp.maximum(state.mu * 0.5, MU_MIN), jnp.minimum(state.mu * 10.0, MU_MAX))
     kept = jnp.where(jnp.isfinite(c0), c0, state.cost)  # the plan kept: its cost as just evaluated
     new = ILQRState(jnp.where(accept, us[best], u), jnp.where(accept, costs[best], kept), mu)

@@ -69,6 +69,13 @@ class PlannerConfig(Section, Preset):
         regularization: iLQR's first ``mu``, added to ``Q_uu``'s eigenvalues (ilqr); halved after an
             accepted iteration, multiplied by 10 after a rejected one.
         line_search: iLQR step lengths ``1, 1/2, ...`` tried at once per iteration (ilqr).
+        keep_best: execute the lowest-cost iterate of the gradient iterations (gradient, hybrid), and
+            accept only iLQR steps that lower the cost (ilqr); false: the last gradient iterate (if
+            finite), and iLQR's full step where no step lowers the cost. Keeping the best never executes a plan worse than
+            the nominal one, but where the cost is flat until a contact is made (the object's cost
+            before the actuated body reaches it, plus effort) every step towards the contact costs
+            more than standing still and is never executed: contacts from distance point the way
+            and only the last iterate follows it.
     """
 
     _section: typing.ClassVar[str] = "planner"
@@ -86,6 +93,7 @@ class PlannerConfig(Section, Preset):
     shard: bool = knob(True)
     regularization: float = knob(1e-3, gt=0.0)
     line_search: int = knob(6, ge=1)
+    keep_best: bool = knob(True)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -249,11 +257,12 @@ class GradientMethod:
         return _Descent(u, state, best_u, best_c), (c, finite)
 
     def finish(self, m, d, carry, cost, dt0):
-        """The lowest-cost plan, after evaluating the last iterate (never evaluated by a step)."""
+        """The lowest-cost plan (or the last, ``keep_best`` false), after evaluating the last iterate
+        (never evaluated by a step)."""
         if not self.iterations:
             return carry.best_u, carry.best_c
         last = plan_cost(m, d, carry.u, cost, self.sim, dt0)[0]
-        better = jnp.isfinite(last) & (last < carry.best_c)
+        better = jnp.isfinite(last) & ((last < carry.best_c) | (not self.cfg.keep_best))
         return jnp.where(better, carry.u, carry.best_u), jnp.where(better, last, carry.best_c)
 
 
@@ -289,7 +298,9 @@ class ILQRMethod:
         return ilqr.init(nominal, self.cfg.regularization), jnp.zeros((0,), nominal.dtype)
 
     def step(self, m, d, carry, cost, dt0):
-        carry, info = ilqr.iteration(m, d, carry, cost, self.sim, dt0=dt0, line_search=self.cfg.line_search)
+        carry, info = ilqr.iteration(
+            m, d, carry, cost, self.sim, dt0=dt0, line_search=self.cfg.line_search, descent=self.cfg.keep_best
+        )
         return carry, (info["cost"], info["finite"])
 
     def finish(self, m, d, carry, cost, dt0):

@@ -12,10 +12,10 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 import pytest
+from mujoco import mjx
 
 import diffmjx
 from diffmjx import manifold, scenes
-from diffmjx._mjx import mjx
 from diffmjx.jacobians import period_map, tangent_offset
 
 _QUAT = np.array([0.96, 0.2, -0.15, 0.1]) / np.linalg.norm([0.96, 0.2, -0.15, 0.1])

@@ -12,10 +12,10 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 import pytest
+from mujoco import mjx
 
 import diffmjx
 from diffmjx import mpc
-from diffmjx._mjx import mjx
 
 SLIDER = """
 <mujoco>
@@ -206,7 +206,7 @@ import jax, jax.numpy as jnp, numpy as np, mujoco
 jax.config.update("jax_enable_x64", True)
 import diffmjx
 from diffmjx import mpc
-from diffmjx._mjx import mjx
+from mujoco import mjx
 import tests.test_mpc as t
 assert len(jax.devices()) == 2, jax.devices()
 mx = mjx.put_model(mujoco.MjModel.from_xml_string(t.SLIDER))
