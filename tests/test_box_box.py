@@ -404,6 +404,7 @@ def test_slots_keep_every_distinct_polygon_point_up_to_eight():
         assert np.isclose(d[used].sum(), depth[:4].sum() + max(x, 0.0), rtol=0, atol=1e-15)
 
 
+@pytest.mark.slow  # suite budget: the clipped rule equals the C engine's contacts by default on two other stacks
 def test_clipped_box_box_gives_the_c_engines_eight_contacts_where_a_box_lies_turned_on_another():
     """A box turned 45 degrees lying 1 mm deep on a box of its size: the clipped polygon is an
     octagon and the C engine reports all eight corners; MJX allots four slots to a box pair.

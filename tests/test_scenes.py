@@ -17,6 +17,8 @@ SHIPPED = (
     "box_pair",
     "contactnets_cube",
     "cube_toss",
+    "flick",
+    "push",
     "pushed_box",
     "sphere_drop",
     "sysid_arm",
