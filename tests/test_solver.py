@@ -24,7 +24,8 @@ def scene():
     return mj, mx, d
 
 
-@pytest.mark.parametrize("gradient", ["unroll", "implicit"])
+# suite budget: implicit under -m slow (the forward does not depend on the gradient mode; unroll checks it)
+@pytest.mark.parametrize("gradient", ["unroll", pytest.param("implicit", marks=pytest.mark.slow)])
 def test_forward_equals_mjx_solver(scene, gradient):
     _, mx, d = scene
     ref = jax.jit(mjx.forward)(mx, d)
