@@ -52,8 +52,9 @@ class PeriodSolve(NamedTuple):
     ignored: tuple = ()  # per traced arg: True where the vector field replaces it (no sensitivity to it)
 
 
-def solve_forward(y0_args, term, spec: PeriodSolve, saveat):
-    """One period's forward ``diffeqsolve`` as ``spec`` describes it, with no autodiff inside."""
+def solve_forward(y0_args, term, spec: PeriodSolve, saveat, adjoint=UNDIFFERENTIATED):
+    """One period's ``diffeqsolve`` as ``spec`` describes it, differentiated by the Diffrax
+    ``adjoint`` (default: none, a solve autodiff never enters)."""
     y0, args = y0_args
     return diffrax.diffeqsolve(
         term,
@@ -67,7 +68,7 @@ def solve_forward(y0_args, term, spec: PeriodSolve, saveat):
         stepsize_controller=spec.controller,
         max_steps=spec.max_steps,
         throw=spec.throw,
-        adjoint=UNDIFFERENTIATED,
+        adjoint=adjoint,
     )
 
 
@@ -109,20 +110,7 @@ class Discretised(GradientMode):
     adjoint: diffrax.AbstractAdjoint
 
     def solve(self, term, y0, args, spec: PeriodSolve):
-        sol = diffrax.diffeqsolve(
-            term,
-            spec.solver,
-            t0=spec.t0,
-            t1=spec.t1,
-            dt0=spec.dt0,
-            y0=y0,
-            args=args,
-            saveat=diffrax.SaveAt(t1=True),
-            stepsize_controller=spec.controller,
-            adjoint=self.adjoint,
-            max_steps=spec.max_steps,
-            throw=spec.throw,
-        )
+        sol = solve_forward((y0, args), term, spec, diffrax.SaveAt(t1=True), self.adjoint)
         return jax.tree.map(lambda x: x[-1], sol.ys), sol.stats, sol.result
 
 
