@@ -431,7 +431,7 @@ def readme_claims() -> str:
         (
             "sysid of four models nobody fitted before",
             f"every parameter within 2 % from noise-free recordings ({len(ours)} of {len(ours)} fits, worst "
-            f"{max(ours):.2g} %); `mujoco.sysid` {min(theirs):.2g} to {max(theirs):.2g} % off",
+            f"{max(ours):.2g} %); `mujoco.sysid`'s largest error {min(theirs):.2g} to {max(theirs):.2g} %",
             "[sysid](docs/sysid.md#recovery-study-four-models-nobody-fitted-before)",
         ),
         (
