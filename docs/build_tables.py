@@ -451,6 +451,635 @@ def readme_claims() -> str:
     return "\n".join(out) + "\n"
 
 
+def _sig(x: float, n: int = 3) -> str:
+    """``x`` to ``n`` significant figures, trailing zeros kept (0.0800, 1.04, 24.0, 177)."""
+    return f"{x:#.{n}g}".rstrip(".")
+
+
+def _exp(x: float) -> str:
+    """``x`` as 3.9e-6, one decimal, no padded exponent."""
+    m, e = f"{x:.1e}".split("e")
+    return f"{m}e{int(e)}"
+
+
+def _num(s: str) -> float | None:
+    """A CSV cell as a number; None where it is empty or NaN."""
+    if s in ("", "nan", "-1"):
+        return None
+    x = float(s)
+    return None if x != x else x
+
+
+def speed_jit() -> str:
+    """Per variant of the cube toss's backward program: trace, lowering, compile and run time."""
+    out = [
+        "| backward program | trace | lower to StableHLO | XLA compile | total | HLO lines | run |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in _rows("benchmark_jit.csv"):
+        if r["program"] != "backward":
+            continue
+        cells = []
+        for key, fmt in (("trace_s", "{:.1f} s"), ("lower_s", "{:.1f} s"), ("compile_s", "{:.1f} s")):
+            x = _num(r[key])
+            cells.append("—" if x is None else fmt.format(x))
+        cells.append(f"**{float(r['jit_s']):.1f} s**" if "warm" in r["variant"] else f"{float(r['jit_s']):.1f} s")
+        hlo, run = _num(r["hlo_lines"]), _num(r["run_s"])
+        cells.append("—" if hlo is None else f"{int(hlo):,}".replace(",", " "))
+        cells.append("—" if run is None else f"{run:.2f} s")
+        out.append(f"| {r['variant']} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+VJP_GRADIENTS = ("unroll", "unroll, iterations stored", "implicit")
+
+
+def speed_vjp() -> str:
+    """One evaluation of the forward dynamics: its forward and gradient time and kernel counts."""
+    whole = {(r["state"], r["gradient"]): r for r in _rows("benchmark_vjp.csv") if r["stages"] == "dynamics.forward"}
+    thunks = {(r["state"], r["gradient"]): r for r in _rows("benchmark_vjp_thunks.csv")}
+    out = [
+        "| state | solver gradient | forward | gradient | ratio | forward thunks | "
+        "gradient thunks (stack / read / copy) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for state in dict.fromkeys(s for s, _ in whole):
+        for grad in VJP_GRADIENTS:
+            w, t = whole[(state, grad)], thunks[(state, grad)]
+            fwd, g = float(w["forward_us"]), float(w["gradient_us"])
+            parts = " / ".join(
+                str(int(float(t[k])))
+                for k in ("gradient_stack a loop residual", "gradient_read a loop residual", "gradient_copy")
+            )
+            out.append(
+                f"| {state} | {grad} | {fwd:.1f} µs | {g:.0f} µs | {g / fwd:.1f}× | {int(float(t['forward_thunks']))} | "
+                f"{int(float(t['gradient_thunks']))} ({parts}) |"
+            )
+    return "\n".join(out) + "\n"
+
+
+def _pareto_row(path: str, method: str) -> dict:
+    return next(r for r in _rows(path) if r["method"] == method)
+
+
+def speed_solver_checkpoint() -> str:
+    """What rematerialising the unrolled solve's iterations changed: the same run's evaluation
+    counts and times, and across runs the ratios to the implicit gradient, which it does not touch."""
+    thunks = {(r["state"], r["gradient"]): int(float(r["gradient_thunks"])) for r in _rows("benchmark_vjp_thunks.csv")}
+    vjp = {
+        (r["state"], r["gradient"]): float(r["gradient_us"])
+        for r in _rows("benchmark_vjp.csv")
+        if r["stages"] == "dynamics.forward"
+    }
+    states = ("free flight", "contact")
+
+    def pair(d: dict, grad: str, fmt: str) -> str:
+        return " / ".join(fmt.format(d[(s, grad)]) for s in states)
+
+    def ratio(path: str, method: str) -> float:
+        implicit = float(_pareto_row(path, "tsit5 tol 1e-08 implicit solve")["backward_run_s"])
+        return float(_pareto_row(path, method)["backward_run_s"]) / implicit
+
+    full, quick = "benchmark_pareto_full.csv", "benchmark_pareto.csv"
+    euler = "mjx_euler dt 3.0e-05"
+    jit = {}
+    for name in ("benchmark_jit_before_solver_checkpoint.csv", "benchmark_jit.csv"):
+        got = {r["variant"]: float(r["jit_s"]) for r in _rows(name) if r["program"] == "backward"}
+        jit[name] = f"{got['default']:.1f} / {got['mjx_euler dt 1e-3']:.1f} s"
+    out = [
+        "| | iterations stored (before) | rematerialised (now) | source |",
+        "|---|---|---|---|",
+        f"| gradient thunks, one evaluation, free flight / contact | {pair(thunks, 'unroll, iterations stored', '{}')} "
+        f"| {pair(thunks, 'unroll', '{}')} | `benchmark_vjp_thunks.csv` (same run) |",
+        f"| gradient of one evaluation, free flight / contact | {pair(vjp, 'unroll, iterations stored', '{:.0f}')} µs "
+        f"| {pair(vjp, 'unroll', '{:.0f}')} µs | `benchmark_vjp.csv` (same run) |",
+        f"| cube toss backward run, Tsit5 1e-8 ÷ implicit 1e-8 (same run) | {ratio(full, 'tsit5 tol 1e-08'):.2f}× "
+        f"| {ratio(quick, 'tsit5 tol 1e-08'):.2f}× | full grid, quick grid |",
+        f"| cube toss backward run, MJX Euler dt 3e-5 ÷ implicit 1e-8 (same run) | {ratio(full, euler):.1f}× "
+        f"| {ratio(quick, euler):.1f}× | full grid, quick grid |",
+        f"| backward memory estimate, MJX Euler dt 3e-5 | {float(_pareto_row(full, euler)['backward_memory_mb']):.0f} MB "
+        f"| {float(_pareto_row(quick, euler)['backward_memory_mb']):.0f} MB | full grid, quick grid |",
+        f"| backward JIT, cold, default / MJX Euler dt 1e-3 | {jit['benchmark_jit_before_solver_checkpoint.csv']} "
+        f"| {jit['benchmark_jit.csv']} | `benchmark_jit_before_solver_checkpoint.csv`, `benchmark_jit.csv` |",
+    ]
+    return "\n".join(out) + "\n"
+
+
+def speed_backsolve_args() -> str:
+    """The backsolve toss before and after it stopped carrying an adjoint for constants (one session)."""
+    rows = _rows("benchmark_backsolve_args.csv")
+    codes = list(dict.fromkeys(r["code"] for r in rows))
+    get = {(r["code"], r["what"]): r for r in rows}
+
+    def col(code: str) -> list[str]:
+        fwd, vg = get[(code, "forward")], get[(code, "value and gradient")]
+        vm = get[(code, "value and gradient vmapped")]
+        f, g = float(fwd["run_s"]), float(vg["run_s"])
+        return [
+            f"{g:.3f} s",
+            f"{f:.3f} s",
+            f"{(g - f) / f:.1f}",
+            f"{float(vg['jit_s']):.1f} s",
+            f"{float(vm['per_call_ms']) / 1e3:.3f} s ({float(vm['jit_s']):.1f} s)",
+        ]
+
+    labels = (
+        "value and gradient",
+        "forward",
+        "backward ÷ forward",
+        "cold JIT of the gradient",
+        f"vmapped batch of {get[(codes[0], 'value and gradient vmapped')]['batch']}, per toss (JIT)",
+    )
+    before, after = col(codes[0]), col(codes[1])
+    out = ["| cube toss at `Config()` (backsolve) | before | after |", "|---|---|---|"]
+    out += [f"| {label} | {b} | {a} |" for label, b, a in zip(labels, before, after)]
+    return "\n".join(out) + "\n"
+
+
+PARETO_FAMILIES = {
+    "mjx_euler": "MJX Euler",
+    "mjx_implicitfast": "MJX implicitfast",
+    "mjx_rk4": "MJX RK4",
+    "tsit5": "Tsit5 (speed preset)",
+    "dopri5": "Dopri5",
+    "dopri8": "Dopri8",
+    "bosh3": "Bosh3",
+    "heun": "Heun",
+    "tsit5 backsolve": "Tsit5, backsolve",
+    "tsit5 implicit": "Tsit5, implicit solver gradient",
+}
+
+
+def _setting(method: str) -> str:
+    """``mjx_euler dt 3.0e-05`` -> ``dt 3e-5``; ``tsit5 tol 1e-08 backsolve`` -> ``1e-8``."""
+    words = method.split()
+    kind = "dt" if "dt" in words else "tol"
+    m, e = f"{float(words[words.index(kind) + 1]):.1e}".split("e")
+    value = f"{m.rstrip('0').rstrip('.')}e{int(e)}"
+    return f"dt {value}" if kind == "dt" else value
+
+
+def _seconds(x: float) -> str:
+    return f"{x:.3f} s" if x < 1 else f"{x:.2f} s"
+
+
+def _pareto(summary: str, grid: str) -> str:
+    """Per family the reliable pick at <= 2 % gradient error; a family without one says why."""
+    rows = _rows(grid)
+    out = [
+        "| family | reliable pick | rel. error | forward run | backward run | backward JIT | speed-up |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in _rows(summary):
+        name = PARETO_FAMILIES.get(r["family"], r["family"])
+        if not r["reliable_method"]:
+            ok = [x for x in rows if x["family"] == r["family"] and x["budget_exhausted"] == "False"]
+            errs = [100 * float(x["rel_error"]) for x in ok]
+            tail = ", then out of step budget" if len(ok) < sum(x["family"] == r["family"] for x in rows) else ""
+            why = (
+                f"none ({min(errs):.1f}–{max(errs):.1f} % at {_setting(ok[0]['method'])} to "
+                f"{_setting(ok[-1]['method'])}{tail})"
+            )
+            out.append(f"| {name} | {why} | | | | | |")
+            continue
+        err = 100 * float(r["reliable_rel_error"])
+        err_text = f"{err:.2f}" if err < 1 else f"{err:.1f}"
+        speedup = float(r["reliable_speedup"])
+        sp = f"{speedup:.1f}×" if speedup >= 1 else f"{speedup:.2f}×"
+        out.append(
+            f"| {name} | {_setting(r['reliable_method'])} | {err_text} % | "
+            f"{_seconds(float(r['reliable_forward_run_s']))} | {_seconds(float(r['reliable_backward_run_s']))} | "
+            f"{float(r['reliable_backward_jit_s']):.1f} s | {f'**{sp}**' if speedup >= 10 else sp} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+def speed_pareto_full() -> str:
+    """The full grid's reliable picks (54 methods)."""
+    return _pareto("benchmark_pareto_full_summary.csv", "benchmark_pareto_full.csv")
+
+
+def speed_pareto_quick() -> str:
+    """The quick grid's reliable picks."""
+    return _pareto("benchmark_pareto_summary.csv", "benchmark_pareto.csv")
+
+
+def _jit_medians(path: str) -> dict[str, float]:
+    """Median backward JIT per family over a grid's settings."""
+    rows = _rows(path)
+    return {
+        f: _median([float(r["backward_jit_s"]) for r in rows if r["family"] == f])
+        for f in dict.fromkeys(r["family"] for r in rows)
+    }
+
+
+def _jit_range(path: str, family: str) -> tuple[float, float]:
+    xs = [float(r["backward_jit_s"]) for r in _rows(path) if r["family"] == family]
+    return min(xs), max(xs)
+
+
+def speed_targets() -> str:
+    """The speed issue's targets against the measurements of this page."""
+    full, quick = "benchmark_pareto_full.csv", "benchmark_pareto.csv"
+    qs = {r["family"]: r for r in _rows("benchmark_pareto_summary.csv")}
+    fs = {r["family"]: r for r in _rows("benchmark_pareto_full_summary.csv")}
+    sp = {f: float(r["reliable_speedup"]) for f, r in qs.items()}
+    best_full = max((float(r["reliable_speedup"] or 0), f) for f, r in fs.items())
+    short = {"tsit5": "Tsit5", "tsit5 implicit": "implicit", "tsit5 backsolve": "backsolve"}
+    best_full_names = [
+        short.get(f, PARETO_FAMILIES.get(f, f)) + " " + _setting(r["reliable_method"])
+        for f, r in fs.items()
+        if r["reliable_speedup"] and round(float(r["reliable_speedup"]), 1) == round(best_full[0], 1)
+    ]
+    row1 = (
+        f"quick: MJX Euler dt 3e-5 {float(qs['mjx_euler']['reliable_backward_run_s']):.2f} s; Tsit5 1e-8 "
+        f"{float(qs['tsit5']['reliable_backward_run_s']):.3f} s, **{sp['tsit5']:.1f}×**; with the implicit solver "
+        f"gradient {float(qs['tsit5 implicit']['reliable_backward_run_s']):.3f} s, **{sp['tsit5 implicit']:.1f}×**. "
+        f"Full grid (before the solver checkpoint): {' and '.join(best_full_names)} **{best_full[0]:.1f}×**"
+    )
+    met1 = (
+        f"with the implicit solver gradient {'yes' if sp['tsit5 implicit'] >= 10 else 'no'} "
+        f"({sp['tsit5 implicit']:.1f}×); Tsit5 1e-8 {'yes' if sp['tsit5'] >= 10 else 'no'} ({sp['tsit5']:.1f}×)"
+    )
+    jit = {r["variant"]: float(r["jit_s"]) for r in _rows("benchmark_jit.csv") if r["program"] == "backward"}
+    cold, warm = jit["default"], jit["default, fresh process, warm persistent cache"]
+    t_lo, t_hi = _jit_range(full, "tsit5")
+    i_lo, i_hi = _jit_range(full, "tsit5 implicit")
+    qt_lo, qt_hi = _jit_range(quick, "tsit5")
+    qi_lo, qi_hi = _jit_range(quick, "tsit5 implicit")
+    row2 = (
+        f"full grid: cold {t_lo:.0f}–{t_hi:.0f} s for Tsit5 (implicit {i_lo:.0f}–{i_hi:.0f} s); quick: "
+        f"{qt_lo:.0f}–{qt_hi:.0f} s (implicit {qi_lo:.0f}–{qi_hi:.0f} s); `benchmark_jit.csv`: {cold:.1f} s cold, "
+        f"{warm:.1f} s in a later process with the persistent cache"
+    )
+    met2 = f"cold {'yes' if cold <= 20 else 'no'}; from the second run on {'yes' if warm <= 20 else 'no'}"
+    mf, mq = _jit_medians(full), _jit_medians(quick)
+    eu = jit["mjx_euler dt 1e-3"]
+    ratios_t = [mf["tsit5"] / mf["mjx_euler"], mq["tsit5"] / mq["mjx_euler"], cold / eu]
+    ratios_i = [
+        mf["tsit5 implicit"] / mf["mjx_euler"],
+        mq["tsit5 implicit"] / mq["mjx_euler"],
+        jit["implicit solve"] / eu,
+    ]
+    row3 = (
+        f"medians over the settings, full grid: Tsit5 {mf['tsit5']:.1f} s / Euler {mf['mjx_euler']:.1f} s = "
+        f"{ratios_t[0]:.2f}×; implicit {mf['tsit5 implicit']:.1f} / {mf['mjx_euler']:.1f} = {ratios_i[0]:.2f}×. "
+        f"Quick: {mq['tsit5']:.1f} / {mq['mjx_euler']:.1f} = {ratios_t[1]:.2f}×; implicit "
+        f"{mq['tsit5 implicit']:.1f} / {mq['mjx_euler']:.1f} = {ratios_i[1]:.2f}×. `benchmark_jit.csv`: "
+        f"{cold:.1f} / {eu:.1f} = {ratios_t[2]:.2f}×; implicit {jit['implicit solve']:.1f} / {eu:.1f} = "
+        f"{ratios_i[2]:.2f}×"
+    )
+
+    def verdict(rs: list[float]) -> str:
+        lo, hi = min(rs), max(rs)
+        if hi <= 1.2:
+            return "yes"
+        if lo > 1.2:
+            return "no"
+        return f"borderline ({lo:.2f}–{hi:.2f}×, around the target within the ±20 % JIT noise)"
+
+    met3 = f"Tsit5 {verdict(ratios_t)}; implicit {verdict(ratios_i)}"
+
+    def bf(path: str, method: str) -> float:
+        r = _pareto_row(path, method)
+        return float(r["backward_run_s"]) / float(r["forward_run_s"])
+
+    adj = {r["adjoint"]: float(r["backward_over_forward"]) for r in _rows("benchmark_adjoints_summary.csv")}
+    vjp = [
+        float(r["gradient_us"]) / float(r["forward_us"])
+        for r in _rows("benchmark_vjp.csv")
+        if r["stages"] == "dynamics.forward" and r["gradient"] == "implicit"
+    ]
+    q = {
+        "Tsit5 1e-8": bf(quick, "tsit5 tol 1e-08"),
+        "implicit 1e-8": bf(quick, "tsit5 tol 1e-08 implicit solve"),
+        "MJX Euler dt 3e-5": bf(quick, "mjx_euler dt 3.0e-05"),
+    }
+    f4 = {
+        "Tsit5": bf(full, "tsit5 tol 1e-08"),
+        "Bosh3": bf(full, "bosh3 tol 1e-05"),
+        "implicit": bf(full, "tsit5 tol 1e-08 implicit solve"),
+        "MJX Euler": bf(full, "mjx_euler dt 3.0e-05"),
+    }
+    row4 = (
+        "quick: "
+        + ", ".join(f"{k} {v:.1f}×" for k, v in q.items())
+        + ". Full grid, before the solver checkpoint: "
+        + ", ".join(f"{k} {v:.1f}×" for k, v in f4.items())
+        + f". Default toss at `Config()` (`benchmark_adjoints_summary.csv`): backsolve {adj['backsolve']:.1f}×, "
+        f"`adjoint=sensitivity` {adj['sensitivity']:.1f}×. One evaluation's gradient is "
+        f"{min(vjp):.1f}–{max(vjp):.1f}× its forward even with `implicit` (`benchmark_vjp.csv`)"
+    )
+    best4 = min([*q.values(), *f4.values(), adj["backsolve"], adj["sensitivity"]])
+    met4 = (
+        "yes"
+        if best4 <= 4
+        else f"no (best {best4:.1f}×); a reliable ≤ 4× needs a cheaper reverse mode of MJX's stages "
+        "([where backward run time goes](#where-backward-run-time-goes))"
+    )
+    mem = {(r["horizon_s"], r["remat"]): float(r["backward_memory_mb"]) for r in _rows("benchmark_scaling_memory.csv")}
+    h = sorted({int(k[0]) for k in mem})
+    lo, hi = str(h[0]), str(h[-1])
+    grow = mem[(hi, "True")] - mem[(lo, "True")]
+    rel = grow / mem[(lo, "True")]
+    row5 = (
+        f"remat: +{grow:.2f} MB (+{100 * rel:.0f} % of {mem[(lo, 'True')]:.2f} MB); without: "
+        f"{mem[(hi, 'False')] / mem[(lo, 'False')]:.1f}×"
+    )
+    met5 = f"absolute {'yes' if grow < 1 else 'no'}, relative {'yes' if rel <= 0.2 else 'no'}"
+    vm = {r["mode"]: float(r["ratio"]) for r in _rows("benchmark_scaling_vmap_summary.csv")}
+    row6 = f"{vm['forward']:.0f}× forward, {vm['gradient']:.1f}× gradient (CPU lockstep)"
+    met6 = "yes" if max(vm.values()) <= 1.3 else "no"
+    out = [
+        "| target | measured | met? |",
+        "|---|---|---|",
+        f"| at ≤ 2 % error, backward ≥ 10× faster than the best fixed-step MJX | {row1} | {met1} |",
+        f"| backward JIT ≤ 20 s | {row2} | {met2} |",
+        f"| backward JIT ≤ 1.2× MJX Euler's, same run | {row3} | {met3} |",
+        f"| backward run ≤ 4× forward | {row4} | {met4} |",
+        f"| memory flat in horizon (≤ 20 % from {lo} s to {hi} s) | {row5} | {met5} |",
+        f"| vmap batch ≤ 1.3× slowest env | {row6} | {met6} |",
+    ]
+    return "\n".join(out) + "\n"
+
+
+def speed_memory() -> str:
+    """Backward memory, run and JIT time against the horizon, with and without ``remat``."""
+    rows = {(r["horizon_s"], r["remat"]): r for r in _rows("benchmark_scaling_memory.csv")}
+    out = [
+        "| horizon | memory, remat off | memory, remat on | backward run off / on | backward JIT off / on |",
+        "|---|---|---|---|---|",
+    ]
+    for h in dict.fromkeys(k[0] for k in rows):
+        off, on = rows[(h, "False")], rows[(h, "True")]
+        out.append(
+            f"| {h} s | {_sig(float(off['backward_memory_mb']))} MB | {_sig(float(on['backward_memory_mb']))} MB | "
+            f"{float(off['backward_run_s']):.2f} / {float(on['backward_run_s']):.2f} s | "
+            f"{float(off['backward_jit_s']):.0f} / {float(on['backward_jit_s']):.0f} s |"
+        )
+    return "\n".join(out) + "\n"
+
+
+def speed_vmap() -> str:
+    """The uneven batch of balls: the vmapped batch against its members run alone."""
+    n = len({r["env"] for r in _rows("benchmark_scaling_vmap.csv")})
+    out = [
+        f"| | vmap batch | slowest env alone | all {n} alone, one after another | batch / slowest |",
+        "|---|---|---|---|---|",
+    ]
+    for r in _rows("benchmark_scaling_vmap_summary.csv"):
+        mode = "value and gradient" if r["mode"] == "gradient" else r["mode"]
+        out.append(
+            f"| {mode} | {_sig(float(r['batch_run_s']))} s | {_sig(float(r['slowest_alone_s']))} s | "
+            f"{_sig(float(r['sum_alone_s']))} s | {float(r['ratio']):.2g}× |"
+        )
+    return "\n".join(out) + "\n"
+
+
+def speed_device() -> str:
+    """The device benchmark: this CPU against one H200, with and without ``enable_gpu()``'s flags.
+
+    A dash: not measured there (not run, or cut by the lent machine's time budget). Cold JIT times
+    come from the compile pass where there was one (on the GPU machine, every program compiled in
+    parallel with the others: the smallest of its compiles)."""
+    cpu = _rows("benchmark_device_cpu.csv")
+    gpu = _rows("benchmark_device_h200.csv")
+    columns = ((cpu, "default"), (gpu, "default"), (gpu, "graphs"))
+
+    def find(rows, variant, what, batch="", pass_="measure"):
+        return [
+            r
+            for r in rows
+            if r["variant"] == variant
+            and r["what"] == what
+            and r["pass"] == pass_
+            and (not batch or r["batch"] == batch)
+        ]
+
+    def cell(fn):
+        def one(col):
+            try:
+                return fn(*col)
+            except (IndexError, KeyError, ValueError, TypeError):
+                return "—"
+
+        return [one(c) for c in columns]
+
+    def call(what, batch="1"):
+        return lambda rows, v: f"{float(find(rows, v, what, batch)[0]['per_call_ms']):.2f} ms"
+
+    def vmapped(rows, v):
+        a, b = (float(find(rows, v, "diffmjx.forward vmapped", n)[0]["per_call_ms"]) for n in ("64", "1024"))
+        return f"{a:.2g} / {b:.2g} ms"
+
+    def toss_forward(rows, v):
+        r = find(rows, v, "forward")[0]
+        return f"{_sig(float(r['run_s']))} s ({int(float(r['accepted']))} + {int(float(r['rejected']))})"
+
+    def run(what, bold=False):
+        def f(rows, v):
+            r = find(rows, v, what)[0]
+            text = f"{_sig(float(r['run_s']))} s"
+            if int(r["repeats"]) < 3:
+                text += f" (median of {r['repeats']})"
+            return f"**{text}**" if bold else text
+
+        return f
+
+    def batched(what):
+        def f(rows, v):
+            r = find(rows, v, what)[0]
+            return f"{r['batch']}: {float(r['per_call_ms']) / 1e3:.2f} s ({float(r['run_s']):.1f} s in all)"
+
+        return f
+
+    def cold(what, fmt):
+        def f(rows, v):
+            compiled = find(rows, v, what, pass_="compile")
+            if compiled:
+                return fmt.format(min(float(r["jit_s"]) for r in compiled)) + "\\*"
+            return fmt.format(float(find(rows, v, what)[0]["jit_s"]))
+
+        return f
+
+    conv, lib, paper = (
+        "Adam step, DiffMJX + CFD, converged solve",
+        "Adam step, DiffMJX + CFD, library setting",
+        "Adam step, DiffMJX + CFD, paper solver",
+    )
+    table = (
+        ("`mjx.forward`, one call", call("mjx.forward")),
+        ("`diffmjx.forward`, one call", call("diffmjx.forward")),
+        ("its gradient (of the accelerations)", call("diffmjx.forward gradient")),
+        ("`diffmjx.forward` vmapped over 64 / 1024", vmapped),
+        ("cube toss forward (accepted + rejected steps)", toss_forward),
+        ("cube toss value and gradient", run("value and gradient")),
+        ("toss gradient vmapped: batch, per toss", batched("value and gradient vmapped")),
+        (
+            "MJX Euler dt 3e-5, value and gradient: batch, per toss",
+            batched("MJX Euler dt 3e-5, value and gradient vmapped"),
+        ),
+        ("sysid Adam step, library setting (converged solve, `deepest`)", run(lib, bold=True)),
+        ("sysid Adam step, converged solve, MJX's plane–box rule", run(conv)),
+        ("sysid Adam step, paper's solver", run(paper)),
+        ("cold JIT of the toss gradient", cold("value and gradient", "{:.1f} s")),
+        ("cold JIT of the sysid step (converged solve)", cold(conv, "{:.0f} s")),
+    )
+    out = ["| | CPU, 2 cores | H200, XLA defaults | H200, `enable_gpu()` |", "|---|---|---|---|"]
+    out += [f"| {label} | " + " | ".join(cell(fn)) + " |" for label, fn in table]
+    return "\n".join(out) + "\n"
+
+
+TOSS_STEP_SETTINGS = {
+    "paper": "paper (2 Newton iterations, MJX's plane–box rule, floor 1e-4)",
+    "library": "library (converged solve, `deepest`)",
+    "library, elliptic": "library, elliptic cone instead of the dataset's pyramidal",
+}
+
+
+def speed_toss_steps() -> str:
+    """Tsit5 steps per control period of whole ContactNets tosses, by the phase the cube is in."""
+    rows = [r for r in _rows("contactnets_steps_summary.csv") if r["setting"] in TOSS_STEP_SETTINGS]
+    phases = list(dict.fromkeys(r["phase"] for r in rows))
+    out = [
+        "| setting | " + " | ".join(phases) + " | face sliding's share of all steps |",
+        "|---" * (len(phases) + 2) + "|",
+    ]
+    for setting, label in TOSS_STEP_SETTINGS.items():
+        sel = {r["phase"]: r for r in rows if r["setting"] == setting}
+        cells = []
+        for p in phases:
+            x = _num(sel[p]["steps_per_period"])
+            cells.append("—" if x is None else f"{x:.0f}" if x >= 100 else f"{x:.1f}")
+        share = 100 * float(sel["face, sliding"]["share_of_steps"])
+        out.append(f"| {label} | " + " | ".join(cells) + f" | {share:.0f} % |")
+    return "\n".join(out) + "\n"
+
+
+def speed_stiff() -> str:
+    """Tsit5 against the implicit Kvaerno3 and Kvaerno5 on the cube toss."""
+    out = [
+        "| method | accepted (contact) | rejected (contact) | forward run | first call | final position vs converged |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in _rows("benchmark_stiff.csv"):
+        name = r["method"].capitalize() + (" (default)" if r["method"] == "tsit5" else "")
+        out.append(
+            f"| {name} | {r['accepted']} ({r['accepted_contact']}) | {r['rejected']} ({r['rejected_contact']}) | "
+            f"{_sig(float(r['forward_run_s']))} s | {float(r['first_call_s']):.1f} s | {_exp(float(r['abs_error']))} m |"
+        )
+    return "\n".join(out) + "\n"
+
+
+FIG9_CONFIGS = {
+    "mjx_smooth": "fixed-step MJX + smooth collisions",
+    "mjx_smooth_cfd": "fixed-step MJX + smooth + CFD (w_c 4 cm)",
+    "diffmjx_cfd": "DiffMJX + CFD (paper setting)",
+    "diffmjx_cfd_library": "DiffMJX + CFD (library setting)",
+}
+
+
+def _fig9(path: str, last: int) -> str:
+    """Per configuration and start: the final side, mean ± standard deviation of the last ``last``
+    estimates, the median time per step and the three runs' time in gradient steps."""
+    rows = _rows(path)
+    out = [
+        "| configuration | from 60 mm | from 100 mm | from 140 mm | s per step (median) | time of the three runs |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for config in dict.fromkeys(r["config"] for r in rows):
+        cells, steps, totals = [], [], []
+        for init in dict.fromkeys(r["init_mm"] for r in rows if r["config"] == config):
+            sel = [r for r in rows if (r["config"], r["init_mm"]) == (config, init)]
+            side = [float(r["side_mm"]) for r in sel]
+            wall = [float(r["wall_s"]) for r in sel]
+            tail = side[-last:]
+            mean = sum(tail) / len(tail)
+            std = (sum((x - mean) ** 2 for x in tail) / len(tail)) ** 0.5
+            cells.append(f"{side[-1]:.1f} ({mean:.1f} ± {std:.1f})")
+            steps += [wall[i + 1] - wall[i] for i in range(len(wall) - 1)]
+            totals.append(wall[-1])
+        step = _median(steps)
+        total = sum(totals)
+        time = (
+            f"{total / 60:.0f} min ({' + '.join(f'{t:.0f}' for t in totals)} s)" if total >= 600 else f"{total:.0f} s"
+        )
+        step_text = f"{step:.2f}" if step >= 0.1 else f"{step:.3f}"
+        out.append(f"| {FIG9_CONFIGS.get(config, config)} | " + " | ".join(cells) + f" | {step_text} | {time} |")
+    return "\n".join(out) + "\n"
+
+
+def sysid_fig9_quick() -> str:
+    """Fig. 9 at the quick preset: 80 steps of 16 segments."""
+    return _fig9("contactnets_sysid_side.csv", 10)
+
+
+def sysid_fig9_paper() -> str:
+    """Fig. 9 at the paper preset: 632 steps of 64 segments."""
+    return _fig9("contactnets_sysid_side_paper.csv", 50)
+
+
+def _minutes(s: float) -> str:
+    if s < 60:
+        return f"{s:.0f} s"
+    m = s / 60
+    return f"{m:.0f} min" if m >= 10 else f"{m:.1f} min"
+
+
+EVALUATIONS = {  # contactnets_extended.csv's evaluation, in the plural
+    "minibatch gradient": "minibatch gradients",
+    "Jacobian of the subset": "Jacobians of the subset",
+    "residuals of the subset": "residual evaluations",
+}
+
+
+def sysid_extended() -> str:
+    """Every fit of the extended study: where it stopped, its parameters and its errors."""
+    out = [
+        "| fit | stopped / steps | side (mm) | mass (kg) | friction | solref | subset loss | selection (mm) | "
+        "test (mm) | fit wall | evaluations |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    seen = set()
+    for r in _rows("contactnets_extended.csv"):
+        fit = r["fit"].replace("Levenberg-Marquardt", "Levenberg–Marquardt").replace("mujoco.sysid", "`mujoco.sysid`")
+        pub = r["published"] == "True"
+        if r["method"] == "none":
+            stopped, wall, evals = "—", "—", "—"
+        else:
+            stopped = f"{r['stopped_step']} / {r['steps']}" if r["steps"] else "—"
+            wall = _minutes(float(r["fit_wall_s"]))
+            evals = r["evaluations"]
+            if r["evaluation"] not in seen:
+                seen.add(r["evaluation"])
+                evals += " " + EVALUATIONS.get(r["evaluation"], r["evaluation"])
+        sel, test = f"{float(r['selection_err_mm']):.1f}", f"{float(r['test_err_mm']):.1f}"
+        if pub:
+            fit, sel, test = f"{fit} **(published)**", f"**{sel}**", f"**{test}**"
+        out.append(
+            f"| {fit} | {stopped} | {float(r['side_mm']):.1f} | {float(r['mass_kg']):.3f} | "
+            f"{float(r['friction']):.3f} | {float(r['solref0']):.4f}, {float(r['solref1']):.2f} | "
+            f"{float(r['subset_loss']):.3g} | {sel} | {test} | {wall} | {evals} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+def sysid_generalisation() -> str:
+    """The published against the pre-tuned cube on every held-out toss."""
+    out = [
+        "| tosses | pre-tuned (mm) | published (mm) | ratio of the means [95 %] | medians (mm) | published better on |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in _rows("contactnets_generalisation_summary.csv"):
+        out.append(
+            f"| {r['set']} ({r['tosses']}) | {float(r['pretuned_mean_mm']):.1f} | {float(r['published_mean_mm']):.1f} | "
+            f"**{float(r['ratio_of_means']):.2f}** [{float(r['ratio_ci_lo']):.2f}, {float(r['ratio_ci_hi']):.2f}] | "
+            f"{float(r['pretuned_median_mm']):.1f} → {float(r['published_median_mm']):.1f} | "
+            f"{100 * float(r['share_better']):.0f} % of the tosses |"
+        )
+    return "\n".join(out) + "\n"
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "sysid_recovery": sysid_recovery,
     "contactnets_generic": contactnets_generic,
@@ -469,6 +1098,22 @@ TABLES: dict[str, Callable[[], str]] = {
     "myo_mpc_die": lambda: _myo_mpc("myo_mpc_die_summary.csv"),
     "myo_mpc_die_table": lambda: _myo_mpc("myo_mpc_die_table_summary.csv"),
     "myo_mpc_gradient_modes": myo_mpc_gradient_modes,
+    "speed_jit": speed_jit,
+    "speed_vjp": speed_vjp,
+    "speed_solver_checkpoint": speed_solver_checkpoint,
+    "speed_backsolve_args": speed_backsolve_args,
+    "speed_pareto_full": speed_pareto_full,
+    "speed_pareto_quick": speed_pareto_quick,
+    "speed_targets": speed_targets,
+    "speed_memory": speed_memory,
+    "speed_vmap": speed_vmap,
+    "speed_device": speed_device,
+    "speed_toss_steps": speed_toss_steps,
+    "speed_stiff": speed_stiff,
+    "sysid_fig9_quick": sysid_fig9_quick,
+    "sysid_fig9_paper": sysid_fig9_paper,
+    "sysid_extended": sysid_extended,
+    "sysid_generalisation": sysid_generalisation,
 }
 """Table name -> the function that writes it."""
 
