@@ -1337,6 +1337,39 @@ def config_adjoints_ten() -> str:
     return "\n".join(out) + "\n"
 
 
+DEMO_LABELS = {
+    "DiffMJX (tsit5, rtol 1e-08, checkpoint, kink control)": "**DiffMJX** (Tsit5, rtol = atol = 1e-8, checkpointed AD, "
+    "kink control)",
+    "DiffMJX, backsolve adjoint": "DiffMJX, backsolve adjoint (same tolerances)",
+    "DiffMJX, implicit solver gradient": "DiffMJX, implicit constraint-solver gradient (same tolerances)",
+    "MJX semi-implicit Euler, dt 0.01": "MJX semi-implicit Euler, dt 0.01 (AD)",
+}
+
+
+def _signed(x: float) -> str:
+    """``x`` to four decimals with its sign, a typographic minus."""
+    return f"{x:+.4f}".replace("-", "−")
+
+
+def getting_started_demo() -> str:
+    """What the demo prints: per method the loss, the gradient d loss / d u0 and its error against
+    the converged solve, whose gradient leads (its loss is printed, not written to the CSV)."""
+    rows = _cube_toss()
+    truth = {float(r["grad_truth"]) for r in rows.values()}
+    assert len(truth) == 1, truth
+    out = [
+        "| method | loss | d loss / d u0 | rel. error vs converged solve |",
+        "|---|---|---|---|",
+        f"| converged solve (Tsit5, rtol = atol = 1e-12, central differences) | — | {_signed(truth.pop())} | — |",
+    ]
+    for method, r in rows.items():
+        out.append(
+            f"| {DEMO_LABELS.get(method, method)} | {_signed(float(r['loss']))} | {_signed(float(r['grad_ad']))} | "
+            f"{_percent_sig(float(r['rel_error']))} % |"
+        )
+    return "\n".join(out) + "\n"
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "sysid_recovery": sysid_recovery,
     "contactnets_generic": contactnets_generic,
@@ -1376,6 +1409,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "config_changes": config_changes,
     "config_quick": config_quick,
     "config_adjoints_ten": config_adjoints_ten,
+    "getting_started_demo": getting_started_demo,
 }
 """Table name -> the function that writes it."""
 
