@@ -1370,6 +1370,61 @@ def getting_started_demo() -> str:
     return "\n".join(out) + "\n"
 
 
+def _short(x: float) -> str:
+    """A step size as the toy page writes it: 0.1, 1e-4."""
+    if 0.01 <= abs(x) < 1000:
+        return f"{x:g}"
+    return _power(x)
+
+
+def _power(x: float) -> str:
+    """A number with one significant digit in exponent form: 1e2, 1e-4."""
+    m, e = f"{x:.0e}".split("e")
+    return f"{m}e{int(e)}"
+
+
+def _toy(x: float, fmt: str = ".3g") -> str:
+    """A toy statistic: ``fmt``, exactly 0 as ``0``, exponents without padding (8.2e-11)."""
+    return "0" if x == 0 else re.sub(r"e([+-])0*(\d)", lambda m: f"e{m[1].replace('+', '')}{m[2]}", f"{x:{fmt}}")
+
+
+def toy_point_mass() -> str:
+    """Per contact model and step size: the gradient errors away from kinks, the wrong-sign fractions,
+    the median ``dq_N/dq0`` over bouncing ``q0`` (AD bold where its sign is wrong) and the median
+    central-difference minus AD gradient."""
+    out = [
+        "| model | h | n | median err | mean err | p90 err | wrong sign | (bounce) | `dq_N/dq0` AD | true | "
+        "median \\|fd - ad\\| |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in _rows("toy_point_mass_summary.csv"):
+        med = _toy(float(r["median_abs_err"]))
+        ad, true = float(r["median_dqN_ad_bounce"]), float(r["median_dqN_true_bounce"])
+        ad_text = _toy(ad, "+.3g") if ad > 0 else _toy(ad)
+        if ad * true < 0:
+            ad_text = f"**{ad_text}**"
+        frac = [float(r[k]) for k in ("frac_wrong_sign", "frac_wrong_sign_bounce")]
+        out.append(
+            f"| {r['model']} | {_short(float(r['h']))} | {r['n_points']} | {f'**{med}**' if med != '0' else med} | "
+            f"{_toy(float(r['mean_abs_err']))} | {_toy(float(r['p90_abs_err']))} | "
+            + " | ".join(f"{x:.3f}" for x in frac)
+            + f" | {ad_text} | {_toy(true)} | {_toy(float(r['median_abs_fd_minus_ad']), '.2g')} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+def toy_point_mass_stiffness() -> str:
+    """The penalty model's median gradient error per stiffness and step size."""
+    rows = _rows("toy_point_mass_stiffness.csv")
+    hs = list(dict.fromkeys(r["h"] for r in rows))
+    out = ["| k | " + " | ".join(f"h = {_short(float(h))}" for h in hs) + " |", "|---" * (len(hs) + 1) + "|"]
+    for k in dict.fromkeys(r["k"] for r in rows):
+        sel = {r["h"]: r for r in rows if r["k"] == k}
+        label = _power(float(k)) + (" (used)" if sel[hs[0]]["default"] == "True" else "")
+        out.append(f"| {label} | " + " | ".join(_toy(float(sel[h]["median_abs_err"])) for h in hs) + " |")
+    return "\n".join(out) + "\n"
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "sysid_recovery": sysid_recovery,
     "contactnets_generic": contactnets_generic,
@@ -1410,6 +1465,8 @@ TABLES: dict[str, Callable[[], str]] = {
     "config_quick": config_quick,
     "config_adjoints_ten": config_adjoints_ten,
     "getting_started_demo": getting_started_demo,
+    "toy_point_mass": toy_point_mass,
+    "toy_point_mass_stiffness": toy_point_mass_stiffness,
 }
 """Table name -> the function that writes it."""
 

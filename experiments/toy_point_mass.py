@@ -32,7 +32,9 @@ The model, its closed forms and the sweep live in :mod:`diffmjx.scenes.point_mas
 the tests check them and may import only the library), the contact models as typed objects
 (``PENALTY``, ``ELASTIC``, ``ELASTIC_MIRROR``); a model's ``name`` appears only in this module's
 output (the CSV's ``model`` column, the labels and the table). This module is the study: it sweeps
-``q0`` (and the penalty stiffness), writes the CSV, draws the figure and prints the table.
+``q0`` (and the penalty stiffness), writes the CSVs (the sweep, its summary and the stiffness
+sweep's summary, which ``docs/build_tables.py`` turns into the tables of ``docs/toy_point_mass.md``),
+draws the figure and prints the table.
 
 Run:  ``python -m experiments.toy_point_mass [--quick] [--out docs/results]``
 """
@@ -144,8 +146,54 @@ def write_csv(q0s, results: dict, path: Path) -> None:
                     )
 
 
+# Columns of the summary CSVs: :func:`summarize`'s statistics, as ``repr`` floats (full precision)
+SUMMARY_STATS = (
+    "n_points",
+    "median_abs_err",
+    "mean_abs_err",
+    "p90_abs_err",
+    "frac_wrong_sign",
+    "frac_wrong_sign_bounce",
+    "grad_ad_min",
+    "grad_ad_max",
+    "median_dqN_ad_bounce",
+    "median_dqN_true_bounce",
+    "median_abs_fd_minus_ad",
+)
+
+
+def _cell(x) -> str:
+    """A statistic as the CSV holds it: an int as is, a float as its ``repr``, a missing one empty."""
+    if x is None:
+        return ""
+    return str(x) if isinstance(x, int) else repr(float(x))
+
+
+def write_summary_csv(summary: dict, path: Path) -> None:
+    """Per model and step size: :func:`summarize`'s statistics (the first table of the docs page)."""
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["model", "h", "n_steps", *SUMMARY_STATS])
+        for model in MODELS:
+            for h, n in SETTINGS:
+                s = summary[model.name][h]
+                w.writerow([model.name, repr(h), n, *(_cell(s.get(key)) for key in SUMMARY_STATS)])
+
+
+def write_stiffness_csv(stiff: dict, path: Path) -> None:
+    """Per penalty stiffness and step size: :func:`summarize`'s statistics (without central
+    differences but at the model's own stiffness), ``default`` marking ``STIFFNESS``."""
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["k", "h", "n_steps", "default", *SUMMARY_STATS])
+        for k, per_h in stiff.items():
+            for h, n in SETTINGS:
+                s = per_h[h]
+                w.writerow([repr(k), repr(h), n, k == STIFFNESS, *(_cell(s.get(key)) for key in SUMMARY_STATS)])
+
+
 def run(quick: bool, out_dir: Path) -> dict:
-    """Run the study, write CSV + PNG to ``out_dir`` and return the summary numbers.
+    """Run the study, write the CSVs and the PNG to ``out_dir`` and return the summary numbers.
 
     Returns ``{"params": ..., "summary": {model name: {h: stats}}, "stiffness_sweep":
     {k: {h: median_abs_err}}, "files": [...]}``.
@@ -168,10 +216,13 @@ def run(quick: bool, out_dir: Path) -> dict:
         stiff[k] = {}
         for h, n in SETTINGS:
             res = results[(PENALTY, h)] if k == STIFFNESS else sweep(q0s, PENALTY, h, n, k=k, with_fd=False)
-            stiff[k][h] = summarize(q0s, res, PENALTY, k=k)["median_abs_err"]
+            stiff[k][h] = summarize(q0s, res, PENALTY, k=k)
 
     csv_path, png_path = out_dir / "toy_point_mass.csv", out_dir / "toy_point_mass.png"
+    summary_path, stiff_path = out_dir / "toy_point_mass_summary.csv", out_dir / "toy_point_mass_stiffness.csv"
     write_csv(q0s, results, csv_path)
+    write_summary_csv(summary, summary_path)
+    write_stiffness_csv(stiff, stiff_path)
     make_plot(q0s, results, png_path)
 
     pc = penalty_constants()
@@ -187,8 +238,8 @@ def run(quick: bool, out_dir: Path) -> dict:
             "fd_eps": FD_EPS,
         },
         "summary": summary,
-        "stiffness_sweep": stiff,
-        "files": [str(csv_path), str(png_path)],
+        "stiffness_sweep": {k: {h: s["median_abs_err"] for h, s in per_h.items()} for k, per_h in stiff.items()},
+        "files": [str(csv_path), str(summary_path), str(stiff_path), str(png_path)],
         "seconds": time.perf_counter() - t0,
     }
 
