@@ -5,6 +5,7 @@
 
 A table lives between ``<!-- table: NAME -->`` and ``<!-- /table -->`` in a Markdown file; NAME is
 a key of :data:`TABLES`, a function that reads ``docs/results/`` and returns the table's Markdown.
+Markers indented alike (a table inside a list item) indent the table with them.
 Tables are written, never typed: ``tests/test_docs_tables.py`` fails when one differs from what
 this script would write.
 """
@@ -19,7 +20,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
-MARKER = re.compile(r"(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
+MARKER = re.compile(
+    r"^(?P<indent>[ \t]*)<!-- table: (?P<name>[\w-]+) -->\n(?P<body>.*?)^(?P=indent)<!-- /table -->", re.S | re.M
+)
 
 
 def _rows(name: str) -> list[dict]:
@@ -1425,6 +1428,187 @@ def toy_point_mass_stiffness() -> str:
     return "\n".join(out) + "\n"
 
 
+def _mm(x: float) -> str:
+    """A distance in mm: two significant digits below 1 mm (0.20), three from 1 mm (7.93, 492)."""
+    return f"{x:#.2g}" if x < 1 else _sig(x)
+
+
+def collision_box_box_family() -> str:
+    """The box-box family: per collision rule in the CSV's order (the C engine at half the step
+    first), the final position against the C engine over all throws (median, how many within 0.1 mm
+    and 1 mm, worst), the median per motion, and the rule on the throws where the C engine agrees
+    with itself to 0.1 mm. The lowest median among the rules is bold."""
+    rows = _rows("box_box_family.csv")
+    rules = list(dict.fromkeys(r["collision"] for r in rows))
+    motions = list(dict.fromkeys(r["motion"] for r in rows))
+    own = next(c for c in rules if c.startswith("C engine"))  # the C engine at half its step
+    settled = {r["drop"] for r in rows if r["collision"] == own and float(r["position_off_c_engine_m"]) <= 1e-4}
+    off = {
+        c: {r["drop"]: 1e3 * float(r["position_off_c_engine_m"]) for r in rows if r["collision"] == c} for c in rules
+    }
+    counts = {m: len({r["drop"] for r in rows if r["motion"] == m}) for m in motions}
+    best = min(_median(list(off[c].values())) for c in rules if c != own)
+    out = [
+        "| rule | median | within 0.1 mm | within 1 mm | worst | median by motion: "
+        + " / ".join(f"{m} ({counts[m]})" for m in motions)
+        + f" | where the C engine agrees with itself to 0.1 mm ({len(settled)}) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for c in rules:
+        e = list(off[c].values())
+        med = f"{_mm(_median(e))} mm"
+        if c != own and _median(e) == best:
+            med = f"**{med}**"
+        per_motion = [[off[c][r["drop"]] for r in rows if r["collision"] == c and r["motion"] == m] for m in motions]
+        by_motion = " / ".join(_mm(_median(x)) if x else "—" for x in per_motion)
+        if c == own:
+            agree = "—"
+        else:
+            sel = [off[c][d] for d in settled if d in off[c]]
+            within = sum(x <= 1 for x in sel)
+            count = "all" if within == len(sel) else f"{within} of {len(sel)}"
+            agree = f"{count} within 1 mm (worst {_mm(max(sel))} mm)"
+        out.append(
+            f"| {c} | {med} | {sum(x <= 0.1 for x in e)} of {len(e)} | {sum(x <= 1 for x in e)} of {len(e)} | "
+            f"{_mm(max(e))} mm | {by_motion} mm | {agree} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+def _pct(x: float) -> str:
+    """A percentage: two decimals below 1, three significant digits from 1 (7.70, 12.4, 315)."""
+    return f"{x:.2f}" if x < 1 else _sig(x)
+
+
+def collision_box_box_gradient() -> str:
+    """The box-box gradient sweep: per rule in the CSV's order and per scene (the contact's
+    ``solimp``), the median, 90th percentile and worst relative error and the wrong signs; the
+    lowest median of each scene bold."""
+    rows = _rows("box_box_gradient.csv")
+    scenes = list(dict.fromkeys(r["scene"] for r in rows))
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    err = {
+        (s, m): [100 * float(r["rel_error"]) for r in rows if (r["scene"], r["method"]) == (s, m)]
+        for s in scenes
+        for m in methods
+    }
+    best = {s: min(_median(err[(s, m)]) for m in methods if err[(s, m)]) for s in scenes}
+    out = [
+        "| box–box rule | "
+        + " | ".join(f"{s}: median / p90 / worst" for s in scenes)
+        + " | wrong sign ("
+        + " / ".join(re.sub(r" \(.*\)$", "", s) for s in scenes)
+        + ") |",
+        "|---" * (len(scenes) + 2) + "|",
+    ]
+    for m in methods:
+        cells = []
+        for s in scenes:
+            e = err[(s, m)]
+            if not e:
+                cells.append("not run")
+                continue
+            text = f"{_pct(_median(e))} / {_pct(_linear_quantile(e, 0.9))} / {_pct(max(e))} %"
+            cells.append(f"**{text}**" if _median(e) == best[s] else text)
+        wrong = " / ".join(
+            str(sum(r["wrong_sign"] == "True" for r in rows if (r["scene"], r["method"]) == (s, m))) for s in scenes
+        )
+        out.append(f"| {m} | " + " | ".join(cells) + f" | {wrong} |")
+    return "\n".join(out) + "\n"
+
+
+def _grouped(x: float) -> str:
+    """Three significant digits, thousands grouped by a space from five digits on (1360, 27 900)."""
+    text = f"{float(f'{x:.3g}'):.0f}" if x >= 100 else _sig(x)
+    return f"{int(text):,}".replace(",", " ") if len(text) > 4 else text
+
+
+def collision_tossed_primitives() -> str:
+    """Paper Fig. 21: per primitive DiffMJX's median and 90th-percentile relative gradient error,
+    its median error over the sweep's gradient RMS, and MJX's median error and wrong signs."""
+    rows = {(r["primitive"], r["method"]): r for r in _rows("tossed_primitives_table.csv")}
+    out = [
+        "| primitive | DiffMJX median rel. error | DiffMJX 90th pct. | DiffMJX median error / gradient RMS | "
+        "MJX median rel. error | MJX wrong sign |",
+        "|---|---|---|---|---|---|",
+    ]
+    for p in dict.fromkeys(k[0] for k in rows):
+        d, m = rows[(p, "diffmjx")], rows[(p, "mjx")]
+        out.append(
+            f"| {p} | **{100 * float(d['median_rel_error']):.2f} %** | {100 * float(d['p90_rel_error']):.2g} % | "
+            f"{100 * float(d['median_sweep_error']):.2f} % | {_grouped(100 * float(m['median_rel_error']))} % | "
+            f"{100 * float(m['wrong_sign_fraction']):.0f} % |"
+        )
+    return "\n".join(out) + "\n"
+
+
+def collision_tossed_tolerance() -> str:
+    """The tolerance scan at MuJoCo's impedance floor: per primitive the median and 90th-percentile
+    relative gradient error at each ``rtol``."""
+    rows = [r for r in _rows("tossed_primitives_tolerance.csv") if float(r["impedance_floor"]) > 0]
+    tols = list(dict.fromkeys(r["rtol"] for r in rows))
+    get = {(r["primitive"], r["rtol"]): r for r in rows}
+    out = [
+        "| primitive | "
+        + " | ".join(("rtol " if i == 0 else "") + _power(float(t)) for i, t in enumerate(tols))
+        + " |",
+        "|---" * (len(tols) + 1) + "|",
+    ]
+    for p in dict.fromkeys(r["primitive"] for r in rows):
+        for key, label, fmt in (
+            ("median_rel_error", "median rel. error", "{:.2f}"),
+            ("p90_rel_error", "90th percentile", None),
+        ):
+            cells = []
+            for t in tols:
+                x = 100 * float(get[(p, t)][key]) if (p, t) in get else None
+                cells.append("–" if x is None else (fmt.format(x) if fmt else _sig(x, 2)) + " %")
+            out.append(f"| {p}, {label} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+def collision_tossed_floor() -> str:
+    """The tolerance scan at the tightest ``rtol`` with and without MuJoCo's impedance floor: per
+    primitive the median relative gradient error at floor 1e-4 and 0, and the 90th percentile at 0."""
+    rows = _rows("tossed_primitives_tolerance.csv")
+    tight = min(float(r["rtol"]) for r in rows)
+    rows = [r for r in rows if float(r["rtol"]) == tight]
+    floor = {r["primitive"]: r for r in rows if float(r["impedance_floor"]) > 0}
+    zero = {r["primitive"]: r for r in rows if float(r["impedance_floor"]) == 0}
+    floors = {_power(float(r["impedance_floor"])) for r in floor.values()}
+    assert len(floors) == 1, floors
+    rtol = _power(tight)
+    out = [
+        f"| primitive | rtol {rtol}, floor {floors.pop()} | rtol {rtol}, floor 0 | 90th pct., floor 0 |",
+        "|---|---|---|---|",
+    ]
+    for p in dict.fromkeys(r["primitive"] for r in _rows("tossed_primitives_tolerance.csv")):
+        if p not in zero:
+            continue
+        before = f"{100 * float(floor[p]['median_rel_error']):.2f} %" if p in floor else "–"
+        p90 = f"{_sig(100 * float(zero[p]['p90_rel_error']), 2)} %"
+        if p in floor:
+            p90 += f" (was {_sig(100 * float(floor[p]['p90_rel_error']), 2)} %)"
+        out.append(f"| {p} | {before} | {100 * float(zero[p]['median_rel_error']):.2f} % | {p90} |")
+    return "\n".join(out) + "\n"
+
+
+def collision_tossed_sharpness() -> str:
+    """The cube's smoothing trade-off: per sharpness the median and 90th-percentile gradient error
+    against the unsmoothed converged solve and the largest loss deviation."""
+    rows = _rows("tossed_primitives_sharpness.csv")
+    out = [
+        "| sharpness (1/m) | " + " | ".join(_power(float(r["sharpness"])) for r in rows) + " |",
+        "|---" * (len(rows) + 1) + "|",
+        "| median rel. gradient error | "
+        + " | ".join(f"{100 * float(r['median_rel_error']):.2f} %" for r in rows)
+        + " |",
+        "| 90th percentile | " + " | ".join(f"{_sig(100 * float(r['p90_rel_error']), 2)} %" for r in rows) + " |",
+        "| max loss deviation (m) | " + " | ".join(_exp(float(r["max_loss_deviation"])) for r in rows) + " |",
+    ]
+    return "\n".join(out) + "\n"
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "sysid_recovery": sysid_recovery,
     "contactnets_generic": contactnets_generic,
@@ -1467,6 +1651,12 @@ TABLES: dict[str, Callable[[], str]] = {
     "getting_started_demo": getting_started_demo,
     "toy_point_mass": toy_point_mass,
     "toy_point_mass_stiffness": toy_point_mass_stiffness,
+    "collision_box_box_family": collision_box_box_family,
+    "collision_box_box_gradient": collision_box_box_gradient,
+    "collision_tossed_primitives": collision_tossed_primitives,
+    "collision_tossed_tolerance": collision_tossed_tolerance,
+    "collision_tossed_floor": collision_tossed_floor,
+    "collision_tossed_sharpness": collision_tossed_sharpness,
 }
 """Table name -> the function that writes it."""
 
@@ -1482,7 +1672,9 @@ def render(text: str, where: str) -> str:
         name = match["name"]
         if name not in TABLES:
             raise KeyError(f"{where}: unknown table {name!r}; docs/build_tables.py knows {', '.join(TABLES)}")
-        return match.group(1) + TABLES[name]() + match.group(4)
+        indent = match["indent"]
+        body = "".join(indent + line if line.strip() else line for line in TABLES[name]().splitlines(keepends=True))
+        return f"{indent}<!-- table: {name} -->\n{body}{indent}<!-- /table -->"
 
     return MARKER.sub(one, text)
 
