@@ -26,8 +26,7 @@ def main(argv=None) -> int:
             "-m",
             "mkdocs",
             "build",
-            "--strict",
-            "--quiet",
+            "--strict",  # not --quiet: MkDocs then stops counting warnings and strict lets them pass
             "-f",
             str(ROOT / "mkdocs.yml"),
             "-d",
