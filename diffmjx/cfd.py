@@ -148,11 +148,13 @@ def distance_rows(m, d, cfd: CFDConfig, floor: float = MINIMP):
 def cfd_contacts(m, d, cfg: Config):
     """``d`` with the contacts contacts-from-distance builds its rows from.
 
-    With ``collision.smooth`` these are the forward's own. Without it, MJX's contacts serve the
-    forward, but CFD takes DiffMJX's collision functions (at ``collision.sharpness``) for the pairs
-    that have one: for a box above a plane, MJX's plane-box reports four vertices that are not the
-    lowest ones (its manifold rule assumes penetration), so CFD would pull on the wrong corners.
-    (Under smoothing, box-box takes the smoothed blend whatever ``collision.box_box`` says.)
+    With ``collision.smooth`` these are the forward's own, except box-box under
+    ``collision.box_box=clipped``: the clipped construction reports only penetrating points, so
+    CFD takes the smoothed blend of MJX's rule there, which keeps the true distance of boxes apart
+    (in the same slots). Without smoothing, MJX's contacts serve the forward, but CFD takes
+    DiffMJX's smoothed collision functions (at ``collision.sharpness``) for the pairs that have
+    one: for a box above a plane, MJX's plane-box reports four vertices that are not the lowest
+    ones (its manifold rule assumes penetration), so CFD would pull on the wrong corners.
 
     Arguments:
         m: ``mjx.Model``.
@@ -163,7 +165,9 @@ def cfd_contacts(m, d, cfg: Config):
         ``d`` with CFD's contacts.
     """
     c = cfg.collision
-    return d if c.smooth else collision.collide(m, d, dataclasses.replace(c, smooth=True))
+    if c.smooth and not (c.box_box == "clipped" and collision.has_box_pairs(m)):
+        return d
+    return collision.collide(m, d, dataclasses.replace(c, smooth=True), apart=True)
 
 
 def straight_through(forward_value, backward_value):

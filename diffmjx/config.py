@@ -290,14 +290,14 @@ class CollisionConfig(Section):
             on its side always has both ends in contact; ``mjx``, MJX's rule, the far disk's point
             only while the axis is within 1 mm of parallel, which makes the force jump when a
             cylinder lands on its side deeper than that.
-        box_box: box-box contacts without smoothing: ``clipped``, as MuJoCo's C engine builds
-            them, the reference face from the box whose axis separates least and every distinct
-            penetrating point of the clipped polygon (up to four) at its true depth; ``mjx``,
+        box_box: box-box contacts: ``clipped``, as MuJoCo's C engine builds them, the
+            reference face from the box whose axis separates least and every distinct
+            penetrating point of the clipped polygon (up to eight) at its true depth, with
+            ``smooth`` on its case switches blended over bands of ``4 / sharpness``; ``mjx``,
             MJX's rule, which references the lower box's face whichever box owns the axis (a
             tilted corner on a larger box comes out up to 1 / cos(tilt) too deep) and repeats
             points to fill four slots (one corner is four contacts, and the count changes when
-            the next corner touches: the force jumps). With ``smooth`` on, box-box uses the
-            smoothed blend of MJX's rule whatever this says.
+            the next corner touches: the force jumps), with ``smooth`` on a blend of it.
     """
 
     _section = "collision"

@@ -6,8 +6,9 @@
    clipped one (``collision.box_box=clipped``, the default), against MuJoCo's C engine (its own
    box-box, RK4 at 1e-4 s) -> box_box_drop.csv.
 2. Family: DROP_FAMILY random drops of the same box (orientation, height, horizontal velocity),
-   TUMBLES boxes thrown spinning and EDGE_SLIDES sliding across the table's edge
-   (:func:`family_states`), final pose per rule against the C engine, and the C engine against
+   TUMBLES boxes thrown spinning, EDGE_SLIDES sliding across the table's edge
+   (:func:`family_states`) and STACKS stacks of two boxes on it (diffmjx/scenes/box_stack.xml,
+   :func:`stack_states`), final pose per rule against the C engine, and the C engine against
    itself at half the step -> box_box_family.{csv,png}.
 3. Cost: MJX's box-box vs the smoothed one on N_POSES random contact poses of diffmjx/scenes/box_pair.xml
    (vmapped): first call (trace + compile) and median run -> box_box_timing.csv.
@@ -58,8 +59,9 @@ def _drop_loss(mx, cfg: diffmjx.Config):
 
 RULES = {  # the study's box-box collision functions: name -> overrides
     "MJX box-box": ("collision.smooth=false", "collision.box_box=mjx"),
-    "smoothed box-box": ("collision.smooth=true",),
+    "smoothed MJX box-box": ("collision.smooth=true", "collision.box_box=mjx"),
     "clipped box-box": ("collision.smooth=false", "collision.box_box=clipped"),
+    "smoothed clipped box-box": ("collision.smooth=true", "collision.box_box=clipped"),
 }
 
 
@@ -152,6 +154,7 @@ def gradient_sweep(cfg: diffmjx.Config, quick: bool, rules=tuple(RULES)) -> list
 DROP_FAMILY = 16  # random drops of the family (drop_family)
 TUMBLES = 8  # and boxes thrown spinning onto the table
 EDGE_SLIDES = 8  # and boxes sliding, nearly flat, across the table's edge
+STACKS = 4  # and two boxes stacked on the table, let go slightly apart and moving (box_stack.xml)
 
 
 def _lift(mj, qpos, above):
@@ -203,6 +206,82 @@ def family_states(mj, n: int = DROP_FAMILY, tumbles: int = TUMBLES, slides: int 
     sv = np.c_[np.where(axis == 0, sign * speed, side), np.where(axis == 0, side, sign * speed), np.zeros((slides, 4))]
     motion = np.array(["drop"] * n + ["tumble"] * tumbles + ["edge slide"] * slides)
     return np.r_[qpos, tq, sq], np.r_[qvel, tv, sv], motion
+
+
+def _corner_z(mj, d, geom):
+    """Lowest and highest corner heights of box ``geom`` in ``d`` (kinematics done)."""
+    z = (d.geom_xmat[geom].reshape(3, 3) @ (_CORNERS * mj.geom_size[geom]).T)[2] + d.geom_xpos[geom][2]
+    return z.min(), z.max()
+
+
+def stack_states(mj, n: int = STACKS, seed: int = 0):
+    """Initial states of the stacks (scene ``box_stack``): ``(qpos (n, 14), qvel (n, 12))``. The lower
+    box within 1 cm of the table's centre, turned up to 30 degrees about z and tipped up to 2 about
+    x and y, its lowest corner 1-4 mm above the table; the upper box up to 1.5 cm off the lower's
+    centre, turned up to 45 degrees and tipped up to 2, its lowest corner 1-4 mm above the lower's
+    highest; each moving at up to 0.1 m/s horizontally and 1 rad/s about each axis."""
+    rng = np.random.default_rng([seed, 2])
+    d = mujoco.MjData(mj)
+    qpos, qvel = [], []
+    for _ in range(n):
+        q = np.zeros(14)
+        for body, (reach, yaw) in enumerate(((0.01, 30.0), (0.015, 45.0))):
+            half = np.radians(np.r_[rng.uniform(-2, 2, 2), rng.uniform(-yaw, yaw)]) / 2
+            quat = np.r_[1.0, np.tan(half)]  # small rotations: near enough to x, y, z angles
+            q[7 * body : 7 * body + 3] = np.r_[rng.uniform(-reach, reach, 2), 0.0]
+            q[7 * body + 3 : 7 * body + 7] = quat / np.linalg.norm(quat)
+        q[7:9] += q[:2]
+        d.qpos[:] = q
+        mujoco.mj_kinematics(mj, d)
+        q[2] += 0.1 - _corner_z(mj, d, 1)[0] + rng.uniform(0.001, 0.004)
+        d.qpos[:] = q
+        mujoco.mj_kinematics(mj, d)
+        q[9] += _corner_z(mj, d, 1)[1] - _corner_z(mj, d, 2)[0] + rng.uniform(0.001, 0.004)
+        qpos.append(q)
+        qvel.append(np.r_[rng.uniform(-0.1, 0.1, 2), 0.0, rng.uniform(-1, 1, 3), rng.uniform(-0.1, 0.1, 2), 0.0,
+                          rng.uniform(-1, 1, 3)])  # fmt: skip
+    return np.array(qpos), np.array(qvel)
+
+
+def stack_family(cfg: diffmjx.Config, n: int = STACKS, seed: int = 0, rules=tuple(RULES), first: int = 0):
+    """The stacks of :func:`stack_states`, 0.6 s each: both boxes' final positions (the larger of the
+    two errors) and quaternions per box-box rule against the C engine (RK4 at 1e-4 s), rows as
+    :func:`drop_family`'s (motion ``stack``, numbered from ``first``)."""
+    mj, mx = common.load("box_stack")
+    qpos, qvel = stack_states(mj, n, seed)
+    d0 = common.mjx.make_data(mx)
+    ctrls = jnp.zeros((DROP_PERIODS, 0))
+    ref = np.stack([common.c_engine_rk4(mj, DROP_PERIODS * 0.01, 1e-4, q, v).qpos for q, v in zip(qpos, qvel)])
+    finals = {
+        "C engine, RK4 at 5e-5 s": np.stack(
+            [common.c_engine_rk4(mj, DROP_PERIODS * 0.01, 5e-5, q, v).qpos for q, v in zip(qpos, qvel)]
+        )
+    }
+    for name in tqdm(rules, desc="stacks"):
+        c = cfg.override(*RULES[name])
+        fn = jax.jit(lambda q, v, c=c: diffmjx.rollout(mx, d0.replace(qpos=q, qvel=v), ctrls, c)[0].qpos)
+        finals[name] = np.stack([np.asarray(fn(jnp.asarray(q), jnp.asarray(v))) for q, v in zip(qpos, qvel)])
+    rows = []
+    for name, q in finals.items():
+        for k in range(n):
+            off = [np.linalg.norm(q[k, b : b + 3] - ref[k, b : b + 3]) for b in (0, 7)]
+            quat = [
+                min(np.linalg.norm(q[k, b + 3 : b + 7] - ref[k, b + 3 : b + 7]),
+                    np.linalg.norm(q[k, b + 3 : b + 7] + ref[k, b + 3 : b + 7]))
+                for b in (0, 7)
+            ]  # fmt: skip
+            rows.append(
+                dict(
+                    collision=name,
+                    drop=first + k,
+                    motion="stack",
+                    position_off_c_engine_m=float(max(off)),
+                    quaternion_off_c_engine=float(max(quat)),
+                    z=float(q[k, 9]),
+                    c_engine_z=float(ref[k, 9]),
+                )
+            )
+    return rows
 
 
 def drop_family(
@@ -270,7 +349,7 @@ def _timing(n: int) -> list[dict]:
     qpos = random_contact_poses(mx, n)
     sharpness = diffmjx.Config().collision.sharpness
     rows = []
-    for name, smooth in (("MJX box-box", False), ("smoothed box-box", True)):
+    for name, smooth in (("MJX box-box", False), ("smoothed MJX box-box", True)):
         f = jax.jit(jax.vmap(common.contacts_fn(mx, smooth, sharpness)))
         t = time.perf_counter()
         jax.block_until_ready(f(qpos))
@@ -336,7 +415,7 @@ def _plot_family(rows, path):
     ax.set_xticks(range(len(names)), names, fontsize=7)
     ax.set(
         ylabel="final position off the C engine (mm)",
-        title=f"{len({r['drop'] for r in rows})} box-on-box drops, tumbles and edge slides, 0.6 s (bar: median)",
+        title=f"{len({r['drop'] for r in rows})} box-on-box drops, tumbles, edge slides and stacks, 0.6 s (bar: median)",
     )
     ax.legend(fontsize=7, loc="upper left")
     common.save_figure(fig, path)
@@ -367,9 +446,12 @@ def run(cfg: diffmjx.Config, out: Path, quick: bool = False, rules=None, update:
         raise FileNotFoundError(f"--update: {', '.join(map(str, missing))} missing; run without --update to write them")
     sizes = dict(n=DROP_FAMILY, tumbles=TUMBLES, slides=EDGE_SLIDES)
     sizes = {k: v // 2 if quick else v for k, v in sizes.items()}
+    stacks = STACKS // 2 if quick else STACKS
+    family = drop_family(cfg, **sizes)  # every rule: a few minutes
+    family += stack_family(cfg, stacks, first=sum(sizes.values()))
     res = {
         "drop": drop_vs_c_engine(cfg, rules),
-        "family": drop_family(cfg, **sizes),  # every rule: about a minute
+        "family": family,
         "gradient": gradient_sweep(cfg, quick, rules),
     }
     for key, (name, columns) in _FILES.items():

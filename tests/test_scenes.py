@@ -15,6 +15,7 @@ SHIPPED = (
     "billiard",
     "box_drop",
     "box_pair",
+    "box_stack",
     "contactnets_cube",
     "cube_toss",
     "flick",

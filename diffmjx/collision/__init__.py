@@ -15,6 +15,7 @@ from diffmjx.collision.driver import (
     collide,
     contact_dims,
     detect,
+    has_box_pairs,
     stage,
     table,
 )
@@ -27,6 +28,7 @@ __all__ = [
     "collide",
     "contact_dims",
     "detect",
+    "has_box_pairs",
     "stage",
     "table",
 ]

@@ -288,8 +288,17 @@ def box_box_clipped(b1, b2, sharpness=None):
     Polygon vertices that split or merge where a corner crosses the other face's rim share their
     depth (:func:`_shares`), so a split-off point fades in from zero instead of appearing at depth.
 
-    ``sharpness`` is accepted for the collision table's signature and ignored: nothing is blended.
+    ``sharpness`` (1/m, ``collision.sharpness`` under ``collision.smooth``) smooths the construction
+    itself: every hand-over band above widens to at least ``4 / sharpness`` (in overlap and in the
+    merge of polygon vertices; ``4 / (sharpness * size)`` in the cosine, ``size`` the smaller box's
+    smallest half-size), and the choice among the nine edge-edge axes, a hard ``argmin`` above, is
+    blended over near-ties (:func:`~diffmjx.collision.soft.soft_argmin_weights`, compact support):
+    the edge point, its depth and normal mix those of the axes within ``4 / sharpness`` of the
+    least overlap. Every blend has compact support, so away from a switch the contacts are the
+    unsmoothed ones, and as ``sharpness`` grows they converge to them (the C engine's). ``None``:
+    nothing is widened.
     """
+    blend = 0.0 if sharpness is None else 4.0 / sharpness  # m
     rot = b2.mat.T @ b1.mat  # box 1's axes (columns) in box 2's frame
     shift = b2.mat.T @ (b1.pos - b2.pos)
     faces_a, normals_a, verts_a = shift + b1.face @ rot.T, b1.face_normal @ rot.T, shift + b1.vert @ rot.T
@@ -309,7 +318,6 @@ def box_box_clipped(b1, b2, sharpness=None):
     n12 = jnp.where((below <= above)[:, None], axes, -axes)  # from box 1 towards box 2
 
     face = jnp.argmin(overlap[:6])
-    e = 6 + jnp.argmin(overlap[6:])  # the best edge-edge axis (degenerate ones are out by 1e6)
 
     # face axis: its own box is the reference, its face that looks at the other box
     n = n12[face]
@@ -320,21 +328,31 @@ def box_box_clipped(b1, b2, sharpness=None):
     on_ref, depth, inside, ref_norm = _clip_faces(own_a, ref_i, inc_i, faces_a, faces_b, normals_a, normals_b)
     valid = inside & (depth > 0.0)
     top, new = _slots(on_ref, depth, valid, SLOTS)
-    share = _shares(on_ref, depth, valid, _MERGE_WIDTH)[top]
+    share = _shares(on_ref, depth, valid, jnp.maximum(_MERGE_WIDTH, blend))[top]
     face_pts, face_depth = on_ref[top], jnp.where(new, depth[top], 0.0)
     face_pos = face_pts - 0.5 * face_depth[:, None] * ref_norm
 
     # edge-edge axis: the closest pair of the support edges of the two boxes along it
-    n_edge = n12[e]
-    i, j = (e - 6) // 3, (e - 6) % 3
-    size_a, size_b = b1.size, b2.size
-    sgn_a = jnp.where(axes_a @ n_edge >= 0, 1.0, -1.0)  # box 1's extreme towards box 2
-    sgn_b = jnp.where(axes_b @ n_edge >= 0, -1.0, 1.0)  # box 2's extreme towards box 1
-    mask_a, mask_b = jnp.arange(3) != i, jnp.arange(3) != j
-    mid_a = shift + (jnp.where(mask_a, sgn_a * size_a, 0.0)) @ axes_a
-    mid_b = (jnp.where(mask_b, sgn_b * size_b, 0.0)) @ axes_b
-    ca, cb = _segment_closest(mid_a, size_a[i] * axes_a[i], mid_b, size_b[j] * axes_b[j])
-    edge_pos = 0.5 * (ca + cb)
+    def edge_contact(k):
+        n_k = n12[6 + k]
+        i, j = k // 3, k % 3
+        sgn_a = jnp.where(axes_a @ n_k >= 0, 1.0, -1.0)  # box 1's extreme towards box 2
+        sgn_b = jnp.where(axes_b @ n_k >= 0, -1.0, 1.0)  # box 2's extreme towards box 1
+        mask_a, mask_b = jnp.arange(3) != i, jnp.arange(3) != j
+        mid_a = shift + (jnp.where(mask_a, sgn_a * b1.size, 0.0)) @ axes_a
+        mid_b = (jnp.where(mask_b, sgn_b * b2.size, 0.0)) @ axes_b
+        ca, cb = _segment_closest(mid_a, b1.size[i] * axes_a[i], mid_b, b2.size[j] * axes_b[j])
+        return 0.5 * (ca + cb), (cb - ca) @ n_k  # the C engine's: the witness points' gap along the axis
+
+    if sharpness is None:
+        k = jnp.argmin(overlap[6:])  # the best edge-edge axis (degenerate ones are out by 1e6)
+        n_edge, o_edge = n12[6 + k], overlap[6 + k]
+        edge_pos, edge_dist = edge_contact(k)
+    else:  # near-ties of edge axes blended: their points, gaps, normals and overlaps
+        w_k = soft_argmin_weights(overlap[6:], blend)
+        pos_k, dist_k = jax.vmap(edge_contact)(jnp.arange(9))
+        n_edge = unit(w_k @ n12[6:])
+        o_edge, edge_pos, edge_dist = w_k @ overlap[6:], w_k @ pos_k, w_k @ dist_k
 
     # When box 1's and box 2's best face axes separate about equally (a tilted box at the other's
     # edge), the reference switches boxes. The points and depths carry over (they are the same
@@ -343,7 +361,7 @@ def box_box_clipped(b1, b2, sharpness=None):
     # wide, within [_HANDOVER_MIN, _HANDOVER_WIDTH]: at a fixed 0.1 mm shallow contacts were blended
     # throughout; shrinking to zero with the depth, the hand-over at a touchdown was a jump.
     fa, fb = jnp.argmin(overlap[:3]), 3 + jnp.argmin(overlap[3:6])
-    band = jnp.clip(_EDGE_MARGIN * jnp.abs(overlap[face]), _HANDOVER_MIN, _HANDOVER_WIDTH)
+    band = jnp.maximum(jnp.clip(_EDGE_MARGIN * jnp.abs(overlap[face]), _HANDOVER_MIN, _HANDOVER_WIDTH), blend)
     wa = soft_step(overlap[fb] - overlap[fa], 0.0, band)
     face_n = wa * n12[fa] + (1.0 - wa) * n12[fb]
     face_n = face_n / jnp.maximum(jnp.linalg.norm(face_n), 1e-12)
@@ -359,8 +377,10 @@ def box_box_clipped(b1, b2, sharpness=None):
     # conditions are handed over the same way, over _PARALLEL_WIDTH of |cos| and the band in
     # overlap (as wide as the margin, so an edge flat on a face, o_edge = o_face, is a face): a box
     # rocking on the other's edge crosses them in contact, and a hard gate turns the normal at once.
-    o_face, o_edge = overlap[face], overlap[e]
-    parallel = soft_step(jnp.abs(axes[face] @ n_edge), _PREFER_FACE, _PARALLEL_WIDTH)
+    o_face = overlap[face]
+    size = jnp.minimum(jnp.min(b1.size), jnp.min(b2.size))
+    cos_band = _PARALLEL_WIDTH if sharpness is None else jnp.maximum(_PARALLEL_WIDTH, 4.0 / (sharpness * size))
+    parallel = soft_step(jnp.abs(axes[face] @ n_edge), _PREFER_FACE, cos_band)
     margin = _EDGE_MARGIN * jnp.abs(o_face)
     not_better = soft_step(o_edge - (o_face - margin), 0.0, band)
     w_edge = soft_step(o_face - o_edge, 0.0, band) * (1.0 - parallel * not_better)
@@ -369,7 +389,6 @@ def box_box_clipped(b1, b2, sharpness=None):
     dist = jnp.where(used, -w_face * share * face_depth, 1.0)
     slot = jnp.argmin(jnp.where(used, face_depth, -1.0))  # a free slot first, else the shallowest
     put = w_edge > 0.0
-    edge_dist = (cb - ca) @ n_edge  # the C engine's: the witness points' gap along the axis
     edge_dist = jnp.where(edge_dist < 0.0, w_edge * edge_dist, edge_dist)  # separated: its distance
     dist = dist.at[slot].set(jnp.where(put, edge_dist, dist[slot]))
     pos = face_pos.at[slot].set(jnp.where(put, edge_pos, face_pos[slot]))

@@ -43,6 +43,7 @@ __all__ = [
     "collide",
     "contact_dims",
     "detect",
+    "has_box_pairs",
     "stage",
     "table",
 ]
@@ -61,7 +62,7 @@ SMOOTHED_PAIRS = tuple(types for types, *_ in _SMOOTHED)
 """Geom-type pairs that have a smoothed collision function."""
 
 
-def table(rules: CollisionConfig) -> dict:
+def table(rules: CollisionConfig, apart: bool = False) -> dict:
     """DiffMJX's collision functions, keyed by MJX geom-type pairs; other pairs keep MJX's.
 
     Arguments:
@@ -76,8 +77,14 @@ def table(rules: CollisionConfig) -> dict:
               :func:`~diffmjx.collision.pairs.plane_cylinder_deepest` (smoothed under ``smooth``);
               ``mjx`` keeps MJX's rule.
             * ``box_box``: ``clipped`` replaces MJX's box-box by
-              :func:`~diffmjx.collision.box_box.box_box_clipped` where nothing is smoothed; under
-              ``smooth`` the smoothed blend of MJX's rule is used whatever this says.
+              :func:`~diffmjx.collision.box_box.box_box_clipped`, the C engine's construction
+              (smoothed at ``sharpness`` under ``smooth``); ``mjx`` keeps MJX's rule (under
+              ``smooth`` the blend of it, :func:`~diffmjx.collision.box_box.box_box`).
+
+        apart: the contacts that contacts from distance build their rows from: under ``smooth``
+            with ``box_box=clipped``, box-box takes the blend of MJX's rule (padded to the clipped
+            rule's eight slots, so the layout is the forward's), which reports the true distance
+            of boxes apart where the clipped construction reports only penetrating points.
 
     Returns:
         ``{(GeomType, GeomType): collider}``, each collider with MJX's signature and contact count.
@@ -106,14 +113,21 @@ def table(rules: CollisionConfig) -> dict:
         out[(_G.PLANE, _G.CYLINDER)] = _mjx.primitive_collider(ncon=3)(fn)
     if rules.box_box == "clipped":
         # the C engine keeps every point of the clipped polygon, up to eight: so many slots per box
-        # pair (under smoothing the blend of MJX's rule fills four of them, the rest stay empty)
-        fn = box_box_clipped if sharpness is None else _padded(functools.partial(box_box, sharpness=sharpness))
+        # pair; under smoothing the same construction with its hand-overs widened by the sharpness
+        fn = functools.partial(box_box_clipped, sharpness=sharpness)
+        if apart and sharpness is not None:
+            fn = _padded(functools.partial(box_box, sharpness=sharpness))
         out[(_G.BOX, _G.BOX)] = _mjx.convex_collider(ncon=BOX_BOX_SLOTS)(fn)
     return out
 
 
 BOX_BOX_SLOTS = SLOTS
 """Contacts per box pair under ``collision.box_box=clipped``: the C engine's most (an octagon)."""
+
+
+def contact_dims(m, rules: CollisionConfig):
+    """Condims of the contacts :func:`collide` emits for ``m`` under ``rules`` (MJX's layout)."""
+    return _mjx.contact_dims(m, {types: fn.ncon for types, fn in table(rules).items()})
 
 
 def _padded(fn):
@@ -131,9 +145,9 @@ def _padded(fn):
     return padded
 
 
-def contact_dims(m, rules: CollisionConfig):
-    """Condims of the contacts :func:`collide` emits for ``m`` under ``rules`` (MJX's layout)."""
-    return _mjx.contact_dims(m, {types: fn.ncon for types, fn in table(rules).items()})
+def has_box_pairs(m) -> bool:
+    """Whether ``m`` has two or more box geoms (the ones :func:`table`'s ``apart`` changes)."""
+    return int(np.sum(np.asarray(m.geom_type) == int(_G.BOX))) >= 2
 
 
 def allocate(m, d, rules: CollisionConfig | None):
@@ -186,13 +200,14 @@ def check_model(m) -> None:
             )
 
 
-def collide(m, d, rules: CollisionConfig):
+def collide(m, d, rules: CollisionConfig, apart: bool = False):
     """Collision stage ``(m, d) -> d`` with DiffMJX's functions (:func:`table`) where we have them.
 
     Arguments:
         m: ``mjx.Model``.
         d: ``mjx.Data`` after kinematics.
         rules: the ``collision`` section of :class:`diffmjx.Config` (see :func:`table`).
+        apart: the contacts contacts from distance build their rows from (see :func:`table`).
 
     Returns:
         ``d`` with its contacts (MJX's layout: grouped by condim, then by geom-type pair).
@@ -200,7 +215,7 @@ def collide(m, d, rules: CollisionConfig):
     if _mjx.ncon(d) == 0:
         return d
     d = allocate(m, d, rules)
-    smoothed = table(rules)
+    smoothed = table(rules, apart)
     by_condim: dict[int, list] = {}
     for key, contact in _mjx.contact_groups(m, d).items():
         fn = smoothed.get(key.types) or _mjx.MJX_COLLISION_TABLE[key.types]

@@ -8,7 +8,8 @@ by its file's stem::
 
 Shipped scenes: ``actuated_hinge`` (a pendulum through a clamped activation filter),
 ``billiard`` (cue and eight ball between four cushions), ``box_drop`` (a tilted box dropped on a
-fixed box), ``box_pair`` (two free boxes for box-box collision checks), ``contactnets_cube`` (the
+fixed box), ``box_pair`` (two free boxes for box-box collision checks), ``box_stack`` (two boxes stacked on
+a fixed box), ``contactnets_cube`` (the
 ContactNets cube as system identification fits it), ``cube_toss`` (the paper's cube toss),
 ``pushed_box`` (a box pushed and lifted by two motors: :func:`diffmjx.linearize`'s check),
 ``sphere_drop`` (a ball thrown onto a plane), ``sysid_arm``, ``sysid_ball`` and ``sysid_box`` (the
