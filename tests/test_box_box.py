@@ -117,6 +117,8 @@ def _second_gap(qpos):
     return ov[:, 1] - ov[:, 0]
 
 
+@pytest.mark.slow  # suite budget: MJX's rule's blend is no longer what smooth=true gives by default; the default
+# (smoothed clipped) rule's gradients are checked by test_smoothed_clipped_box_box_gradients_are_finite_and_match_differences
 def test_box_box_gradients_match_central_differences():
     qpos = _shallow_poses()
     gaps = _second_gap(qpos)
