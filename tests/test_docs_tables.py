@@ -66,6 +66,8 @@ NOT_MEASURED = {
     ("docs/sysid.md", "| knob | default | meaning |"),
     # the smoothed pairs: MJX's case splits (its thresholds) against DiffMJX's blends
     ("docs/collision.md", "| pair | MJX's split | DiffMJX |"),
+    # the gradient-mode decision table: advice; its one number is the reference solve's tolerance
+    ("docs/gradient-modes.md", "| if you have ... | use ... | what it costs |"),
 }
 
 
