@@ -370,6 +370,8 @@ def _plot(rows, path):
         ls = "-" if j else "--"
         for i, name in enumerate(RULES):
             sel = [r for r in rows if r["method"] == name and r["scene"] == scene_name]
+            if not sel:  # a rule whose gradient sweep was not run
+                continue
             v = [r["vy0"] for r in sel]
             ax_g.plot(v, [r["grad"] for r in sel], "o" + ls, color=f"C{i}", ms=3, label=f"AD, {name}, {scene_name}")
             ax_g.plot(v, [r["ref_grad"] for r in sel], "x", color=f"C{i}", alpha=0.6)
