@@ -21,8 +21,8 @@
 ``--rules`` runs the drop, the family and the gradient sweep (about half an hour per rule) for
 some of the box-box rules (RULES' names, comma-separated); with ``--update`` their rows (and the C
 engine's) replace theirs in the committed CSVs, the other rules' rows are kept and the figures
-redrawn, and the timing (MJX's rule against its smoothed blend) is not rerun; ``--family-only``
-(with ``--update``) reruns only the family.
+redrawn, and the timing (MJX's rule against its smoothed blend) is not rerun; ``--only PARTS``
+(with ``--update``) reruns only some of ``drop``, ``family``, ``gradient``.
 """
 
 from __future__ import annotations
@@ -437,9 +437,7 @@ _FILES = {
 }  # result -> (file, the columns naming a group)
 
 
-def run(
-    cfg: diffmjx.Config, out: Path, quick: bool = False, rules=None, update: bool = False, family_only: bool = False
-) -> dict:
+def run(cfg: diffmjx.Config, out: Path, quick: bool = False, rules=None, update: bool = False, only=None) -> dict:
     rules = tuple(RULES) if rules is None else tuple(rules)
     unknown = [r for r in rules if r not in RULES]
     if unknown:
@@ -450,11 +448,14 @@ def run(
     sizes = dict(n=DROP_FAMILY, tumbles=TUMBLES, slides=EDGE_SLIDES)
     sizes = {k: v // 2 if quick else v for k, v in sizes.items()}
     stacks = STACKS // 2 if quick else STACKS
-    family = drop_family(cfg, rules=rules, **sizes)  # about ten minutes per rule
-    family += stack_family(cfg, stacks, rules=rules, first=sum(sizes.values()))
-    res = {"family": family}
-    if not family_only:
+    only = set(_FILES) if only is None else set(only)
+    res = {}
+    if "family" in only:  # a few minutes per rule
+        res["family"] = drop_family(cfg, rules=rules, **sizes)
+        res["family"] += stack_family(cfg, stacks, rules=rules, first=sum(sizes.values()))
+    if "drop" in only:
         res["drop"] = drop_vs_c_engine(cfg, rules)
+    if "gradient" in only:
         res["gradient"] = gradient_sweep(cfg, quick, rules)
     for key, (name, columns) in _FILES.items():
         if key not in res:
@@ -499,13 +500,16 @@ def main(argv=None):
     extra = (
         ("--rules", dict(help=f"comma-separated box-box rules, of {', '.join(RULES)} (default: all)")),
         ("--update", dict(action="store_true", help="replace only these rules' rows in the committed CSVs")),
-        ("--family-only", dict(action="store_true", help="run only the family (drops, tumbles, slides, stacks)")),
+        ("--only", dict(help="with --update: run only these parts, comma-separated, of drop, family, gradient")),
     )
     cfg, args = common.cli(__doc__, DEFAULT_PRESET, argv, extra)
     rules = None if args.rules is None else [r.strip() for r in args.rules.split(",")]
-    if args.family_only and not args.update:
-        raise SystemExit("--family-only needs --update (the other results are read from the committed CSVs)")
-    run(cfg, args.out, args.quick, rules, args.update, args.family_only)
+    only = None if args.only is None else [p.strip() for p in args.only.split(",")]
+    if only is not None and (not args.update or not set(only) <= set(_FILES)):
+        raise SystemExit(
+            f"--only needs --update (the other parts are read from the committed CSVs) and parts of {list(_FILES)}"
+        )
+    run(cfg, args.out, args.quick, rules, args.update, only)
 
 
 if __name__ == "__main__":
