@@ -243,24 +243,32 @@ def stack_states(mj, n: int = STACKS, seed: int = 0):
     return np.array(qpos), np.array(qvel)
 
 
+def _finals(cfg: diffmjx.Config, mj, mx, qpos, qvel, rules, desc: str):
+    """Final qpos after DROP_PERIODS periods from each start: the C engine's reference (RK4 at
+    1e-4 s), and per name the C engine at half the step ("C engine, RK4 at 5e-5 s") and each
+    box-box rule of ``rules``."""
+    d0 = common.mjx.make_data(mx)
+    ctrls = jnp.zeros((DROP_PERIODS, 0))
+
+    def c_engine(dt):
+        return np.stack([common.c_engine_rk4(mj, DROP_PERIODS * 0.01, dt, q, v).qpos for q, v in zip(qpos, qvel)])
+
+    ref, finals = c_engine(1e-4), {"C engine, RK4 at 5e-5 s": c_engine(5e-5)}
+    for name in tqdm(rules, desc=desc):
+        c = cfg.override(*RULES[name])
+        # one start at a time: under vmap every start would take the step sequence of the stiffest one
+        fn = jax.jit(lambda q, v, c=c: diffmjx.rollout(mx, d0.replace(qpos=q, qvel=v), ctrls, c)[0].qpos)
+        finals[name] = np.stack([np.asarray(fn(jnp.asarray(q), jnp.asarray(v))) for q, v in zip(qpos, qvel)])
+    return ref, finals
+
+
 def stack_family(cfg: diffmjx.Config, n: int = STACKS, seed: int = 0, rules=tuple(RULES), first: int = 0):
     """The stacks of :func:`stack_states`, 0.6 s each: both boxes' final positions (the larger of the
     two errors) and quaternions per box-box rule against the C engine (RK4 at 1e-4 s), rows as
     :func:`drop_family`'s (motion ``stack``, numbered from ``first``)."""
     mj, mx = common.load("box_stack")
     qpos, qvel = stack_states(mj, n, seed)
-    d0 = common.mjx.make_data(mx)
-    ctrls = jnp.zeros((DROP_PERIODS, 0))
-    ref = np.stack([common.c_engine_rk4(mj, DROP_PERIODS * 0.01, 1e-4, q, v).qpos for q, v in zip(qpos, qvel)])
-    finals = {
-        "C engine, RK4 at 5e-5 s": np.stack(
-            [common.c_engine_rk4(mj, DROP_PERIODS * 0.01, 5e-5, q, v).qpos for q, v in zip(qpos, qvel)]
-        )
-    }
-    for name in tqdm(rules, desc="stacks"):
-        c = cfg.override(*RULES[name])
-        fn = jax.jit(lambda q, v, c=c: diffmjx.rollout(mx, d0.replace(qpos=q, qvel=v), ctrls, c)[0].qpos)
-        finals[name] = np.stack([np.asarray(fn(jnp.asarray(q), jnp.asarray(v))) for q, v in zip(qpos, qvel)])
+    ref, finals = _finals(cfg, mj, mx, qpos, qvel, rules, "stacks")
     rows = []
     for name, q in finals.items():
         for k in range(n):
@@ -299,19 +307,7 @@ def drop_family(
     amplify any difference)."""
     mj, mx = common.load("box_drop")
     qpos, qvel, motion = family_states(mj, n, tumbles, slides, seed)
-    d0 = common.mjx.make_data(mx)
-    ctrls = jnp.zeros((DROP_PERIODS, 0))
-    ref = np.stack([common.c_engine_rk4(mj, DROP_PERIODS * 0.01, 1e-4, q, v).qpos for q, v in zip(qpos, qvel)])
-    finals = {
-        "C engine, RK4 at 5e-5 s": np.stack(
-            [common.c_engine_rk4(mj, DROP_PERIODS * 0.01, 5e-5, q, v).qpos for q, v in zip(qpos, qvel)]
-        )
-    }
-    for name in tqdm(rules, desc="drop family"):
-        c = cfg.override(*RULES[name])
-        # one drop at a time: under vmap every drop would take the step sequence of the stiffest one
-        fn = jax.jit(lambda q, v, c=c: diffmjx.rollout(mx, d0.replace(qpos=q, qvel=v), ctrls, c)[0].qpos)
-        finals[name] = np.stack([np.asarray(fn(jnp.asarray(q), jnp.asarray(v))) for q, v in zip(qpos, qvel)])
+    ref, finals = _finals(cfg, mj, mx, qpos, qvel, rules, "drop family")
     rows = []
     for name, q in finals.items():
         for k in range(len(qpos)):
