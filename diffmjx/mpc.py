@@ -33,6 +33,7 @@ import math
 import time
 import typing
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
@@ -68,6 +69,7 @@ __all__ = [
     "SamplingMethod",
     "closed_loop",
     "coloured_noise",
+    "contacts_only_with",
     "ctrl_bounds",
     "make_planner",
     "plan_cost",
@@ -99,15 +101,21 @@ class ClosedLoop(NamedTuple):
     resumed_plan_steps: int = 0  # plan steps read back from ``checkpoint`` instead of run
 
 
-def _fingerprint(m, d0, planner: "Planner", plan, key) -> str:
+def _fingerprint(m, d0, planner: "Planner", plan, key, plant=None) -> str:
     """What a closed-loop checkpoint must match to be resumed: the planner's and simulation's
-    configs, the model's sizes and timestep, the start state, the first plan and the key."""
+    configs, the model's sizes and timestep, the start state, the first plan and the key (and,
+    with a separate plant, both models' contact filters)."""
     data = checkpoint.digest(*(np.asarray(a) for a in (d0.qpos, d0.qvel, d0.act, plan)), _key_data(key))
+    extra = {}
+    if plant is not None and plant is not m:
+        filters = lambda x: checkpoint.digest(np.asarray(x.geom_contype), np.asarray(x.geom_conaffinity))
+        extra["plant"] = [filters(m), filters(plant)]
     return checkpoint.fingerprint(
         planner=repr(planner.config),
         sim=planner.sim.to_dict(),
         model=[int(m.nq), int(m.nv), int(m.nu), float(m.opt.timestep)],
         data=data,
+        **extra,
     )
 
 
@@ -157,6 +165,76 @@ def _load_loop(path: Path, fingerprint: str, d0, plan0, key0, dt0):
     )
 
 
+def _filtered_pairs(mj) -> set[tuple[int, int]]:
+    """Geom pairs that pass the contype/conaffinity filter (the other filters, same body, parent and
+    exclusions, do not depend on those bits)."""
+    ct, ca = np.asarray(mj.geom_contype), np.asarray(mj.geom_conaffinity)
+    ok = ((ct[:, None] & ca[None, :]) | (ct[None, :] & ca[:, None])) != 0
+    i, j = np.nonzero(np.triu(ok, 1))
+    return set(zip(i.tolist(), j.tolist(), strict=True))
+
+
+def contacts_only_with(mj, bodies, among=()):
+    """A copy of a ``mujoco.MjModel`` whose only candidate contacts are those of ``bodies`` (and,
+    optionally, those among a set of geoms).
+
+    For a planning model (:func:`closed_loop`'s ``m``, with the full model as its ``plant``):
+    MJX evaluates every candidate geom pair in every period, in contact or not, so a hand's
+    self-contacts can cost more than the contacts the task is about. Every geom pair that
+    passes the model's contype/conaffinity filter and involves a geom of ``bodies`` (with
+    anything, the world included) is kept, and so is every such pair of two geoms of ``among``;
+    every other pair is dropped. No pair is added. Explicit ``<pair>`` contacts are kept as they
+    are.
+
+    Arguments:
+        mj: ``mujoco.MjModel``.
+        bodies: body names or ids whose contacts are kept (e.g. the manipulated objects).
+        among: geom names or ids whose pairs with each other are kept too (e.g. a hand's finger
+            capsules, which press on each other while they grip).
+
+    Returns:
+        A new ``mujoco.MjModel`` (pass it to ``mjx.put_model``).
+
+    Raises:
+        ValueError: for an unknown body or geom, or where the model's contact filter bits cannot
+            express the selection without adding a pair.
+    """
+    import copy
+
+    import mujoco
+
+    def ids(names, kind, count, what, noun):
+        out = set()
+        for n in names:
+            i = mujoco.mj_name2id(mj, kind, n) if isinstance(n, str) else int(n)
+            if not 0 <= i < count:
+                raise ValueError(f"{what}: no {noun} {n!r} in the model")
+            out.add(i)
+        return out
+
+    body_ids = ids(bodies, mujoco.mjtObj.mjOBJ_BODY, mj.nbody, "bodies", "body")
+    mine = np.isin(np.asarray(mj.geom_bodyid), sorted(body_ids))
+    inner = np.zeros(mj.ngeom, bool)
+    inner[sorted(ids(among, mujoco.mjtObj.mjOBJ_GEOM, mj.ngeom, "among", "geom"))] = True
+    inner &= ~mine
+    out = copy.deepcopy(mj)
+    before = _filtered_pairs(mj)
+    on = (np.asarray(mj.geom_contype) != 0) | (np.asarray(mj.geom_conaffinity) != 0)
+    # bit 0: an object's geom collides with every geom; bit 1: a geom of ``among`` with the others of
+    # ``among``; every other geom with the objects only
+    out.geom_contype[:] = np.where(on, np.where(inner, 3, 1), 0)
+    out.geom_conaffinity[:] = np.where(on, np.where(mine, 1, np.where(inner, 2, 0)), 0)
+    wanted = {(i, j) for i, j in before if mine[i] or mine[j] or (inner[i] and inner[j])}
+    after = _filtered_pairs(out)
+    if after != wanted:
+        i, j = sorted(after - wanted)[0]
+        raise ValueError(
+            f"bodies: keeping only their contacts would add the pair of geoms {i} and {j}, which the "
+            "model's contype/conaffinity filter excludes; exclude it in the model (<exclude>) first"
+        )
+    return out
+
+
 def make_planner(cfg: PlannerConfig | None = None, sim: Config | None = None) -> Planner:
     """Build the planner ``cfg.kind`` (defaults: gradient MPC with the paper's settings).
 
@@ -186,12 +264,22 @@ def make_planner(cfg: PlannerConfig | None = None, sim: Config | None = None) ->
 
 
 def closed_loop(
-    m, d0, cost, planner: Planner, steps: int, key, *, init=None, progress: bool = True, checkpoint=None
+    m,
+    d0,
+    cost,
+    planner: Planner,
+    steps: int,
+    key,
+    *,
+    init=None,
+    progress: bool = True,
+    checkpoint=None,
+    plant=None,
 ) -> ClosedLoop:
     """Receding-horizon control: plan, execute ``planner.config.execute`` controls, shift, repeat.
 
     Arguments:
-        m: ``mjx.Model`` (its timestep is the control period).
+        m: ``mjx.Model`` the plans are made on (its timestep is the control period).
         d0: ``mjx.Data`` to start from.
         cost: ``cost(d, ctrl) -> scalar``, the running cost of one state (``d`` has every derived
             field computed; see :func:`diffmjx.rollout`'s ``observe``).
@@ -206,6 +294,10 @@ def closed_loop(
             extends a finished one; a call whose plan steps were all saved compiles nothing.
             A file written by another loop (planner or simulation config, model, start state,
             first plan or key) raises ``ValueError``.
+        plant: ``mjx.Model`` the executed controls are simulated on; ``m`` if None. A planning
+            model may be cheaper than the plant (e.g. :func:`contacts_only_with` drops the
+            contacts the task does not need), while what is executed and reported, and what the
+            next plan starts from, stays the plant's. Sizes and timestep must match ``m``'s.
 
     Returns:
         :class:`ClosedLoop`: the executed trajectory, the per-step cost of the executed states,
@@ -216,6 +308,14 @@ def closed_loop(
     cfg, sim = planner.config, planner.sim
     if not isinstance(steps, (int, np.integer)) or steps < 1:
         raise ValueError(f"steps={steps!r} is invalid; expected an int >= 1")
+    plant = m if plant is None else plant
+    if plant is not m:
+        sizes = lambda x: (int(x.nq), int(x.nv), int(x.nu), int(x.na), float(x.opt.timestep))
+        if sizes(plant) != sizes(m):
+            raise ValueError(
+                f"plant's (nq, nv, nu, na, timestep) = {sizes(plant)} differ from the planning model m's "
+                f"{sizes(m)}; a plant must be the same system"
+            )
     lo, hi = ctrl_bounds(m)
     dtype = jnp.asarray(d0.qpos).dtype
     plan = jnp.clip(jnp.zeros((cfg.horizon, m.nu), dtype), lo, hi) if init is None else jnp.asarray(init, dtype)
@@ -228,10 +328,11 @@ def closed_loop(
     step_fn = jax.jit(lambda d, c, dt: method.step(m, d, c, cost, dt)[0])
     finish_fn = jax.jit(lambda d, c, dt: method.finish(m, d, c, cost, dt))
     iterations = method.iterations
+    first = iterations if cfg.first_iterations is None or not iterations else cfg.first_iterations
     execute = cfg.execute
 
     def run(d, u, dt):
-        d, traj = rollout(m, d, u, sim, observe=lambda x: cost(x, x.ctrl), dt0=dt)
+        d, traj = rollout(plant, d, u, sim, observe=lambda x: cost(x, x.ctrl), dt0=dt)
         return d, traj
 
     exec_fn = jax.jit(run)
@@ -241,7 +342,7 @@ def closed_loop(
     d, done = d0, 0
     path = None if checkpoint is None else Path(checkpoint)
     if path is not None:  # before compiling: another loop's file fails at once
-        fingerprint = _fingerprint(m, d0, planner, plan, key)
+        fingerprint = _fingerprint(m, d0, planner, plan, key, plant)
         if path.exists():
             d, plan, key, dt, rows, plan_costs, plan_times = _load_loop(path, fingerprint, d0, plan, key, dt)
             done = min(len(plan_costs) * execute, steps)
@@ -253,17 +354,23 @@ def closed_loop(
     split, sub = jax.random.split(key)
     key = key if plan_costs else split  # a resumed loop's key was saved as its next plan step takes it
     if resumed < n_plans:  # nothing is compiled when every plan step asked for was saved
-        start_c = start_fn.lower(d0, plan, sub, dt).compile()
         carry = jax.eval_shape(start_fn, d0, plan, sub, dt)
         rep = replicated_sharding() if cfg.shard else None
         if rep is not None:  # the carry is passed replicated, like the state
             carry = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=rep), carry)
-        keep = replicate if cfg.shard else (lambda tree: tree)
-        step_c = step_fn.lower(d0, carry, dt).compile() if iterations else None
-        finish_c = finish_fn.lower(d0, carry, dt).compile()
-        exec_c = exec_fn.lower(d0, plan[:execute], dt).compile()
+        lowered = [
+            start_fn.lower(d0, plan, sub, dt),
+            step_fn.lower(d0, carry, dt) if iterations or first else None,
+            finish_fn.lower(d0, carry, dt),
+            exec_fn.lower(d0, plan[:execute], dt),
+        ]
+        # compiled side by side: the gradient step's program takes longest, the others compile beside
+        # it on the other cores
+        with ThreadPoolExecutor(max_workers=len(lowered)) as pool:
+            start_c, step_c, finish_c, exec_c = pool.map(lambda low: None if low is None else low.compile(), lowered)
+    keep = replicate if cfg.shard else (lambda tree: tree)
     jit_time = time.perf_counter() - t0
-    for _ in tqdm(
+    for k in tqdm(
         range(resumed, n_plans), desc=f"closed loop ({cfg.kind})", disable=not progress, initial=resumed, total=n_plans
     ):
         key, sub = jax.random.split(key)
@@ -271,7 +378,7 @@ def closed_loop(
             d, plan, dt, sub = replicate((d, plan, dt, sub))
         t = time.perf_counter()
         carry = start_c(d, plan, sub, dt)
-        for _ in range(iterations):
+        for _ in range(first if k == 0 else iterations):
             carry = step_c(d, keep(carry), dt)
         plan, plan_c = finish_c(d, keep(carry), dt)
         jax.block_until_ready(plan)

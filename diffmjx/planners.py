@@ -57,6 +57,10 @@ class PlannerConfig(Section, Preset):
         execute: E, controls executed per plan step (then the plan shifts by E).
         learning_rate: Adam's step size (gradient, hybrid), in control units.
         iterations: K, gradient or iLQR iterations per plan step (gradient, hybrid, ilqr).
+        first_iterations: iterations on a closed loop's first plan step, whose plan starts from
+            nothing (the later ones start from the shifted plan that the last step refined); null:
+            ``iterations``. Only :func:`~diffmjx.mpc.closed_loop` reads it (a planner's ``plan``
+            is one plan step and runs ``iterations``).
         clip_norm: largest global norm of a gradient step's gradient; null: no clipping.
         samples: k, plans evaluated per plan step (sampling, hybrid), the nominal one included.
         noise_scale: standard deviation of the sampling noise as a fraction of each actuator's
@@ -85,6 +89,7 @@ class PlannerConfig(Section, Preset):
     execute: int = knob(16, ge=1)
     learning_rate: float = knob(0.01, gt=0.0)
     iterations: int = knob(32, ge=0)
+    first_iterations: int | None = knob(None, ge=0)
     clip_norm: float | None = knob(1.0, gt=0.0)
     samples: int = knob(64, ge=1)
     noise_scale: float = knob(0.1, ge=0.0)

@@ -126,6 +126,55 @@ def test_closed_loop_iterations_equal_the_one_program_plan(slider, kind):
     np.testing.assert_allclose(out.ctrl, np.asarray(plan)[:4], rtol=1e-12, atol=1e-15)
 
 
+def test_closed_loop_first_iterations_and_a_separate_plant(slider):
+    """``first_iterations`` is the first plan step's iteration count (its plan equals the one-program
+    plan with that many), and with ``plant`` the executed states are the plant's (here: ten times the
+    damping) under the controls planned on ``m``."""
+    mx, d0 = slider
+    cfg = mpc.PlannerConfig(kind="gradient", horizon=8, execute=4, iterations=2, first_iterations=5, learning_rate=0.3)
+    mj = mujoco.MjModel.from_xml_string(SLIDER)
+    mj.dof_damping[:] = 1.0
+    plant = mjx.put_model(mj)
+    out = mpc.closed_loop(
+        mx, d0, cost, mpc.make_planner(cfg, SIM), steps=4, key=jax.random.PRNGKey(0), progress=False, plant=plant
+    )
+    five = mpc.make_planner(dataclasses.replace(cfg, iterations=5, first_iterations=None), SIM)
+    plan, info = jax.jit(lambda d: five.plan(mx, d, jnp.zeros((8, 1)), cost, jax.random.PRNGKey(0)))(d0)
+    np.testing.assert_allclose(out.plan_cost[0], float(info["cost"]), rtol=1e-12)
+    np.testing.assert_allclose(out.ctrl, np.asarray(plan)[:4], rtol=1e-12, atol=1e-15)
+    _, on_plant = diffmjx.rollout(plant, d0, jnp.asarray(out.ctrl), SIM)
+    _, on_m = diffmjx.rollout(mx, d0, jnp.asarray(out.ctrl), SIM)
+    np.testing.assert_allclose(out.qpos, np.asarray(on_plant.qpos), rtol=1e-12, atol=1e-15)
+    assert np.abs(out.qpos - np.asarray(on_m.qpos)).max() > 1e-4  # the plant's damping, not m's
+    mj2 = mujoco.MjModel.from_xml_string(SLIDER.replace('timestep="0.05"', 'timestep="0.02"'))
+    with pytest.raises(ValueError, match="plant's"):
+        mpc.closed_loop(mx, d0, cost, mpc.make_planner(cfg, SIM), 4, jax.random.PRNGKey(0), plant=mjx.put_model(mj2))
+
+
+def test_contacts_only_with_keeps_the_objects_pairs_and_adds_none():
+    """A planning model without the hand's self-contacts: every pair of the object's geoms stays,
+    every other pair goes, and a geom that collides with nothing still collides with nothing."""
+    xml = """
+    <mujoco><worldbody><geom name="floor" type="plane" size="1 1 0.1"/>
+      <body name="a" pos="0 0 1"><freejoint/><geom type="sphere" size="0.1"/></body>
+      <body name="b" pos="0 0 2"><freejoint/><geom type="capsule" size="0.1 0.2"/>
+        <geom type="sphere" size="0.05" contype="0" conaffinity="0"/></body>
+      <body name="ball" pos="0 0 3"><freejoint/><geom type="sphere" size="0.1"/></body>
+    </worldbody></mujoco>"""
+    mj = mujoco.MjModel.from_xml_string(xml)
+    pairs = lambda model: {tuple(sorted(p)) for p in mpc._filtered_pairs(model)}
+    kept = pairs(mpc.contacts_only_with(mj, ["ball"]))
+    ball = int(mj.body("ball").geomadr[0])
+    assert kept == {p for p in pairs(mj) if ball in p} and len(kept) == 3  # floor, a, b's capsule
+    assert pairs(mpc.contacts_only_with(mj, ["ball", "a"])) == {p for p in pairs(mj) if ball in p or 1 in p}
+    # ``among``: the pairs among these geoms stay as well (a's sphere and b's capsule), not theirs with the floor
+    assert pairs(mpc.contacts_only_with(mj, ["ball"], among=[1, 2])) == kept | {(1, 2)}
+    with pytest.raises(ValueError, match="no body 'hand'"):
+        mpc.contacts_only_with(mj, ["hand"])
+    with pytest.raises(ValueError, match="among: no geom 'nail'"):
+        mpc.contacts_only_with(mj, ["ball"], among=["nail"])
+
+
 def test_ilqr_reaches_adams_final_cost_in_a_tenth_of_the_iterations(slider):
     """On the slider's plan (8 periods from rest), 3 iLQR iterations end at or below the cost that 30
     Adam iterations reach (a fifth below doing nothing: 8 periods cannot reach the target), and each accepted iteration lowers the cost."""
