@@ -2,8 +2,9 @@
 distance), predictive sampling and the hybrid, on the baoding ball swap and bionic tennis (paper
 Sec. 5.2, Figs. 12-13).
 
-    python -m experiments.myo_mpc [--task baoding|die|die_table|tennis] [--preset quick|paper]
+    python -m experiments.myo_mpc [--task baoding|die|die_table|tennis] [--preset quick|paper|fast]
                                   [--set planner.KEY=VALUE ...] [--methods ...] [--plan-steps N] [--fresh]
+                                  [--plan-contacts all|objects|objects+capsules]
     python -m experiments.myo_mpc --task T --check-horizon H   # the start gradient through H periods
     python -m experiments.myo_mpc --task T --gradient-modes    # plan-step cost: unroll/implicit, remat
     python -m experiments.myo_mpc --task T --check-tausmooth   # how far muscle.tausmooth moves the task
@@ -32,7 +33,10 @@ gradient is exactly zero at the start (the study measures it: ``--check-horizon`
 
 Writes docs/results/myo_mpc_<task>.csv (cost of every executed state per method),
 myo_mpc_<task>_summary.csv (final and mean cost, wall time per plan step, JIT time) and
-myo_mpc_<task>.png (cost over time), with ``_paper`` after the task's name for the paper preset.
+myo_mpc_<task>.png (cost over time), with ``_paper`` or ``_fast`` after the task's name for those presets.
+``--preset fast`` (baoding): the paper preset's swap on a CPU, its first plan step with 32 Adam
+iterations and the later ones with 8, planned on a model with the balls' and the finger capsules'
+contacts only and executed on the full model (docs/mpc.md).
 Each run's closed loop is saved after every plan step under ``~/.cache/diffmjx/mpc`` and a rerun
 with the same arguments resumes it (a larger ``--plan-steps`` extends it; ``--fresh`` starts over);
 ``--check-horizon`` writes myo_mpc_<task>_horizon.csv, ``--gradient-modes``
@@ -53,6 +57,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+from mujoco import mjx
 
 import diffmjx
 from diffmjx import mpc
@@ -67,6 +72,17 @@ RUNS = {  # task -> preset -> plan steps and the planner preset
     "baoding": {
         "quick": {"plan_steps": 6, "planner": "quick", "overrides": ("horizon=16", "execute=4", "iterations=6")},
         "paper": {"plan_steps": 32, "planner": "paper", "overrides": ()},
+        # the paper preset's swap on a 2-core CPU (issue 58 item 4): the first plan (from nothing) gets
+        # the paper's 32 iterations, later ones (from the shifted plan) 8, and plans are made on a model
+        # whose contacts are the balls' and the finger capsules' with each other (290 of the 407
+        # candidate pairs: no fingernail ellipsoid or table pair of the hand's); the executed states
+        # are the full model's
+        "fast": {
+            "plan_steps": 32,
+            "planner": "paper",
+            "overrides": ("first_iterations=32", "iterations=8"),
+            "plan_contacts": "objects+capsules",
+        },
     },
     "tennis": {  # the ball passes the racket within 0.1 s: the quick horizon covers it
         "quick": {"plan_steps": 6, "planner": "quick", "overrides": ("horizon=40", "execute=8", "iterations=6")},
@@ -111,6 +127,31 @@ def _read(path: Path) -> list[dict]:
     return rows
 
 
+def _objects(mj) -> list[int]:
+    """Bodies that carry a free joint: the task's objects (the baoding balls)."""
+    import mujoco
+
+    return sorted({int(mj.jnt_bodyid[j]) for j in range(mj.njnt) if mj.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE})
+
+
+def _planning_model(mj, contacts: str):
+    """The planning model of ``plan_contacts``: ``objects``, only the free bodies' contacts;
+    ``objects+capsules``, those and the pairs among the other bodies' capsules (a hand's fingers)."""
+    import mujoco
+
+    objects = _objects(mj)
+    among = ()
+    if contacts == "objects+capsules":
+        among = [
+            g
+            for g in range(mj.ngeom)
+            if mj.geom_type[g] == mujoco.mjtGeom.mjGEOM_CAPSULE and mj.geom_bodyid[g] not in (0, *objects)
+        ]
+    elif contacts != "objects":
+        raise ValueError(f"plan_contacts={contacts!r}; expected 'objects' or 'objects+capsules'")
+    return mpc.contacts_only_with(mj, objects, among)
+
+
 def _stem(task: str, preset: str) -> str:
     """Output file stem of a run: ``myo_mpc_<task>``, with ``_<preset>`` after it for presets other
     than quick, so presets never overwrite each other."""
@@ -132,8 +173,14 @@ def run(
     plan_steps: int | None = None,
     fresh: bool = False,
     checkpoints: Path = CHECKPOINTS,
+    started: float | None = None,
+    plan_contacts: str | None = None,
 ):
+    if preset not in RUNS[task]:
+        raise SystemExit(f"--preset {preset} is not defined for --task {task}; choose from {sorted(RUNS[task])}")
     spec = dict(RUNS[task][preset])
+    if plan_contacts is not None:
+        spec["plan_contacts"] = None if plan_contacts == "all" else plan_contacts
     if plan_steps is not None:
         spec["plan_steps"] = plan_steps
     stem = _stem(task, preset)
@@ -145,6 +192,9 @@ def run(
     for name in methods:
         extra, cfd = METHODS[name]
         mj, mx, d0, cost = TASKS[task](cfd)
+        plant = None
+        if spec.get("plan_contacts"):  # plan on the free bodies' contacts (and the capsules' among each other)
+            plant, mx = mx, mjx.put_model(_planning_model(mj, spec["plan_contacts"]))
         sim = _sim(cfd)
         cfg = mpc.PlannerConfig.load(spec["planner"], [*spec["overrides"], *extra, *overrides])
         steps = spec["plan_steps"] * cfg.execute
@@ -153,10 +203,10 @@ def run(
             saved.unlink(missing_ok=True)
         t = time.perf_counter()
         res = mpc.closed_loop(
-            mx, d0, cost, mpc.make_planner(cfg, sim), steps, jax.random.PRNGKey(seed), checkpoint=saved
+            mx, d0, cost, mpc.make_planner(cfg, sim), steps, jax.random.PRNGKey(seed), checkpoint=saved, plant=plant
         )
         wall = time.perf_counter() - t
-        c0 = float(jax.jit(lambda d: cost(diffmjx.forward(mx, d, sim), d.ctrl))(d0))  # noqa: B023 (called within this iteration)
+        c0 = float(jax.jit(lambda d: cost(diffmjx.forward(mx if plant is None else plant, d, sim), d.ctrl))(d0))  # noqa: B023 (called within this iteration)
         for k, c in enumerate(np.r_[c0, res.cost]):
             rows.append({"method": name, "step": k, "time_s": k * mj.opt.timestep, "cost": float(c)})
         for k, q in enumerate(np.vstack([np.asarray(d0.qpos)[None], res.qpos])):  # the frame strip's input
@@ -167,6 +217,8 @@ def run(
                 "horizon": cfg.horizon,
                 "execute": cfg.execute,
                 "iterations": cfg.iterations,
+                "first_iterations": cfg.iterations if cfg.first_iterations is None else cfg.first_iterations,
+                "plan_contacts": spec.get("plan_contacts") or "all",
                 "samples": cfg.samples if cfg.kind != "gradient" else 0,
                 "plan_steps": spec["plan_steps"],
                 "start_cost": c0,
@@ -179,6 +231,9 @@ def run(
                 # not in wall_s, which is this process's); plan_steps_s_total: every plan step's time
                 "resumed_plan_steps": res.resumed_plan_steps,
                 "plan_steps_s_total": float(res.plan_time_s.sum()),
+                # from the study's start (after its imports) to this run's end: building the task and
+                # its models, compiling, every plan step; the first method's figure is a cold start's
+                "since_start_s": time.perf_counter() - (t if started is None else started),
             }
         )
         print(f"{name:16s} cost {c0:.4f} -> {res.cost[-1]:.4f}  plan step {np.median(res.plan_time_s):.1f} s  "
@@ -512,13 +567,25 @@ def plot(rows, path: Path, title=TITLES["baoding"]):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--task", choices=sorted(TASKS), default="baoding")
-    p.add_argument("--preset", choices=("quick", "paper"), default="quick")
+    p.add_argument(
+        "--preset",
+        choices=("quick", "paper", "fast"),
+        default="quick",
+        help="fast: the paper preset's swap in about 20 min on a CPU (baoding only; docs/mpc.md)",
+    )
     p.add_argument(
         "--methods",
         nargs="+",
         choices=sorted(METHODS),
         default=None,
         help="default: every method for baoding; gradient with and without CFD and sampling 64 for tennis",
+    )
+    p.add_argument(
+        "--plan-contacts",
+        choices=("all", "objects", "objects+capsules"),
+        default=None,
+        help="the planning model's contacts (default: the preset's; fast: objects+capsules): all, the free "
+        "bodies' only, or those and the pairs among the other bodies' capsules; executed on the full model",
     )
     p.add_argument("--set", action="append", default=[], metavar="planner.KEY=VALUE", help="planner overrides")
     p.add_argument("--out", type=Path, default=common.RESULTS)
@@ -564,6 +631,7 @@ def main(argv=None):
         action="store_true",
         help="only measure how far muscle.tausmooth moves the task's motion in the C engine",
     )
+    started = time.perf_counter()
     args = p.parse_args(argv)
     common.setup()
     if args.check_horizon:
@@ -585,7 +653,19 @@ def main(argv=None):
         frame_strip(args.task, args.preset, args.out)
         return
     methods = DEFAULT_METHODS[args.task] if args.methods is None else args.methods
-    run(args.task, args.preset, methods, args.set, args.out, args.seed, args.plan_steps, args.fresh, args.checkpoints)
+    run(
+        args.task,
+        args.preset,
+        methods,
+        args.set,
+        args.out,
+        args.seed,
+        args.plan_steps,
+        args.fresh,
+        args.checkpoints,
+        started,
+        args.plan_contacts,
+    )
 
 
 if __name__ == "__main__":
