@@ -377,6 +377,81 @@ def _myo_mpc(summary: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def myo_mpc_baoding_swap() -> str:
+    """The baoding swap at the paper preset and the CPU route to it (``--preset fast``): iterations,
+    the planning model's contacts, compile and plan-step times, the closed loop's wall time, and the
+    executed cost at the paper's horizon (0.64 s) and at the end."""
+    out = [
+        "| run | Adam iterations (first plan step / later) | plans on | JIT s | s per plan step (median) | "
+        "closed loop, compile included (min) | cost at 0.64 s | final cost |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for preset in ("paper", "fast"):
+        r = next(r for r in _rows(f"myo_mpc_baoding_{preset}_summary.csv") if r["method"] == "gradient")
+        cost = {
+            int(c["step"]): float(c["cost"])
+            for c in _rows(f"myo_mpc_baoding_{preset}.csv")
+            if c["method"] == "gradient"
+        }
+        first = r.get("first_iterations") or r["iterations"]
+        contacts = {
+            "objects": "the balls' contacts",
+            "objects+capsules": "the balls' and the finger capsules' contacts",
+            "all": "the full model",
+        }[r.get("plan_contacts") or "all"]
+        # one process's closed loop as measured; a run resumed from a checkpoint: its pieces' sum
+        resumed = int(r["resumed_plan_steps"])
+        wall = float(r["wall_s"]) if not resumed else float(r["plan_steps_s_total"]) + float(r["jit_s"])
+        out.append(
+            f"| `--preset {preset}` | {first} / {r['iterations']} | {contacts} | {float(r['jit_s']):.0f} | "
+            f"{float(r['plan_step_s']):.1f} | {wall / 60:.1f} | {cost[256]:.4f} | {float(r['final_cost']):.4f} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+def myo_mpc_baoding_fast_trials() -> str:
+    """The CPU route's trials: iterations, the planning model's contacts, the executed cost at 0.64 s,
+    its lowest and its last value, the median plan step and the closed loop's wall time."""
+    contacts = {"objects": "the balls' contacts", "objects+capsules": "the balls' and the finger capsules' contacts"}
+    out = [
+        "| trial | Adam iterations (first / later) | plans on | cost at 0.64 s | lowest cost | final cost | "
+        "s per plan step (median) | closed loop, compile included (min) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in _rows("myo_mpc_baoding_fast_trials.csv"):
+        out.append(
+            f"| {r['trial']} | {r['first_iterations']} / {r['iterations']} | {contacts[r['plan_contacts']]} | "
+            f"{float(r['cost_at_0.64s']):.4f} | {float(r['lowest_cost']):.4f} | {float(r['final_cost']):.4f} | "
+            f"{float(r['plan_step_s']):.1f} | {float(r['wall_s']) / 60:.1f} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+def ilqr_vs_adam() -> str:
+    """One plan, Adam and iLQR: final cost, the first iteration within 1 % of Adam's final cost (1 %
+    of Adam's descent from the start), seconds per iteration and to that point, JIT."""
+    curves: dict = {}
+    for r in _rows("ilqr_vs_adam.csv"):
+        curves.setdefault((r["task"], r["method"]), []).append(float(r["cost"]))
+    out = [
+        "| task | planner | iterations | start cost | final cost | first iteration within 1 % of Adam's final | "
+        "s per iteration (median) | s to there | JIT s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in _rows("ilqr_vs_adam_summary.csv"):
+        adam = curves[(r["task"], "gradient")]
+        target = adam[-1] + 0.01 * (adam[0] - adam[-1])
+        k = next((i for i, c in enumerate(curves[(r["task"], r["method"])]) if c <= target), None)
+        per = float(r["s_per_iteration"])
+        name = {"gradient": "Adam", "ilqr": "iLQR"}[r["method"]]
+        out.append(
+            f"| {r['task']} | {name} | {r['iterations']} | {_sig(float(r['start_cost']), 4)} | "
+            f"{_sig(float(r['final_cost']), 4)} | {'not reached' if k is None else k} | {per:.3g} | "
+            f"{'—' if k is None else f'{k * per:.3g}'} | {float(r['jit_s']):.0f} |"
+        )
+    return "\n".join(out) + "\n"
+
+
 def myo_mpc_gradient_modes() -> str:
     """The quick baoding gradient planner with the solver gradient unrolled or implicit, with and
     without remat: time per plan step, JIT time, and how far the executed cost moves from ``unroll``."""
@@ -1627,6 +1702,9 @@ TABLES: dict[str, Callable[[], str]] = {
     "myo_mpc_die": lambda: _myo_mpc("myo_mpc_die_summary.csv"),
     "myo_mpc_die_table": lambda: _myo_mpc("myo_mpc_die_table_summary.csv"),
     "myo_mpc_gradient_modes": myo_mpc_gradient_modes,
+    "myo_mpc_baoding_swap": myo_mpc_baoding_swap,
+    "myo_mpc_baoding_fast_trials": myo_mpc_baoding_fast_trials,
+    "ilqr_vs_adam": ilqr_vs_adam,
     "speed_jit": speed_jit,
     "speed_vjp": speed_vjp,
     "speed_solver_checkpoint": speed_solver_checkpoint,
