@@ -34,8 +34,8 @@ gradient is exactly zero at the start (the study measures it: ``--check-horizon`
 Writes docs/results/myo_mpc_<task>.csv (cost of every executed state per method),
 myo_mpc_<task>_summary.csv (final and mean cost, wall time per plan step, JIT time) and
 myo_mpc_<task>.png (cost over time), with ``_paper`` or ``_fast`` after the task's name for those presets.
-``--preset fast`` (baoding): the paper preset's swap on a CPU, its first plan step with 32 Adam
-iterations and the later ones with 8, planned on a model with the balls' and the finger capsules'
+``--preset fast`` (baoding): the paper preset's swap on a CPU, its first plan step with 16 Adam
+iterations and the later ones with 6, planned on a model with the balls' and the finger capsules'
 contacts only and executed on the full model (docs/mpc.md).
 Each run's closed loop is saved after every plan step under ``~/.cache/diffmjx/mpc`` and a rerun
 with the same arguments resumes it (a larger ``--plan-steps`` extends it; ``--fresh`` starts over);
@@ -73,14 +73,14 @@ RUNS = {  # task -> preset -> plan steps and the planner preset
         "quick": {"plan_steps": 6, "planner": "quick", "overrides": ("horizon=16", "execute=4", "iterations=6")},
         "paper": {"plan_steps": 32, "planner": "paper", "overrides": ()},
         # the paper preset's swap on a 2-core CPU (issue 58 item 4): the first plan (from nothing) gets
-        # the paper's 32 iterations, later ones (from the shifted plan) 8, and plans are made on a model
+        # 16 iterations, later ones (from the shifted plan) 6, and plans are made on a model
         # whose contacts are the balls' and the finger capsules' with each other (290 of the 407
         # candidate pairs: no fingernail ellipsoid or table pair of the hand's); the executed states
         # are the full model's
         "fast": {
             "plan_steps": 32,
             "planner": "paper",
-            "overrides": ("first_iterations=32", "iterations=8"),
+            "overrides": ("first_iterations=16", "iterations=6"),
             "plan_contacts": "objects+capsules",
         },
     },
