@@ -377,6 +377,14 @@ def _myo_mpc(summary: str) -> str:
     return "\n".join(out) + "\n"
 
 
+PLAN_CONTACTS = {
+    "objects": "the balls' contacts",
+    "objects+capsules": "the balls' and the finger capsules' contacts",
+    "all": "the full model",
+}
+"""``myo_mpc``'s ``plan_contacts`` (the planning model's contacts) in the baoding tables' words."""
+
+
 def myo_mpc_baoding_swap() -> str:
     """The baoding swap at the paper preset and the CPU route to it (``--preset fast``): iterations,
     the planning model's contacts, compile and plan-step times, the closed loop's wall time, and the
@@ -394,11 +402,7 @@ def myo_mpc_baoding_swap() -> str:
             if c["method"] == "gradient"
         }
         first = r.get("first_iterations") or r["iterations"]
-        contacts = {
-            "objects": "the balls' contacts",
-            "objects+capsules": "the balls' and the finger capsules' contacts",
-            "all": "the full model",
-        }[r.get("plan_contacts") or "all"]
+        contacts = PLAN_CONTACTS[r.get("plan_contacts") or "all"]
         # one process's closed loop as measured; a run resumed from a checkpoint: its pieces' sum
         resumed = int(r["resumed_plan_steps"])
         wall = float(r["wall_s"]) if not resumed else float(r["plan_steps_s_total"]) + float(r["jit_s"])
@@ -412,7 +416,6 @@ def myo_mpc_baoding_swap() -> str:
 def myo_mpc_baoding_fast_trials() -> str:
     """The CPU route's trials: iterations, the planning model's contacts, the executed cost at 0.64 s,
     its lowest and its last value, the median plan step and the closed loop's wall time."""
-    contacts = {"objects": "the balls' contacts", "objects+capsules": "the balls' and the finger capsules' contacts"}
     out = [
         "| trial | Adam iterations (first / later) | plans on | cost at 0.64 s | lowest cost | final cost | "
         "s per plan step (median) | closed loop, compile included (min) |",
@@ -420,7 +423,7 @@ def myo_mpc_baoding_fast_trials() -> str:
     ]
     for r in _rows("myo_mpc_baoding_fast_trials.csv"):
         out.append(
-            f"| {r['trial']} | {r['first_iterations']} / {r['iterations']} | {contacts[r['plan_contacts']]} | "
+            f"| {r['trial']} | {r['first_iterations']} / {r['iterations']} | {PLAN_CONTACTS[r['plan_contacts']]} | "
             f"{float(r['cost_at_0.64s']):.4f} | {float(r['lowest_cost']):.4f} | {float(r['final_cost']):.4f} | "
             f"{float(r['plan_step_s']):.1f} | {float(r['wall_s']) / 60:.1f} |"
         )
