@@ -22,7 +22,8 @@
 some of the box-box rules (RULES' names, comma-separated); with ``--update`` their rows (and the C
 engine's) replace theirs in the committed CSVs, the other rules' rows are kept and the figures
 redrawn, and the timing (MJX's rule against its smoothed blend) is not rerun; ``--only PARTS``
-(with ``--update``) reruns only some of ``drop``, ``family``, ``gradient``.
+(with ``--update``) reruns only some of ``drop``, ``family``, ``gradient``; ``--scenes`` runs the
+gradient sweep on some of :data:`SCENES` (their names, comma-separated).
 """
 
 from __future__ import annotations
@@ -120,13 +121,14 @@ def drop_model(solimp0: float | None = None):
     return common.mjx.put_model(mj)
 
 
-def gradient_sweep(cfg: diffmjx.Config, quick: bool, rules=tuple(RULES)) -> list[dict]:
+def gradient_sweep(cfg: diffmjx.Config, quick: bool, rules=tuple(RULES), scenes=tuple(SCENES)) -> list[dict]:
     """AD with ``cfg`` (the preset: the library defaults) against central differences (steps FD_STEP
     and FD_STEP / 4, both reported) of a REF_TOL solve with the same collision function, per box-box
-    rule and per version of the scene (:data:`SCENES`)."""
+    rule and per version of the scene (``scenes``, names of :data:`SCENES`)."""
     vy0s = np.linspace(0.1, 0.5, 3 if quick else 9)
     rows = []
-    for scene_name, solimp0 in SCENES.items():
+    for scene_name in scenes:
+        solimp0 = SCENES[scene_name]
         mx = drop_model(solimp0)
         for rule in rules:
             overrides = RULES[rule]
@@ -440,11 +442,17 @@ _FILES = {
 }  # result -> (file, the columns naming a group)
 
 
-def run(cfg: diffmjx.Config, out: Path, quick: bool = False, rules=None, update: bool = False, only=None) -> dict:
+def run(
+    cfg: diffmjx.Config, out: Path, quick: bool = False, rules=None, update: bool = False, only=None, scenes=None
+) -> dict:
     rules = tuple(RULES) if rules is None else tuple(rules)
     unknown = [r for r in rules if r not in RULES]
     if unknown:
         raise ValueError(f"--rules: unknown {unknown}; expected some of {list(RULES)}")
+    scenes = tuple(SCENES) if scenes is None else tuple(scenes)
+    unknown = [s for s in scenes if s not in SCENES]
+    if unknown:
+        raise ValueError(f"--scenes: unknown {unknown}; expected some of {list(SCENES)}")
     missing = [out / f for f, _ in _FILES.values() if not (out / f).exists()]
     if update and missing:  # before anything runs
         raise FileNotFoundError(f"--update: {', '.join(map(str, missing))} missing; run without --update to write them")
@@ -459,7 +467,7 @@ def run(cfg: diffmjx.Config, out: Path, quick: bool = False, rules=None, update:
     if "drop" in only:
         res["drop"] = drop_vs_c_engine(cfg, rules)
     if "gradient" in only:
-        res["gradient"] = gradient_sweep(cfg, quick, rules)
+        res["gradient"] = gradient_sweep(cfg, quick, rules, scenes)
     for key, (name, columns) in _FILES.items():
         if key not in res:
             with open(out / name, newline="") as f:  # not rerun: the committed rows
@@ -504,6 +512,10 @@ def main(argv=None):
         ("--rules", dict(help=f"comma-separated box-box rules, of {', '.join(RULES)} (default: all)")),
         ("--update", dict(action="store_true", help="replace only these rules' rows in the committed CSVs")),
         ("--only", dict(help="with --update: run only these parts, comma-separated, of drop, family, gradient")),
+        (
+            "--scenes",
+            dict(help=f"the gradient sweep's scenes, comma-separated, of {'; '.join(SCENES)} (default: both)"),
+        ),
     )
     cfg, args = common.cli(__doc__, DEFAULT_PRESET, argv, extra)
     rules = None if args.rules is None else [r.strip() for r in args.rules.split(",")]
@@ -512,7 +524,8 @@ def main(argv=None):
         raise SystemExit(
             f"--only needs --update (the other parts are read from the committed CSVs) and parts of {list(_FILES)}"
         )
-    run(cfg, args.out, args.quick, rules, args.update, only)
+    scenes = None if args.scenes is None else [s.strip() for s in args.scenes.split(",")]
+    run(cfg, args.out, args.quick, rules, args.update, only, scenes)
 
 
 if __name__ == "__main__":
