@@ -10,10 +10,21 @@ The problem: choose controls ``u_0 .. u_{H-1}`` (each held for one control perio
    of the cost through MJX's forward pass),
 3. runs the Riccati backward pass for the feedforward ``k_t`` and feedback ``K_t`` gains, with
    ``Q_uu``'s eigenvalues floored at 0 and raised by the regularisation ``mu`` (so every step is a
-   descent direction),
-4. rolls the feedback policy ``u_t + alpha k_t + K_t (x_t - x̄_t)`` out for a few step lengths
-   ``alpha`` at once (``vmap``), controls projected onto ``ctrlrange``, and keeps the cheapest if it
-   lowers the cost (then ``mu`` shrinks), else keeps the plan and raises ``mu`` tenfold.
+   descent direction), for the regularisations ``mu, mu/100, 100 mu`` at once,
+4. rolls the feedback policy ``u_t + alpha k_t + K_t (x_t - x̄_t)`` of each out (``vmap``) at
+   ``alpha = 1`` and ``1/4``, controls projected onto ``ctrlrange``, and keeps the cheapest if it
+   lowers the cost (``mu`` moves to its regularisation), else keeps the plan and raises ``mu``
+   10^4-fold.
+
+Why regularisations and not only step lengths: ``mu`` is absolute, and where ``Q_uu`` has next to
+no curvature (a cost of distances over a short horizon of slow muscles: on the MyoHand baoding plan
+its eigenvalues are 1e-7 to 6e-6) ``mu`` alone sets how far a step goes, so no fixed first ``mu``
+fits every cost's scale; a step-length search from ``mu = 1e-3`` there needed four iterations to
+move at all (docs/mpc.md, "iLQR against Adam on one plan").
+
+Optional (``box``; ``planner.ilqr_box_qp``): the bounds handled in the backward pass by a
+box-constrained QP per period (:func:`box_qp`, control-limited DDP), the clamped controls without
+feedback.
 
 Non-finite Jacobians, gains or costs are never executed: such an iteration keeps its plan, counts as
 not finite and raises ``mu``.
@@ -69,12 +80,49 @@ def _stage(m, d, cost, cfg: Config, layout):
     return running
 
 
-def _backward(A, B, g, h, mu, n):
-    """Riccati recursion backwards over the periods: gains ``k`` (H, nu), ``K`` (H, nu, n)."""
+def box_qp(Q, q, lo, hi, iterations: int = 12):
+    """``argmin 0.5 k'Qk + q'k`` over ``lo <= k <= hi`` (``lo <= 0 <= hi``, ``Q`` positive definite).
+
+    Projected Newton (Bertsekas 1982), as control-limited DDP (Tassa, Mansard and Todorov 2014) solves
+    its per-period QP: a bound is clamped where the step would push past it, and the Newton step is
+    taken on the free controls only, with a projected Armijo line search; a fixed iteration count so it
+    ``jit``s and ``vmap``s. Returns ``(k, free)``, ``free`` the controls off their bounds (boolean)."""
+    eye = jnp.eye(Q.shape[0], dtype=Q.dtype)
+    value = lambda k: 0.5 * k @ Q @ k + q @ k
+    steps = 0.5 ** jnp.arange(10, dtype=Q.dtype)
+
+    def clamped(k):
+        grad = q + Q @ k
+        return ((k <= lo) & (grad > 0)) | ((k >= hi) & (grad < 0)), grad
+
+    def free_block(free):  # Q on the free controls, the identity on the clamped ones: block diagonal
+        return jnp.where(free[:, None] & free[None, :], Q, eye)
+
+    def body(_, k):
+        fixed, grad = clamped(k)
+        free = ~fixed
+        dk = jnp.where(free, jnp.linalg.solve(free_block(free), -jnp.where(free, grad, 0.0)), 0.0)
+        trial = jnp.clip(k + steps[:, None] * dk, lo, hi)
+        f = jax.vmap(value)(trial)
+        ok = f <= value(k) + 0.1 * (trial - k) @ grad  # Armijo along the projected path
+        pick = jnp.argmax(ok)
+        return jnp.where(ok[pick], trial[pick], k)
+
+    k0 = jnp.clip(jnp.linalg.solve(Q, -q), lo, hi)  # the unconstrained step, projected
+    k = jax.lax.fori_loop(0, iterations, body, k0)
+    return k, ~clamped(k)[0]
+
+
+def _backward(A, B, g, h, mu, n, lo, hi, box: bool):
+    """Riccati recursion backwards over the periods: gains ``k`` (H, nu), ``K`` (H, nu, n).
+
+    ``lo``, ``hi`` (H, nu): the room each period's control has to its bounds. ``box``: the
+    feedforward step solves :func:`box_qp` in it and the clamped controls get no feedback; else the
+    unconstrained gains (the forward pass projects the controls)."""
 
     def step(carry, inp):
         vx, vxx = carry
-        A, B, g, h = inp
+        A, B, g, h, lo, hi = inp
         lx, lu = g[:n], g[n:]
         lxx, luu, lux = h[:n, :n], h[n:, n:], h[n:, :n]
         wx, wxx = lx + vx, lxx + vxx  # the end state's value: running cost plus what follows
@@ -84,19 +132,48 @@ def _backward(A, B, g, h, mu, n):
         qux = B.T @ wxx @ A + lux @ A
         quu = 0.5 * (quu + quu.T)
         lam, vec = jnp.linalg.eigh(quu)
-        inv = (vec / (jnp.maximum(lam, 0.0) + mu)) @ vec.T  # eigenvalues floored at 0, raised by mu
-        k, K = -inv @ qu, -inv @ qux
+        reg = (vec * (jnp.maximum(lam, 0.0) + mu)) @ vec.T  # eigenvalues floored at 0, raised by mu
+        if box:
+            k, free = box_qp(reg, qu, lo, hi)
+        else:
+            k, free = -jnp.linalg.solve(reg, qu), jnp.ones(qu.shape, bool)
+        inner = jnp.where(free[:, None] & free[None, :], reg, jnp.eye(reg.shape[0], dtype=reg.dtype))
+        K = jnp.where(free[:, None], -jnp.linalg.solve(inner, qux), 0.0)  # feedback on the free controls only
         vx = qx + K.T @ quu @ k + K.T @ qu + qux.T @ k
         vxx = qxx + K.T @ quu @ K + K.T @ qux + qux.T @ K
         return (vx, 0.5 * (vxx + vxx.T)), (k, K)
 
     zero = (jnp.zeros(n, g.dtype), jnp.zeros((n, n), g.dtype))
-    _, (k, K) = jax.lax.scan(step, zero, (A, B, g, h), reverse=True)
+    _, (k, K) = jax.lax.scan(step, zero, (A, B, g, h, lo, hi), reverse=True)
     return k, K
 
 
+def _candidates(mu, count: int, dtype, search_mu: bool):
+    """The ``count`` steps one iteration tries: ``(mus, alphas)``, candidate 0 the model's own step.
+
+    Step lengths: ``mu`` with ``alpha = 1, 1/2, 1/4, ...``. Regularisation search: ``mu``, ``mu/100``
+    and ``100 mu`` in turn, each at ``alpha = 1``, then the same three at ``alpha = 1/4``, and so on:
+    where ``Q_uu`` has next to no curvature (a cost of distances, a short horizon of slow muscles)
+    ``mu`` alone sets the step's length, and no fixed first ``mu`` fits every cost's scale."""
+    j = jnp.arange(count)
+    if search_mu:
+        exps = jnp.asarray([0.0, -1.0, 1.0], dtype)[j % 3]
+        return jnp.clip(mu * 100.0**exps, MU_MIN, MU_MAX), (0.25 ** (j // 3)).astype(dtype)
+    return jnp.full(count, mu, dtype), (0.5**j).astype(dtype)
+
+
 def iteration(
-    m, d, state: ILQRState, cost, sim: Config | None = None, *, dt0=None, line_search: int = 6, descent: bool = True
+    m,
+    d,
+    state: ILQRState,
+    cost,
+    sim: Config | None = None,
+    *,
+    dt0=None,
+    line_search: int = 6,
+    descent: bool = True,
+    box: bool = False,
+    search_mu: bool = True,
 ) -> tuple[ILQRState, dict]:
     """One iLQR iteration on the plan of ``state`` from ``d``.
 
@@ -108,10 +185,17 @@ def iteration(
         sim: the simulation :class:`~diffmjx.Config`; its forward-mode variant is used throughout
             (see :func:`diffmjx.linearize`), so the costs compared are of one and the same solve.
         dt0: the first integrator step (see :func:`diffmjx.rollout`).
-        line_search: step lengths tried, ``1, 1/2, ..., 2^-(line_search - 1)``.
+        line_search: how many steps are tried at once: step lengths ``1, 1/2, ..., 2^-(line_search - 1)``
+            at the current ``mu``, or with ``search_mu`` the regularisations and lengths of
+            :func:`_candidates`.
         descent: accept only a step that lowers the cost (default). False: where none does, take the
             full step if it is finite (the model's step, e.g. off a plateau that only contacts from
             distance see past; see ``planner.keep_best``).
+        box: control bounds by :func:`box_qp` in the backward pass (control-limited DDP) instead of
+            projecting the rolled-out controls onto them.
+        search_mu: try the regularisations ``mu, mu/100, 100 mu`` (then at a quarter of the step)
+            at once, ``mu`` moving to the cheapest candidate's (default); False: step lengths at one
+            ``mu``, halved after an accepted iteration.
 
     Returns:
         ``(state, info)``: the new state and ``info`` with ``cost`` (the cost of the plan this
@@ -133,14 +217,15 @@ def iteration(
 
     h, (c, g) = jax.vmap(jax.jacfwd(derivatives, has_aux=True))(z0, *ends)
     c0 = jnp.sum(c)
-    k, K = _backward(lin.A, lin.B, g, h, state.mu, n)
-    gains_ok = jnp.isfinite(c0) & jnp.all(jnp.isfinite(k)) & jnp.all(jnp.isfinite(K))
-    k, K = jnp.where(gains_ok, k, 0.0), jnp.where(gains_ok, K, 0.0)
     lo, hi = (b.astype(u.dtype) for b in ctrl_bounds(m))
+    mus, alphas = _candidates(state.mu, line_search, u.dtype, search_mu)
+    k, K = jax.vmap(lambda mu: _backward(lin.A, lin.B, g, h, mu, n, lo - u, hi - u, box))(mus)
+    gains_ok = jnp.isfinite(c0) & jnp.all(jnp.isfinite(k), axis=(1, 2)) & jnp.all(jnp.isfinite(K), axis=(1, 2, 3))
+    k, K = jnp.where(gains_ok[:, None, None], k, 0.0), jnp.where(gains_ok[:, None, None, None], K, 0.0)
     start = (d.qpos, d.qvel, d.act, jnp.asarray(d.time, u.dtype))
     first = jnp.asarray(lin.dt0[0], u.dtype)  # the first period's first trial step, as linearize took it
 
-    def policy(alpha):
+    def policy(alpha, k, K):
         def body(carry, inp):
             (q, v, a, t), dt = carry
             ub, kt, Kt, qb, vb, ab = inp
@@ -159,17 +244,19 @@ def iteration(
         _, (us, cs) = jax.lax.scan(body, (start, first), (u, k, K, lin.qpos[:-1], lin.qvel[:-1], lin.act[:-1]))
         return us, jnp.sum(cs)
 
-    alphas = 0.5 ** jnp.arange(line_search, dtype=u.dtype)
-    us, costs = jax.vmap(policy)(alphas)
-    costs = jnp.where(jnp.isfinite(costs) & jnp.all(jnp.isfinite(us), axis=(1, 2)), costs, jnp.inf)
+    us, costs = jax.vmap(policy)(alphas, k, K)
+    ok = gains_ok & jnp.isfinite(costs) & jnp.all(jnp.isfinite(us), axis=(1, 2))
+    costs = jnp.where(ok, costs, jnp.inf)
     best = jnp.argmin(costs)
-    lower = costs[best] < c0
-    if not descent:  # where no step lowers the cost, follow the model's full step
-        best = jnp.where(lower, best, 0)
-        lower = lower | jnp.isfinite(costs[0])
-    accept = gains_ok & lower
-    mu = jnp.where(accept, jnp.maximum(state.mu * 0.5, MU_MIN), jnp.minimum(state.mu * 10.0, MU_MAX))
+    accept = costs[best] < c0
+    if not descent:  # where no step lowers the cost, follow the model's step at the current mu
+        best = jnp.where(accept, best, 0)
+        accept = accept | ok[0]
+    if search_mu:  # the cheapest candidate's mu; if none was cheaper, above every mu tried
+        mu = jnp.where(accept, mus[best], jnp.minimum(state.mu * 1e4, MU_MAX))
+    else:
+        mu = jnp.where(accept, jnp.maximum(state.mu * 0.5, MU_MIN), jnp.minimum(state.mu * 10.0, MU_MAX))
     kept = jnp.where(jnp.isfinite(c0), c0, state.cost)  # the plan kept: its cost as just evaluated
     new = ILQRState(jnp.where(accept, us[best], u), jnp.where(accept, costs[best], kept), mu)
-    finite = gains_ok & jnp.all(jnp.isfinite(lin.A)) & jnp.all(jnp.isfinite(lin.B))
+    finite = gains_ok[best] & jnp.all(jnp.isfinite(lin.A)) & jnp.all(jnp.isfinite(lin.B))
     return new, {"cost": c0, "finite": finite, "accepted": accept}

@@ -15,9 +15,9 @@ again.
   evaluated in one ``vmap``; the cheapest is kept.
 - ``hybrid``: sampling first, then ``iterations`` gradient steps from the best sample.
 - ``ilqr``: second order: ``iterations`` iLQR iterations (:mod:`diffmjx.ilqr`) on the period
-  Jacobians of :func:`diffmjx.linearize`, with the cost's exact Hessian, ``regularization`` on
-  ``Q_uu``, a ``line_search`` of step lengths evaluated at once, controls projected onto their
-  ranges.
+  Jacobians of :func:`diffmjx.linearize`, with the cost's exact Hessian, regularisations on
+  ``Q_uu`` and step lengths searched at once (``line_search`` candidates), controls projected onto
+  their ranges (or bounded in the backward pass, ``ilqr_box_qp``).
 
 Each kind is a small class (:class:`GradientMethod`, :class:`SamplingMethod`,
 :class:`HybridMethod`, :class:`ILQRMethod`, in :mod:`diffmjx.planners` with their knobs

@@ -70,9 +70,15 @@ class PlannerConfig(Section, Preset):
             another (``jax.lax.map``). null: all at once (best on a GPU); on a CPU a vmap of a
             large model can be far slower than evaluating samples one by one.
         shard: shard sample batches over all visible devices.
-        regularization: iLQR's first ``mu``, added to ``Q_uu``'s eigenvalues (ilqr); halved after an
-            accepted iteration, multiplied by 10 after a rejected one.
-        line_search: iLQR step lengths ``1, 1/2, ...`` tried at once per iteration (ilqr).
+        regularization: iLQR's first ``mu``, added to ``Q_uu``'s eigenvalues (ilqr); each iteration
+            tries ``mu, mu/100, 100 mu`` and keeps the cheapest's (a rejected one: ``mu`` x 1e4).
+        line_search: iLQR's candidate steps tried at once per iteration (ilqr): the three
+            regularisations at the full step, then the three at a quarter of it, and so on.
+        ilqr_box_qp: iLQR's control bounds by a box-constrained QP in the backward pass (clamped
+            controls get no feedback) instead of projecting the rolled-out controls (ilqr;
+            :func:`diffmjx.ilqr.iteration`'s ``box``). Measured in docs/mpc.md: on the MyoHand baoding
+            plan (muscles starting at their lower bound) 4 iterations end lower than without it; on the
+            box pushing plans they end higher on average.
         keep_best: execute the lowest-cost iterate of the gradient iterations (gradient, hybrid), and
             accept only iLQR steps that lower the cost (ilqr); false: the last gradient iterate (if
             finite), and iLQR's full step where no step lowers the cost. Keeping the best never executes a plan worse than
@@ -98,6 +104,7 @@ class PlannerConfig(Section, Preset):
     shard: bool = knob(True)
     regularization: float = knob(1e-3, gt=0.0)
     line_search: int = knob(6, ge=1)
+    ilqr_box_qp: bool = knob(False)
     keep_best: bool = knob(True)
 
     def __post_init__(self) -> None:
@@ -304,7 +311,15 @@ class ILQRMethod:
 
     def step(self, m, d, carry, cost, dt0):
         carry, info = ilqr.iteration(
-            m, d, carry, cost, self.sim, dt0=dt0, line_search=self.cfg.line_search, descent=self.cfg.keep_best
+            m,
+            d,
+            carry,
+            cost,
+            self.sim,
+            dt0=dt0,
+            line_search=self.cfg.line_search,
+            descent=self.cfg.keep_best,
+            box=self.cfg.ilqr_box_qp,
         )
         return carry, (info["cost"], info["finite"])
 

@@ -199,6 +199,31 @@ def test_ilqr_reaches_adams_final_cost_in_a_tenth_of_the_iterations(slider):
     np.testing.assert_allclose(float(mpc.plan_cost(mx, d0, u_ilqr, cost, SIM)[0]), c_ilqr, rtol=1e-9)
 
 
+def test_box_qp_meets_the_optimality_conditions_of_its_bounded_qp():
+    """iLQR's per-period QP under control bounds (projected Newton): on 64 random convex QPs with
+    some controls at a bound, the step stays in its box and meets the KKT conditions: zero gradient
+    on the free controls, a gradient pushing outwards on the clamped ones; ``free`` names them."""
+    from diffmjx.ilqr import box_qp
+
+    rng = np.random.default_rng(0)
+    n, count = 6, 64
+    M = rng.normal(size=(count, n, n))
+    Q = M @ np.swapaxes(M, 1, 2) + 1e-2 * np.eye(n)
+    q = rng.normal(size=(count, n)) * rng.uniform(0.1, 10.0, (count, 1))
+    u = np.where(rng.uniform(size=(count, n)) < 0.3, 0.0, rng.uniform(0.0, 1.0, (count, n)))
+    lo, hi = -u, 1.0 - u  # controls in [0, 1], some at the lower bound
+    k, free = jax.jit(jax.vmap(box_qp))(Q, q, lo, hi)
+    k, free = np.asarray(k), np.asarray(free)
+    grad = q + np.einsum("bij,bj->bi", Q, k)
+    at_lo, at_hi = np.isclose(k, lo, rtol=0, atol=1e-12), np.isclose(k, hi, rtol=0, atol=1e-12)
+    assert np.all(k >= lo - 1e-12) and np.all(k <= hi + 1e-12)
+    scale = np.abs(q).max(axis=1, keepdims=True)
+    assert np.all(np.abs(np.where(at_lo | at_hi, 0.0, grad)) <= 1e-9 * scale)
+    assert np.all(np.where(at_lo, grad, 0.0) >= -1e-9 * scale) and np.all(np.where(at_hi, grad, 0.0) <= 1e-9 * scale)
+    assert np.array_equal(free, ~((at_lo & (grad > 0)) | (at_hi & (grad < 0))))
+    assert 0 < (~free).sum() < free.size  # both kinds occur
+
+
 def test_closed_loop_resumes_from_its_checkpoint(slider, tmp_path):
     """A loop run in pieces through ``checkpoint`` executes what one uninterrupted run does, bit for
     bit (the sampling noise's key included); a call whose plan steps were all saved returns them
