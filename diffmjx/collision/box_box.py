@@ -294,7 +294,9 @@ def box_box_clipped(b1, b2, sharpness=None):
     smallest half-size), and the choice among the nine edge-edge axes, a hard ``argmin`` above, is
     blended over near-ties (:func:`~diffmjx.collision.soft.soft_argmin_weights`, compact support):
     the edge point, its depth and normal mix those of the axes within ``4 / sharpness`` of the
-    least overlap. Every blend has compact support, so away from a switch the contacts are the
+    least overlap; and each box's support edge along an edge axis, a hard choice of side by the sign
+    of a cosine, slides from one side of a face parallel to the axis to the other over the cosine
+    band (the gap along the axis, and so the depth, is the support edges' either way). Every blend has compact support, so away from a switch the contacts are the
     unsmoothed ones, and as ``sharpness`` grows they converge to them (the C engine's). ``None``:
     nothing is widened.
     """
@@ -332,17 +334,32 @@ def box_box_clipped(b1, b2, sharpness=None):
     face_pts, face_depth = on_ref[top], jnp.where(new, depth[top], 0.0)
     face_pos = face_pts - 0.5 * face_depth[:, None] * ref_norm
 
+    size = jnp.minimum(jnp.min(b1.size), jnp.min(b2.size))
+    cos_band = _PARALLEL_WIDTH if sharpness is None else jnp.maximum(_PARALLEL_WIDTH, 4.0 / (sharpness * size))
+
     # edge-edge axis: the closest pair of the support edges of the two boxes along it
     def edge_contact(k):
         n_k = n12[6 + k]
         i, j = k // 3, k % 3
-        sgn_a = jnp.where(axes_a @ n_k >= 0, 1.0, -1.0)  # box 1's extreme towards box 2
-        sgn_b = jnp.where(axes_b @ n_k >= 0, -1.0, 1.0)  # box 2's extreme towards box 1
         mask_a, mask_b = jnp.arange(3) != i, jnp.arange(3) != j
+        cos_a, cos_b = axes_a @ n_k, axes_b @ n_k
+        sgn_a = jnp.where(cos_a >= 0, 1.0, -1.0)  # box 1's extreme towards box 2
+        sgn_b = jnp.where(cos_b >= 0, -1.0, 1.0)  # box 2's extreme towards box 1
         mid_a = shift + (jnp.where(mask_a, sgn_a * b1.size, 0.0)) @ axes_a
         mid_b = (jnp.where(mask_b, sgn_b * b2.size, 0.0)) @ axes_b
+        # The gap along the axis is the support edges' (both edges are perpendicular to it), and
+        # continuous. Their position is not: where a box's face is parallel to the axis, its
+        # support edge flips from one side of the face to the other (a box lying across the other's
+        # face: the point jumps by the face's width). Smoothed, the side is a C1 blend over
+        # cos_band of the cosine, so the point slides across the face instead.
+        gap = (mid_b - mid_a) @ n_k
+        if sharpness is not None:
+            sgn_a = 2.0 * soft_step(cos_a, 0.0, cos_band) - 1.0
+            sgn_b = 1.0 - 2.0 * soft_step(cos_b, 0.0, cos_band)
+            mid_a = shift + (jnp.where(mask_a, sgn_a * b1.size, 0.0)) @ axes_a
+            mid_b = (jnp.where(mask_b, sgn_b * b2.size, 0.0)) @ axes_b
         ca, cb = _segment_closest(mid_a, b1.size[i] * axes_a[i], mid_b, b2.size[j] * axes_b[j])
-        return 0.5 * (ca + cb), (cb - ca) @ n_k  # the C engine's: the witness points' gap along the axis
+        return 0.5 * (ca + cb), gap  # the C engine's: the witness points' gap along the axis
 
     if sharpness is None:
         k = jnp.argmin(overlap[6:])  # the best edge-edge axis (degenerate ones are out by 1e6)
@@ -378,8 +395,6 @@ def box_box_clipped(b1, b2, sharpness=None):
     # overlap (as wide as the margin, so an edge flat on a face, o_edge = o_face, is a face): a box
     # rocking on the other's edge crosses them in contact, and a hard gate turns the normal at once.
     o_face = overlap[face]
-    size = jnp.minimum(jnp.min(b1.size), jnp.min(b2.size))
-    cos_band = _PARALLEL_WIDTH if sharpness is None else jnp.maximum(_PARALLEL_WIDTH, 4.0 / (sharpness * size))
     parallel = soft_step(jnp.abs(axes[face] @ n_edge), _PREFER_FACE, cos_band)
     margin = _EDGE_MARGIN * jnp.abs(o_face)
     not_better = soft_step(o_edge - (o_face - margin), 0.0, band)
