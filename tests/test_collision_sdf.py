@@ -1,5 +1,5 @@
 """MJX's cylinder pairs (capsule, ellipsoid, cylinder against a cylinder) under DiffMJX's collision
-stage: MJX's contacts to the bit, and a finite gradient where MJX's search gives NaN."""
+stage: MJX's contacts (to rounding), and a finite gradient where MJX's search gives NaN."""
 
 import jax
 import jax.numpy as jnp
@@ -36,7 +36,10 @@ def _poses(rng, offset, n=4):
 
 @pytest.mark.parametrize("name", sorted(PAIRS))
 def test_cylinder_pairs_keep_mjx_contacts_with_a_finite_gradient(name):
-    """Forward: dist, pos and frame equal MJX's own to the bit. Backward: the held-point derivative
+    """Forward: dist, pos and frame equal MJX's own to rounding wherever MJX's search agrees with
+    itself across two compiled programs (its contacts as one output and with pos and frame: on one
+    cylinder-cylinder pose one contact's depth moves by up to 4 mm between compiles of MJX's own
+    code, a near-tie in its search that XLA's rounding decides). Backward: the held-point derivative
     is finite at every pose (MJX's is NaN at all of them for capsule and cylinder, at some for the
     ellipsoid; the far-pair test below shows it) and mostly points the right way: the median cosine with
     central differences of the distance in body a's position is above 0.5 (measured: 0.98-1.0 per
@@ -53,12 +56,16 @@ def test_cylinder_pairs_keep_mjx_contacts_with_a_finite_gradient(name):
 
     ours = jax.jit(lambda q: contacts(q, rules))
     theirs = jax.jit(lambda q: contacts(q, None))
+    theirs_dist = jax.jit(lambda q: contacts(q, None)[0])  # MJX's search compiled once more
     jac_ours = jax.jit(jax.jacrev(lambda q: contacts(q, rules)[0]))
-    cosines = []
+    cosines, compared, total = [], 0, 0
     for q in _poses(np.random.default_rng(0), offset):
         q = jnp.asarray(q)
-        for a, b in zip(ours(q), theirs(q), strict=True):
-            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        mine, ref = ours(q), theirs(q)
+        stable = np.abs(np.asarray(ref[0]) - np.asarray(theirs_dist(q))) <= 1e-12
+        for a, b in zip(mine, ref, strict=True):
+            np.testing.assert_allclose(np.asarray(a)[stable], np.asarray(b)[stable], rtol=1e-12, atol=1e-15)
+        compared, total = compared + stable.sum(), total + stable.size
         j = np.asarray(jac_ours(q))[:, :3]
         assert np.isfinite(j).all()
         h = 1e-6
@@ -69,6 +76,7 @@ def test_cylinder_pairs_keep_mjx_contacts_with_a_finite_gradient(name):
         cos = np.sum(j * fd, axis=1) / (np.linalg.norm(j, axis=1) * np.linalg.norm(fd, axis=1))
         cosines.extend(cos)
     assert np.median(cosines) > 0.5
+    assert compared >= total - 1, (compared, total)  # all contacts but one where MJX's search is a near-tie
 
 
 def test_a_far_cylinder_pair_leaves_other_gradients_finite():
