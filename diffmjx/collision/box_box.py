@@ -296,9 +296,9 @@ def box_box_clipped(b1, b2, sharpness=None):
     the edge point, its depth and normal mix those of the axes within ``4 / sharpness`` of the
     least overlap; and each box's support edge along an edge axis, a hard choice of side by the sign
     of a cosine, slides from one side of a face parallel to the axis to the other over the cosine
-    band (the gap along the axis, and so the depth, is the support edges' either way). Every blend has compact support, so away from a switch the contacts are the
-    unsmoothed ones, and as ``sharpness`` grows they converge to them (the C engine's). ``None``:
-    nothing is widened.
+    band (the gap along the axis, and so the depth, is the support edges' either way). Every blend
+    has compact support, so away from a switch the contacts are the unsmoothed ones, and as
+    ``sharpness`` grows they converge to them (the C engine's). ``None``: nothing is widened.
     """
     blend = 0.0 if sharpness is None else 4.0 / sharpness  # m
     rot = b2.mat.T @ b1.mat  # box 1's axes (columns) in box 2's frame
