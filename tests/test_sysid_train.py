@@ -106,8 +106,9 @@ def test_segment_loss_gradient_matches_central_differences(gradient_and_differen
     assert 1e-8 < value < 1e-5  # the true cube predicts a resting segment to about a millimetre
     for (name, i), want in fd.items():
         got = float(np.asarray(getattr(grad, name))[() if i is None else i])
-        if name == "mass":  # mass-invariant contact (docs/sysid.md): both ~0
-            assert abs(got) * 0.37 < 1e-9 * value and abs(want) * 0.37 < 1e-9 * value, (got, want)
+        if name == "mass":  # mass-invariant contact (docs/sysid.md): both ~0, rounding noise (measured
+            # up to 5e-9 of the loss per relative change; the others' are above 1e-3 of it, asserted below)
+            assert abs(got) * 0.37 < 1e-6 * value and abs(want) * 0.37 < 1e-6 * value, (got, want)
             continue
         assert abs(want) * _value(CubeParams(), name, i) > 1e-3 * value, (name, i, want)  # not vacuous
         assert abs(got - want) < 1e-5 * abs(want), (name, i, got, want)  # measured: 4e-7 at most
