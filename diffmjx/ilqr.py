@@ -80,6 +80,12 @@ def _stage(m, d, cost, cfg: Config, layout):
     return running
 
 
+def _free_block(Q, free):
+    """``Q`` on the ``free`` controls, the identity on the others: block diagonal, so a solve with it
+    is a solve on the free block and leaves the others' entries of a zero right-hand side zero."""
+    return jnp.where(free[:, None] & free[None, :], Q, jnp.eye(Q.shape[0], dtype=Q.dtype))
+
+
 def box_qp(Q, q, lo, hi, iterations: int = 12):
     """``argmin 0.5 k'Qk + q'k`` over ``lo <= k <= hi`` (``lo <= 0 <= hi``, ``Q`` positive definite).
 
@@ -87,7 +93,6 @@ def box_qp(Q, q, lo, hi, iterations: int = 12):
     its per-period QP: a bound is clamped where the step would push past it, and the Newton step is
     taken on the free controls only, with a projected Armijo line search; a fixed iteration count so it
     ``jit``s and ``vmap``s. Returns ``(k, free)``, ``free`` the controls off their bounds (boolean)."""
-    eye = jnp.eye(Q.shape[0], dtype=Q.dtype)
     value = lambda k: 0.5 * k @ Q @ k + q @ k
     steps = 0.5 ** jnp.arange(10, dtype=Q.dtype)
 
@@ -95,13 +100,10 @@ def box_qp(Q, q, lo, hi, iterations: int = 12):
         grad = q + Q @ k
         return ((k <= lo) & (grad > 0)) | ((k >= hi) & (grad < 0)), grad
 
-    def free_block(free):  # Q on the free controls, the identity on the clamped ones: block diagonal
-        return jnp.where(free[:, None] & free[None, :], Q, eye)
-
     def body(_, k):
         fixed, grad = clamped(k)
         free = ~fixed
-        dk = jnp.where(free, jnp.linalg.solve(free_block(free), -jnp.where(free, grad, 0.0)), 0.0)
+        dk = jnp.where(free, jnp.linalg.solve(_free_block(Q, free), -jnp.where(free, grad, 0.0)), 0.0)
         trial = jnp.clip(k + steps[:, None] * dk, lo, hi)
         f = jax.vmap(value)(trial)
         ok = f <= value(k) + 0.1 * (trial - k) @ grad  # Armijo along the projected path
@@ -137,8 +139,7 @@ def _backward(A, B, g, h, mu, n, lo, hi, box: bool):
             k, free = box_qp(reg, qu, lo, hi)
         else:
             k, free = -jnp.linalg.solve(reg, qu), jnp.ones(qu.shape, bool)
-        inner = jnp.where(free[:, None] & free[None, :], reg, jnp.eye(reg.shape[0], dtype=reg.dtype))
-        K = jnp.where(free[:, None], -jnp.linalg.solve(inner, qux), 0.0)  # feedback on the free controls only
+        K = jnp.where(free[:, None], -jnp.linalg.solve(_free_block(reg, free), qux), 0.0)  # free controls only
         vx = qx + K.T @ quu @ k + K.T @ qu + qux.T @ k
         vxx = qxx + K.T @ quu @ K + K.T @ qux + qux.T @ K
         return (vx, 0.5 * (vxx + vxx.T)), (k, K)
@@ -219,7 +220,11 @@ def iteration(
     c0 = jnp.sum(c)
     lo, hi = (b.astype(u.dtype) for b in ctrl_bounds(m))
     mus, alphas = _candidates(state.mu, line_search, u.dtype, search_mu)
-    k, K = jax.vmap(lambda mu: _backward(lin.A, lin.B, g, h, mu, n, lo - u, hi - u, box))(mus)
+    backward = lambda mu: _backward(lin.A, lin.B, g, h, mu, n, lo - u, hi - u, box)
+    if search_mu:
+        k, K = jax.vmap(backward)(mus)
+    else:  # one mu for every candidate: one backward pass
+        k, K = jax.tree.map(lambda x: jnp.broadcast_to(x, (line_search, *x.shape)), backward(state.mu))
     gains_ok = jnp.isfinite(c0) & jnp.all(jnp.isfinite(k), axis=(1, 2)) & jnp.all(jnp.isfinite(K), axis=(1, 2, 3))
     k, K = jnp.where(gains_ok[:, None, None], k, 0.0), jnp.where(gains_ok[:, None, None, None], K, 0.0)
     start = (d.qpos, d.qvel, d.act, jnp.asarray(d.time, u.dtype))

@@ -302,6 +302,8 @@ class ILQRMethod:
     Jacobians of :func:`diffmjx.linearize`, a vmapped line search, controls projected onto their
     ranges); every accepted iteration lowers the cost, so the last plan is the best one."""
 
+    search_mu = True  # ilqr.iteration's regularisation search (a subclass may compare without it)
+
     def __init__(self, cfg: PlannerConfig, sim: Config):
         self.cfg, self.sim = cfg, sim
         self.iterations = cfg.iterations
@@ -320,6 +322,7 @@ class ILQRMethod:
             line_search=self.cfg.line_search,
             descent=self.cfg.keep_best,
             box=self.cfg.ilqr_box_qp,
+            search_mu=self.search_mu,
         )
         return carry, (info["cost"], info["finite"])
 

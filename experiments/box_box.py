@@ -442,17 +442,19 @@ _FILES = {
 }  # result -> (file, the columns naming a group)
 
 
+def _known(flag: str, names, known: dict) -> tuple:
+    """``names`` (None: all of ``known``), each checked against ``known``'s keys."""
+    names = tuple(known) if names is None else tuple(names)
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"{flag}: unknown {unknown}; expected some of {list(known)}")
+    return names
+
+
 def run(
     cfg: diffmjx.Config, out: Path, quick: bool = False, rules=None, update: bool = False, only=None, scenes=None
 ) -> dict:
-    rules = tuple(RULES) if rules is None else tuple(rules)
-    unknown = [r for r in rules if r not in RULES]
-    if unknown:
-        raise ValueError(f"--rules: unknown {unknown}; expected some of {list(RULES)}")
-    scenes = tuple(SCENES) if scenes is None else tuple(scenes)
-    unknown = [s for s in scenes if s not in SCENES]
-    if unknown:
-        raise ValueError(f"--scenes: unknown {unknown}; expected some of {list(SCENES)}")
+    rules, scenes = _known("--rules", rules, RULES), _known("--scenes", scenes, SCENES)
     missing = [out / f for f, _ in _FILES.values() if not (out / f).exists()]
     if update and missing:  # before anything runs
         raise FileNotFoundError(f"--update: {', '.join(map(str, missing))} missing; run without --update to write them")

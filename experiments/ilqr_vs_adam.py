@@ -47,7 +47,7 @@ import numpy as np
 from tqdm import tqdm
 
 import diffmjx
-from diffmjx import ilqr, mpc, scenes
+from diffmjx import mpc, scenes
 from experiments import common
 
 
@@ -88,11 +88,7 @@ class StepSearch(mpc.ILQRMethod):
     """iLQR as it was before the regularisation search: step lengths ``1, 1/2, ...`` at one ``mu``,
     halved after an accepted iteration (:func:`diffmjx.ilqr.iteration` with ``search_mu=False``)."""
 
-    def step(self, m, d, carry, cost, dt0):
-        carry, info = ilqr.iteration(
-            m, d, carry, cost, self.sim, dt0=dt0, line_search=self.cfg.line_search, search_mu=False
-        )
-        return carry, (info["cost"], info["finite"])
+    search_mu = False
 
 
 METHODS = {  # method -> (planner kind, planner overrides, planner class: None for the kind's own)
