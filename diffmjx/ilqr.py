@@ -13,8 +13,9 @@ The problem: choose controls ``u_0 .. u_{H-1}`` (each held for one control perio
    descent direction), for the regularisations ``mu, mu/100, 100 mu`` at once,
 4. rolls the feedback policy ``u_t + alpha k_t + K_t (x_t - x̄_t)`` of each out (``vmap``) at
    ``alpha = 1`` and ``1/4``, controls projected onto ``ctrlrange``, and keeps the cheapest if it
-   lowers the cost (``mu`` moves to its regularisation), else keeps the plan and raises ``mu``
-   10^4-fold.
+   lowers the cost (``mu`` moves to its regularisation); where none does, it retries (``retries``
+   rounds) around a ``mu`` 1000 times larger on the same Jacobians, and where none of those does
+   either, keeps the plan and raises ``mu`` past every one tried.
 
 Why regularisations and not only step lengths: ``mu`` is absolute, and where ``Q_uu`` has next to
 no curvature (a cost of distances over a short horizon of slow muscles: on the MyoHand baoding plan
@@ -175,6 +176,7 @@ def iteration(
     descent: bool = True,
     box: bool = False,
     search_mu: bool = True,
+    retries: int = 0,
 ) -> tuple[ILQRState, dict]:
     """One iLQR iteration on the plan of ``state`` from ``d``.
 
@@ -197,6 +199,11 @@ def iteration(
         search_mu: try the regularisations ``mu, mu/100, 100 mu`` (then at a quarter of the step)
             at once, ``mu`` moving to the cheapest candidate's (default); False: step lengths at one
             ``mu``, halved after an accepted iteration.
+        retries: where no candidate lowers the cost, try up to this many more rounds of candidates
+            before giving up, each around a ``mu`` above every one tried (``1000 mu``; ``10 mu``
+            without ``search_mu``), on the same Jacobians: a rejected step leaves the plan, and so
+            its linearisation, as it was, so a retry costs a backward pass and the rollouts, not
+            the Jacobians that the next iteration would recompute unchanged.
 
     Returns:
         ``(state, info)``: the new state and ``info`` with ``cost`` (the cost of the plan this
@@ -219,16 +226,9 @@ def iteration(
     h, (c, g) = jax.vmap(jax.jacfwd(derivatives, has_aux=True))(z0, *ends)
     c0 = jnp.sum(c)
     lo, hi = (b.astype(u.dtype) for b in ctrl_bounds(m))
-    mus, alphas = _candidates(state.mu, line_search, u.dtype, search_mu)
-    backward = lambda mu: _backward(lin.A, lin.B, g, h, mu, n, lo - u, hi - u, box)
-    if search_mu:
-        k, K = jax.vmap(backward)(mus)
-    else:  # one mu for every candidate: one backward pass
-        k, K = jax.tree.map(lambda x: jnp.broadcast_to(x, (line_search, *x.shape)), backward(state.mu))
-    gains_ok = jnp.isfinite(c0) & jnp.all(jnp.isfinite(k), axis=(1, 2)) & jnp.all(jnp.isfinite(K), axis=(1, 2, 3))
-    k, K = jnp.where(gains_ok[:, None, None], k, 0.0), jnp.where(gains_ok[:, None, None, None], K, 0.0)
     start = (d.qpos, d.qvel, d.act, jnp.asarray(d.time, u.dtype))
     first = jnp.asarray(lin.dt0[0], u.dtype)  # the first period's first trial step, as linearize took it
+    backward = lambda mu: _backward(lin.A, lin.B, g, h, mu, n, lo - u, hi - u, box)
 
     def policy(alpha, k, K):
         def body(carry, inp):
@@ -249,19 +249,50 @@ def iteration(
         _, (us, cs) = jax.lax.scan(body, (start, first), (u, k, K, lin.qpos[:-1], lin.qvel[:-1], lin.act[:-1]))
         return us, jnp.sum(cs)
 
-    us, costs = jax.vmap(policy)(alphas, k, K)
-    ok = gains_ok & jnp.isfinite(costs) & jnp.all(jnp.isfinite(us), axis=(1, 2))
-    costs = jnp.where(ok, costs, jnp.inf)
-    best = jnp.argmin(costs)
-    accept = costs[best] < c0
-    if not descent:  # where no step lowers the cost, follow the model's step at the current mu
-        best = jnp.where(accept, best, 0)
-        accept = accept | ok[0]
-    if search_mu:  # the cheapest candidate's mu; if none was cheaper, above every mu tried
-        mu = jnp.where(accept, mus[best], jnp.minimum(state.mu * 1e4, MU_MAX))
+    def attempt(mu):
+        """The candidate steps around ``mu``: ``(us, cost, mu, ok, gains_ok)`` of the cheapest, and
+        of candidate 0 (the model's own step) where ``descent`` is off and none lowers the cost."""
+        mus, alphas = _candidates(mu, line_search, u.dtype, search_mu)
+        if search_mu:
+            k, K = jax.vmap(backward)(mus)
+        else:  # one mu for every candidate: one backward pass
+            k, K = jax.tree.map(lambda x: jnp.broadcast_to(x, (line_search, *x.shape)), backward(mu))
+        gains_ok = jnp.isfinite(c0) & jnp.all(jnp.isfinite(k), axis=(1, 2)) & jnp.all(jnp.isfinite(K), axis=(1, 2, 3))
+        k, K = jnp.where(gains_ok[:, None, None], k, 0.0), jnp.where(gains_ok[:, None, None, None], K, 0.0)
+        us, costs = jax.vmap(policy)(alphas, k, K)
+        ok = gains_ok & jnp.isfinite(costs) & jnp.all(jnp.isfinite(us), axis=(1, 2))
+        costs = jnp.where(ok, costs, jnp.inf)
+        best = jnp.argmin(costs)
+        if not descent:  # where no step lowers the cost, the model's step at this mu
+            best = jnp.where(costs[best] < c0, best, 0)
+        return us[best], costs[best], mus[best], ok[best], gains_ok[best]
+
+    # a rejected round keeps the plan, so its Jacobians and cost derivatives still hold: the next
+    # round only raises mu (past every mu tried) and reruns the backward pass and the rollouts
+    grow = 1e3 if search_mu else 10.0
+
+    def more(carry):
+        r, _, (_, c, _, ok, _) = carry
+        return (r == 0) | ((r <= retries) & ~(c < c0) & (descent | ~ok))
+
+    def round_(carry):
+        r, mu, _ = carry
+        return r + 1, jnp.minimum(mu * grow, MU_MAX), attempt(mu)
+
+    if retries:  # one traced attempt, run until a round is accepted or the retries are spent
+        none = (u, jnp.asarray(jnp.inf, u.dtype), state.mu, jnp.asarray(False), jnp.asarray(False))
+        _, mu_next, found = jax.lax.while_loop(more, round_, (jnp.asarray(0), state.mu, none))
     else:
-        mu = jnp.where(accept, jnp.maximum(state.mu * 0.5, MU_MIN), jnp.minimum(state.mu * 10.0, MU_MAX))
+        mu_next, found = jnp.minimum(state.mu * grow, MU_MAX), attempt(state.mu)
+    u_best, c_best, mu_best, ok_best, gains_best = found
+    accept = c_best < c0
+    if not descent:
+        accept = accept | ok_best
+    if search_mu:  # the accepted candidate's mu; if none was cheaper, above every mu tried
+        mu = jnp.where(accept, mu_best, jnp.minimum(mu_next * 10.0, MU_MAX))
+    else:
+        mu = jnp.where(accept, jnp.maximum(mu_best * 0.5, MU_MIN), jnp.minimum(mu_next, MU_MAX))
     kept = jnp.where(jnp.isfinite(c0), c0, state.cost)  # the plan kept: its cost as just evaluated
-    new = ILQRState(jnp.where(accept, us[best], u), jnp.where(accept, costs[best], kept), mu)
-    finite = gains_ok[best] & jnp.all(jnp.isfinite(lin.A)) & jnp.all(jnp.isfinite(lin.B))
+    new = ILQRState(jnp.where(accept, u_best, u), jnp.where(accept, c_best, kept), mu)
+    finite = gains_best & jnp.all(jnp.isfinite(lin.A)) & jnp.all(jnp.isfinite(lin.B))
     return new, {"cost": c0, "finite": finite, "accepted": accept}

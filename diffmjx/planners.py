@@ -71,7 +71,8 @@ class PlannerConfig(Section, Preset):
             large model can be far slower than evaluating samples one by one.
         shard: shard sample batches over all visible devices.
         regularization: iLQR's first ``mu``, added to ``Q_uu``'s eigenvalues (ilqr); each iteration
-            tries ``mu, mu/100, 100 mu`` and keeps the cheapest's (a rejected one: ``mu`` x 1e4).
+            tries ``mu, mu/100, 100 mu`` and keeps the cheapest's (none cheaper: ``ilqr_retries``, then a
+            larger ``mu``).
         line_search: iLQR's candidate steps tried at once per iteration (ilqr): the three
             regularisations at the full step, then the three at a quarter of it, and so on.
         ilqr_box_qp: iLQR's control bounds by a box-constrained QP in the backward pass (clamped
@@ -79,6 +80,11 @@ class PlannerConfig(Section, Preset):
             :func:`diffmjx.ilqr.iteration`'s ``box``). Measured in docs/mpc.md: on the MyoHand baoding
             plan (muscles starting at their lower bound) 4 iterations end lower than without it; on the
             box pushing plans they end higher on average.
+        ilqr_retries: where none of an iLQR iteration's candidate steps lowers the cost, up to this
+            many more rounds of candidates at regularisations above all tried, on the same Jacobians
+            (ilqr; :func:`diffmjx.ilqr.iteration`'s ``retries``): a rejected step leaves the plan,
+            and so its linearisation, unchanged, so a retry costs rollouts and a backward pass, where
+            the next iteration would recompute the same Jacobians. 0: a rejected iteration ends.
         keep_best: execute the lowest-cost iterate of the gradient iterations (gradient, hybrid), and
             accept only iLQR steps that lower the cost (ilqr); false: the last gradient iterate (if
             finite), and iLQR's full step where no step lowers the cost. Keeping the best never executes a plan worse than
@@ -105,6 +111,7 @@ class PlannerConfig(Section, Preset):
     regularization: float = knob(1e-3, gt=0.0)
     line_search: int = knob(6, ge=1)
     ilqr_box_qp: bool = knob(False)
+    ilqr_retries: int = knob(2, ge=0)
     keep_best: bool = knob(True)
 
     def __post_init__(self) -> None:
@@ -323,6 +330,7 @@ class ILQRMethod:
             descent=self.cfg.keep_best,
             box=self.cfg.ilqr_box_qp,
             search_mu=self.search_mu,
+            retries=self.cfg.ilqr_retries,
         )
         return carry, (info["cost"], info["finite"])
 

@@ -447,13 +447,15 @@ def ilqr_vs_adam() -> str:
     for r in _rows("ilqr_vs_adam_summary.csv"):
         groups.setdefault((r["task"], r["method"]), []).append(r)
     order = ["push", "flick", "baoding", "baoding_implicit"]  # the study's task order, whatever the CSV's
-    groups = dict(sorted(groups.items(), key=lambda kv: order.index(kv[0][0]) if kv[0][0] in order else len(order)))
-    names = {
+    names = {  # in the table's order
         "gradient": "Adam",
         "ilqr": "iLQR",
         "ilqr_box_qp": "iLQR, box-QP",
+        "ilqr_no_retries": "iLQR, no retries (before)",
         "ilqr_step": "iLQR, step-length search (before)",
     }
+    rank = lambda name, known: known.index(name) if name in known else len(known)
+    groups = dict(sorted(groups.items(), key=lambda kv: (rank(kv[0][0], order), rank(kv[0][1], list(names)))))
     for (task, method), rs in groups.items():
         left, firsts = [], []
         for r in rs:

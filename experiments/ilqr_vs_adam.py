@@ -95,7 +95,8 @@ METHODS = {  # method -> (planner kind, planner overrides, planner class: None f
     "gradient": ("gradient", {}, None),
     "ilqr": ("ilqr", {}, None),
     "ilqr_box_qp": ("ilqr", {"ilqr_box_qp": True}, None),
-    "ilqr_step": ("ilqr", {}, StepSearch),
+    "ilqr_no_retries": ("ilqr", {"ilqr_retries": 0}, None),
+    "ilqr_step": ("ilqr", {"ilqr_retries": 0}, StepSearch),
 }
 
 
@@ -200,7 +201,8 @@ LABELS = {
     "gradient": ("C0", "Adam"),
     "ilqr": ("C3", "iLQR"),
     "ilqr_box_qp": ("C2", "iLQR, box-QP"),
-    "ilqr_step": ("C7", "iLQR, step-length search"),
+    "ilqr_no_retries": ("C1", "iLQR, no retries (before)"),
+    "ilqr_step": ("C7", "iLQR, step-length search (before)"),
 }
 
 
@@ -210,7 +212,7 @@ def plot(rows, path):
     import matplotlib.pyplot as plt
 
     tasks = [t for t in TASKS if any(r["task"] == t for r in rows)]
-    fig, axes = plt.subplots(1, len(tasks), figsize=(3.6 * len(tasks), 3.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(tasks), figsize=(3.6 * len(tasks), 3.8), squeeze=False)
     curves: dict = {}
     for r in rows:
         curves.setdefault((r["task"], r["method"], r.get("start", 0)), []).append(float(r["cost"]))
@@ -227,7 +229,8 @@ def plot(rows, path):
                 continue
             for y in share:
                 ax.plot(np.arange(len(y)), y, "-", color=colour, lw=0.7, alpha=0.35)
-            ax.plot(np.arange(len(share[0])), np.median(share, axis=0), "o-", color=colour, ms=3, lw=1.8, label=label)
+            style = "o--" if "before" in label else "o-"  # earlier versions dashed: the current one shows through
+            ax.plot(np.arange(len(share[0])), np.median(share, axis=0), style, color=colour, ms=3, lw=1.8, label=label)
         ax.axhline(0.0, color="k", lw=0.8, ls=":")
         ax.set_xscale("symlog", linthresh=4)
         ax.set_xticks([0, 1, 2, 4, 10, 20, 40])
@@ -237,9 +240,11 @@ def plot(rows, path):
         ax.set_title(f"{task} ({len(starts)} start{'s' if len(starts) > 1 else ''})")
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("cost above Adam's final\n(share of Adam's descent)")
-    axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
-    common.save_figure(fig, path)
+    handles, labels = axes[0][0].get_legend_handles_labels()  # below the panels: no curve covered
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9, frameon=False, borderaxespad=0.2)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))  # room for the legend below the x labels
+    fig.savefig(path, dpi=120)  # not common.save_figure: its tight_layout would take the room back
+    plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -199,6 +199,31 @@ def test_ilqr_reaches_adams_final_cost_in_a_tenth_of_the_iterations(slider):
     np.testing.assert_allclose(float(mpc.plan_cost(mx, d0, u_ilqr, cost, SIM)[0]), c_ilqr, rtol=1e-9)
 
 
+def test_ilqr_retries_a_rejected_round_at_larger_mu_on_the_same_jacobians(slider):
+    """A cost of the cart's distance (not squared) to a target 1 cm off has no curvature, so at a tiny
+    ``mu`` every candidate step drives the cart at full force far past it: the round is rejected.
+    Without retries the iteration keeps the plan and raises ``mu``; with them it tries again around
+    ``1000 mu`` and ``10^6 mu`` and takes exactly the step that an iteration starting from that
+    ``mu`` on the same plan (so the same Jacobians) takes, which lowers the cost."""
+    from diffmjx import ilqr
+
+    mx, d0 = slider
+    near = lambda d, ctrl: jnp.sqrt((d.qpos[0] - 0.01) ** 2 + 1e-8)
+    run = jax.jit(lambda s, retries: ilqr.iteration(mx, d0, s, near, SIM, retries=retries), static_argnums=1)
+    tiny = ilqr.init(jnp.zeros((8, 1)), 1e-9)
+    kept, info = run(tiny, 0)
+    assert not bool(info["accepted"]) and float(kept.mu) == pytest.approx(1e-5)
+    np.testing.assert_array_equal(np.asarray(kept.u), 0.0)
+    retried, info_r = run(tiny, 2)
+    assert bool(info_r["accepted"]) and float(retried.cost) < 0.9 * float(info_r["cost"])
+    # the first later round that is accepted is the iteration from its mu
+    later = [run(ilqr.init(tiny.u, mu), 0) for mu in (1e-6, 1e-3)]
+    first = next(s for s, i in later if bool(i["accepted"]))
+    # two programs: equal to their rounding
+    np.testing.assert_allclose(np.asarray(retried.u), np.asarray(first.u), rtol=1e-12, atol=1e-15)
+    assert float(retried.cost) == pytest.approx(float(first.cost), rel=1e-12)
+
+
 def test_box_qp_meets_the_optimality_conditions_of_its_bounded_qp():
     """iLQR's per-period QP under control bounds (projected Newton): on 64 random convex QPs with
     some controls at a bound, the step stays in its box and meets the KKT conditions: zero gradient
