@@ -176,7 +176,7 @@ def iteration(
     descent: bool = True,
     box: bool = False,
     search_mu: bool = True,
-    retries: int = 0,
+    retries: int = 2,
 ) -> tuple[ILQRState, dict]:
     """One iLQR iteration on the plan of ``state`` from ``d``.
 
@@ -203,7 +203,8 @@ def iteration(
             before giving up, each around a ``mu`` above every one tried (``1000 mu``; ``10 mu``
             without ``search_mu``), on the same Jacobians: a rejected step leaves the plan, and so
             its linearisation, as it was, so a retry costs a backward pass and the rollouts, not
-            the Jacobians that the next iteration would recompute unchanged.
+            the Jacobians that the next iteration would recompute unchanged (``planner.ilqr_retries``;
+            0: the iteration ends, as before retries existed).
 
     Returns:
         ``(state, info)``: the new state and ``info`` with ``cost`` (the cost of the plan this
