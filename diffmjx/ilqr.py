@@ -211,6 +211,8 @@ def iteration(
         iteration started from), ``finite`` (whether its Jacobians, gains and the chosen rollout were
         finite) and ``accepted`` (whether the plan changed).
     """
+    if retries < 0:
+        raise ValueError(f"ilqr.iteration: retries={retries} is out of range; it must be >= 0")
     cfg = forward_config(sim)
     layout = manifold.JointLayout.from_model(m)
     n = tangent_size(m)
@@ -274,7 +276,8 @@ def iteration(
 
     def more(carry):
         r, _, (_, c, _, ok, _) = carry
-        return (r == 0) | ((r <= retries) & ~(c < c0) & (descent | ~ok))
+        # a non-finite start cost makes every round fail alike: no retry
+        return (r == 0) | ((r <= retries) & jnp.isfinite(c0) & ~(c < c0) & (descent | ~ok))
 
     def round_(carry):
         r, mu, _ = carry

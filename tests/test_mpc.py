@@ -222,6 +222,8 @@ def test_ilqr_retries_a_rejected_round_at_larger_mu_on_the_same_jacobians(slider
     # two programs: equal to their rounding
     np.testing.assert_allclose(np.asarray(retried.u), np.asarray(first.u), rtol=1e-12, atol=1e-15)
     assert float(retried.cost) == pytest.approx(float(first.cost), rel=1e-12)
+    with pytest.raises(ValueError, match="retries=-1 is out of range"):
+        ilqr.iteration(mx, d0, tiny, near, SIM, retries=-1)
 
 
 def test_box_qp_meets_the_optimality_conditions_of_its_bounded_qp():
