@@ -126,10 +126,12 @@ def param_key(params) -> tuple:
     return tuple(tuple(np.atleast_1d(np.asarray(v, np.float64)).tolist()) for v in params)
 
 
-def save_figure(fig, path: Path, dpi: int = 120) -> None:
+def save_figure(fig, path: Path, dpi: int = 120, rect=None) -> None:
+    """Lay ``fig`` out tightly (within ``rect``, figure fractions, e.g. to leave room for a figure
+    legend), write it to ``path`` and close it."""
     import matplotlib.pyplot as plt
 
-    fig.tight_layout()
+    fig.tight_layout(rect=rect)
     fig.savefig(path, dpi=dpi)
     plt.close(fig)
 

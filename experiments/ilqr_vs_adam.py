@@ -240,11 +240,21 @@ def plot(rows, path):
         ax.set_title(f"{task} ({len(starts)} start{'s' if len(starts) > 1 else ''})")
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("cost above Adam's final\n(share of Adam's descent)")
-    handles, labels = axes[0][0].get_legend_handles_labels()  # below the panels: no curve covered
-    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9, frameon=False, borderaxespad=0.2)
-    fig.tight_layout(rect=(0, 0.07, 1, 1))  # room for the legend below the x labels
-    fig.savefig(path, dpi=120)  # not common.save_figure: its tight_layout would take the room back
-    plt.close(fig)
+    legend = {}  # every method drawn in any panel, in LABELS' order, below the panels: no curve covered
+    for ax in axes[0]:
+        legend.update(
+            (label, h) for h, label in zip(*ax.get_legend_handles_labels(), strict=True) if label not in legend
+        )
+    fig.legend(
+        legend.values(),
+        legend.keys(),
+        loc="lower center",
+        ncol=len(legend),
+        fontsize=9,
+        frameon=False,
+        borderaxespad=0.2,
+    )
+    common.save_figure(fig, path, rect=(0, 0.07, 1, 1))  # room for the legend below the x labels
 
 
 if __name__ == "__main__":
