@@ -10,7 +10,9 @@ The problem: choose controls ``u_0 .. u_{H-1}`` (each held for one control perio
    of the cost through MJX's forward pass),
 3. runs the Riccati backward pass for the feedforward ``k_t`` and feedback ``K_t`` gains, with
    ``Q_uu``'s eigenvalues floored at 0 and raised by the regularisation ``mu`` (so every step is a
-   descent direction), for the regularisations ``mu, mu/100, 100 mu`` at once,
+   descent direction; or, ``state_regularization``, ``mu`` on the next state's value Hessian:
+   ``Q_uu + mu B'B``, Tassa, Erez and Todorov 2012), for the regularisations ``mu, mu/100, 100 mu``
+   at once,
 4. rolls the feedback policy ``u_t + alpha k_t + K_t (x_t - x̄_t)`` of each out (``vmap``) at
    ``alpha = 1`` and ``1/4``, controls projected onto ``ctrlrange``, and keeps the cheapest if it
    lowers the cost (``mu`` moves to its regularisation); where none does, it retries (``retries``
@@ -47,6 +49,10 @@ from diffmjx.jacobians import forward_config, linearize, tangent_size
 __all__ = ["ILQRState", "init", "iteration"]
 
 MU_MIN, MU_MAX = 1e-9, 1e9
+CONTROL_FLOOR = 1e-6
+"""Under state regularisation, the share of ``mu`` still added to ``Q_uu``'s eigenvalues: it bounds
+the step of a control that moves no state within one period (``B``'s null space), where
+``mu B'B`` adds nothing."""
 
 
 class ILQRState(NamedTuple):
@@ -116,12 +122,15 @@ def box_qp(Q, q, lo, hi, iterations: int = 12):
     return k, ~clamped(k)[0]
 
 
-def _backward(A, B, g, h, mu, n, lo, hi, box: bool):
+def _backward(A, B, g, h, mu, n, lo, hi, box: bool, state: bool = False):
     """Riccati recursion backwards over the periods: gains ``k`` (H, nu), ``K`` (H, nu, n).
 
     ``lo``, ``hi`` (H, nu): the room each period's control has to its bounds. ``box``: the
     feedforward step solves :func:`box_qp` in it and the clamped controls get no feedback; else the
-    unconstrained gains (the forward pass projects the controls)."""
+    unconstrained gains (the forward pass projects the controls). ``state``: ``mu`` is added to the
+    next state's value Hessian, so the gains see ``Q_uu + mu B'B`` and ``Q_ux + mu B'A`` (Tassa, Erez
+    and Todorov 2012), and ``CONTROL_FLOOR mu`` to the floored eigenvalues; else ``mu`` to
+    ``Q_uu``'s floored eigenvalues. The value recursion uses the unregularised ``Q``s either way."""
 
     def step(carry, inp):
         vx, vxx = carry
@@ -134,13 +143,17 @@ def _backward(A, B, g, h, mu, n, lo, hi, box: bool):
         quu = luu + B.T @ wxx @ B + lux @ B + B.T @ lux.T
         qux = B.T @ wxx @ A + lux @ A
         quu = 0.5 * (quu + quu.T)
-        lam, vec = jnp.linalg.eigh(quu)
-        reg = (vec * (jnp.maximum(lam, 0.0) + mu)) @ vec.T  # eigenvalues floored at 0, raised by mu
+        if state:  # a step is penalised by how far it moves the next state, whatever the control's units
+            quu_r, qux_r, floor = quu + mu * (B.T @ B), qux + mu * (B.T @ A), CONTROL_FLOOR * mu
+        else:
+            quu_r, qux_r, floor = quu, qux, mu
+        lam, vec = jnp.linalg.eigh(quu_r)
+        reg = (vec * (jnp.maximum(lam, 0.0) + floor)) @ vec.T  # eigenvalues floored at 0, raised
         if box:
             k, free = box_qp(reg, qu, lo, hi)
         else:
             k, free = -jnp.linalg.solve(reg, qu), jnp.ones(qu.shape, bool)
-        K = jnp.where(free[:, None], -jnp.linalg.solve(_free_block(reg, free), qux), 0.0)  # free controls only
+        K = jnp.where(free[:, None], -jnp.linalg.solve(_free_block(reg, free), qux_r), 0.0)  # free controls only
         vx = qx + K.T @ quu @ k + K.T @ qu + qux.T @ k
         vxx = qxx + K.T @ quu @ K + K.T @ qux + qux.T @ K
         return (vx, 0.5 * (vxx + vxx.T)), (k, K)
@@ -177,6 +190,7 @@ def iteration(
     box: bool = False,
     search_mu: bool = True,
     retries: int = 2,
+    state_regularization: bool = False,
 ) -> tuple[ILQRState, dict]:
     """One iLQR iteration on the plan of ``state`` from ``d``.
 
@@ -205,6 +219,11 @@ def iteration(
             its linearisation, as it was, so a retry costs a backward pass and the rollouts, not
             the Jacobians that the next iteration would recompute unchanged (``planner.ilqr_retries``;
             0: the iteration ends, as before retries existed).
+        state_regularization: add ``mu`` to the next state's value Hessian (Tassa, Erez and Todorov
+            2012: a step is penalised by how far it moves the state, ``Q_uu + mu B'B``, and the
+            feedback gains are regularised alike), with :data:`CONTROL_FLOOR` ``mu`` on ``Q_uu``
+            for controls that move no state within a period; False (default): ``mu`` on ``Q_uu``
+            (``planner.ilqr_regularization``).
 
     Returns:
         ``(state, info)``: the new state and ``info`` with ``cost`` (the cost of the plan this
@@ -231,7 +250,7 @@ def iteration(
     lo, hi = (b.astype(u.dtype) for b in ctrl_bounds(m))
     start = (d.qpos, d.qvel, d.act, jnp.asarray(d.time, u.dtype))
     first = jnp.asarray(lin.dt0[0], u.dtype)  # the first period's first trial step, as linearize took it
-    backward = lambda mu: _backward(lin.A, lin.B, g, h, mu, n, lo - u, hi - u, box)
+    backward = lambda mu: _backward(lin.A, lin.B, g, h, mu, n, lo - u, hi - u, box, state_regularization)
 
     def policy(alpha, k, K):
         def body(carry, inp):

@@ -70,9 +70,9 @@ class PlannerConfig(Section, Preset):
             another (``jax.lax.map``). null: all at once (best on a GPU); on a CPU a vmap of a
             large model can be far slower than evaluating samples one by one.
         shard: shard sample batches over all visible devices.
-        regularization: iLQR's first ``mu``, added to ``Q_uu``'s eigenvalues (ilqr); each iteration
-            tries ``mu, mu/100, 100 mu`` and keeps the cheapest's (none cheaper: ``ilqr_retries``, then a
-            larger ``mu``).
+        regularization: iLQR's first ``mu`` (ilqr; where it goes: ``ilqr_regularization``); each
+            iteration tries ``mu, mu/100, 100 mu`` and keeps the cheapest's (none cheaper:
+            ``ilqr_retries``, then a larger ``mu``).
         line_search: iLQR's candidate steps tried at once per iteration (ilqr): the three
             regularisations at the full step, then the three at a quarter of it, and so on.
         ilqr_box_qp: iLQR's control bounds by a box-constrained QP in the backward pass (clamped
@@ -85,6 +85,12 @@ class PlannerConfig(Section, Preset):
             (ilqr; :func:`diffmjx.ilqr.iteration`'s ``retries``): a rejected step leaves the plan,
             and so its linearisation, unchanged, so a retry costs rollouts and a backward pass, where
             the next iteration would recompute the same Jacobians. 0: a rejected iteration ends.
+        ilqr_regularization: where iLQR adds ``mu`` (ilqr; :func:`diffmjx.ilqr.iteration`'s
+            ``state_regularization``): ``control``, to ``Q_uu``; ``state``, to the next state's value
+            Hessian, so a step is penalised by how far it moves the state (``Q_uu + mu B'B``, feedback
+            gains alike; Tassa, Erez and Todorov 2012). Measured in docs/mpc.md: ``state`` reaches
+            Adam's cost on more single plans, ``control`` lands the pushed box closer (median) in
+            the contact study's closed loops.
         keep_best: execute the lowest-cost iterate of the gradient iterations (gradient, hybrid), and
             accept only iLQR steps that lower the cost (ilqr); false: the last gradient iterate (if
             finite), and iLQR's full step where no step lowers the cost. Keeping the best never executes a plan worse than
@@ -112,6 +118,7 @@ class PlannerConfig(Section, Preset):
     line_search: int = knob(6, ge=1)
     ilqr_box_qp: bool = knob(False)
     ilqr_retries: int = knob(2, ge=0)
+    ilqr_regularization: str = knob("control", choices=("control", "state"))
     keep_best: bool = knob(True)
 
     def __post_init__(self) -> None:
@@ -331,6 +338,7 @@ class ILQRMethod:
             box=self.cfg.ilqr_box_qp,
             search_mu=self.search_mu,
             retries=self.cfg.ilqr_retries,
+            state_regularization=self.cfg.ilqr_regularization == "state",
         )
         return carry, (info["cost"], info["finite"])
 

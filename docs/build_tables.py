@@ -451,6 +451,7 @@ def ilqr_vs_adam() -> str:
         "gradient": "Adam",
         "ilqr": "iLQR",
         "ilqr_box_qp": "iLQR, box-QP",
+        "ilqr_state": "iLQR, `mu` on the state",
         "ilqr_no_retries": "iLQR, no retries (before)",
         "ilqr_step": "iLQR, step-length search (before)",
     }

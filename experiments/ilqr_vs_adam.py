@@ -1,7 +1,7 @@
 """One plan, two planners: how many iterations and how much time iLQR and Adam need (issue 58 item 2).
 
     python -m experiments.ilqr_vs_adam [--tasks push flick baoding baoding_implicit] [--methods ...]
-        [--starts 6] [--adam-iterations 40] [--ilqr-iterations 4] [--update]
+        [--starts 12] [--adam-iterations 40] [--ilqr-iterations 4] [--update]
 
 From the same start and the same first plan (all controls zero, clipped to the control ranges),
 each planner improves one plan for a number of iterations; after every iteration the plan's cost
@@ -23,8 +23,10 @@ Tasks, with contacts from distance for both planners:
   forward is the same).
 
 Methods: ``gradient`` (Adam), ``ilqr`` (the planner's defaults), ``ilqr_box_qp``
-(``planner.ilqr_box_qp``: the control bounds as a box-constrained QP in the backward pass) and
-``ilqr_step`` (iLQR's earlier search: step lengths at one regularisation; not run by default).
+(``planner.ilqr_box_qp``: the control bounds as a box-constrained QP in the backward pass),
+``ilqr_state`` (``planner.ilqr_regularization=state``: ``mu`` on the next state's value Hessian
+instead of on ``Q_uu``), and iLQR's earlier versions, not run by default: ``ilqr_no_retries``
+(without ``planner.ilqr_retries``) and ``ilqr_step`` (that with step lengths at one regularisation).
 ``--update`` replaces only the rows of the tasks and methods run.
 
 Writes ``docs/results/ilqr_vs_adam.csv`` (cost after each iteration, per start),
@@ -95,6 +97,7 @@ METHODS = {  # method -> (planner kind, planner overrides, planner class: None f
     "gradient": ("gradient", {}, None),
     "ilqr": ("ilqr", {}, None),
     "ilqr_box_qp": ("ilqr", {"ilqr_box_qp": True}, None),
+    "ilqr_state": ("ilqr", {"ilqr_regularization": "state"}, None),
     "ilqr_no_retries": ("ilqr", {"ilqr_retries": 0}, None),
     "ilqr_step": ("ilqr", {"ilqr_retries": 0}, StepSearch),
 }
@@ -138,8 +141,10 @@ def run_planner(m, starts, cost, sim, cfg: mpc.PlannerConfig, label: str, planne
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tasks", nargs="+", choices=list(TASKS), default=list(TASKS))
-    p.add_argument("--methods", nargs="+", choices=list(METHODS), default=["gradient", "ilqr", "ilqr_box_qp"])
-    p.add_argument("--starts", type=int, default=6, help="random starts and targets of push and flick")
+    p.add_argument(
+        "--methods", nargs="+", choices=list(METHODS), default=["gradient", "ilqr", "ilqr_box_qp", "ilqr_state"]
+    )
+    p.add_argument("--starts", type=int, default=12, help="random starts and targets of push and flick")
     p.add_argument("--adam-iterations", type=int, default=40)
     p.add_argument("--ilqr-iterations", type=int, default=4)
     p.add_argument("--out", type=Path, default=common.RESULTS, help="where CSV and PNG files go")
@@ -201,6 +206,7 @@ LABELS = {
     "gradient": ("C0", "Adam"),
     "ilqr": ("C3", "iLQR"),
     "ilqr_box_qp": ("C2", "iLQR, box-QP"),
+    "ilqr_state": ("C4", "iLQR, mu on the state"),
     "ilqr_no_retries": ("C1", "iLQR, no retries (before)"),
     "ilqr_step": ("C7", "iLQR, step-length search (before)"),
 }

@@ -204,12 +204,16 @@ def test_ilqr_retries_a_rejected_round_at_larger_mu_on_the_same_jacobians(slider
     ``mu`` every candidate step drives the cart at full force far past it: the round is rejected.
     Without retries the iteration keeps the plan and raises ``mu``; with them it tries again around
     ``1000 mu`` and ``10^6 mu`` and takes exactly the step that an iteration starting from that
-    ``mu`` on the same plan (so the same Jacobians) takes, which lowers the cost."""
+    ``mu`` on the same plan (so the same Jacobians) takes, which lowers the cost. (``mu`` on ``Q_uu``,
+    whose scale these ``mu`` are chosen for; the retries do not depend on where ``mu`` goes.)"""
     from diffmjx import ilqr
 
     mx, d0 = slider
     near = lambda d, ctrl: jnp.sqrt((d.qpos[0] - 0.01) ** 2 + 1e-8)
-    run = jax.jit(lambda s, retries: ilqr.iteration(mx, d0, s, near, SIM, retries=retries), static_argnums=1)
+    run = jax.jit(
+        lambda s, retries: ilqr.iteration(mx, d0, s, near, SIM, retries=retries, state_regularization=False),
+        static_argnums=1,
+    )
     tiny = ilqr.init(jnp.zeros((8, 1)), 1e-9)
     kept, info = run(tiny, 0)
     assert not bool(info["accepted"]) and float(kept.mu) == pytest.approx(1e-5)
@@ -224,6 +228,74 @@ def test_ilqr_retries_a_rejected_round_at_larger_mu_on_the_same_jacobians(slider
     assert float(retried.cost) == pytest.approx(float(first.cost), rel=1e-12)
     with pytest.raises(ValueError, match="retries=-1 is out of range"):
         ilqr.iteration(mx, d0, tiny, near, SIM, retries=-1)
+
+
+def _random_lq(rng, H=5, n=4, nu=2):
+    """A linear system's period matrices and a convex quadratic running cost of (end state, control)."""
+    A = np.eye(n) + 0.3 * rng.normal(size=(H, n, n))
+    B = rng.normal(size=(H, n, nu))
+    M = rng.normal(size=(H, n + nu, n + nu))
+    h = M @ np.swapaxes(M, 1, 2) / (n + nu) + 0.1 * np.eye(n + nu)
+    return A, B, rng.normal(size=(H, n + nu)), h
+
+
+def _gains_step(A, B, g, h, mu, state):
+    """The controls' step and the states it moves: iLQR's backward pass, then its gains rolled out
+    through the linear system from an unperturbed start."""
+    from diffmjx.ilqr import _backward
+
+    H, n, nu = B.shape
+    zero = np.zeros((H, nu))
+    k, K = _backward(*(jnp.asarray(a) for a in (A, B, g, h)), mu, n, zero, zero, False, state)
+    dx, dus, dxs = np.zeros(n), [], []
+    for t in range(H):
+        du = np.asarray(k[t]) + np.asarray(K[t]) @ dx
+        dx = A[t] @ dx + B[t] @ du
+        dus.append(du), dxs.append(dx)
+    return np.asarray(dus), np.asarray(dxs)
+
+
+@pytest.mark.parametrize("state", [True, False])
+def test_ilqr_backward_pass_solves_a_linear_quadratic_problem_exactly(state):
+    """On a linear system with a quadratic running cost, iLQR's step at vanishing ``mu`` is the
+    problem's exact minimiser (the normal equations of the cost over all controls at once), with
+    ``mu`` added to ``Q_uu`` or to the next state's value Hessian alike."""
+    rng = np.random.default_rng(1)
+    A, B, g, h = _random_lq(rng)
+    H, n, nu = B.shape
+    # every period's (end state, control) as a linear map of all the controls
+    G = np.zeros((H, n + nu, H * nu))
+    for t in range(H):
+        for s in range(t + 1):
+            phi = np.eye(n)
+            for r in range(s + 1, t + 1):
+                phi = A[r] @ phi
+            G[t, :n, s * nu : (s + 1) * nu] = phi @ B[s]
+        G[t, n:, t * nu : (t + 1) * nu] = np.eye(nu)
+    hess = np.einsum("tia,tij,tjb->ab", G, h, G)
+    grad = np.einsum("tia,ti->a", G, g)
+    exact = -np.linalg.solve(hess, grad).reshape(H, nu)
+    du, _ = _gains_step(A, B, g, h, 1e-10, state)
+    np.testing.assert_allclose(du, exact, rtol=1e-6, atol=1e-9 * np.abs(exact).max())
+
+
+def test_ilqr_state_regularisation_does_not_depend_on_the_controls_units():
+    """Measuring every control in units ``s`` times smaller (``B / s``, the cost's control derivatives
+    scaled to match) leaves the step that state regularisation takes, in states and in physical
+    controls, as it was (but for the ``CONTROL_FLOOR`` share of ``mu`` on ``Q_uu``); regularising
+    ``Q_uu`` instead changes it."""
+    rng = np.random.default_rng(2)
+    A, B, g, h = _random_lq(rng)
+    n = A.shape[1]
+    s = 10.0
+    scale = np.concatenate([np.ones(n), np.full(B.shape[2], 1 / s)])
+    g2, h2 = g * scale, h * scale[:, None] * scale[None, :]
+    change = {}
+    for state in (True, False):
+        du, dx = _gains_step(A, B, g, h, 10.0, state)
+        du2, dx2 = _gains_step(A, B / s, g2, h2, 10.0, state)
+        change[state] = max(np.abs(du2 / s - du).max() / np.abs(du).max(), np.abs(dx2 - dx).max() / np.abs(dx).max())
+    assert change[True] < 1e-3 and change[False] > 0.1, change  # measured: 1.5e-4 (the floor), 0.99
 
 
 def test_box_qp_meets_the_optimality_conditions_of_its_bounded_qp():
@@ -298,6 +370,22 @@ def test_planner_config_validates_and_presets_load():
         mpc.PlannerConfig.load("fast")
     with pytest.raises(ValueError, match="expected planner.KEY=VALUE"):
         mpc.PlannerConfig().override("planner.rate=1")
+    with pytest.raises(
+        ValueError, match="planner.ilqr_regularization='states' is not allowed; choose one of: control, state"
+    ):
+        mpc.PlannerConfig(ilqr_regularization="states")
+
+
+@pytest.mark.parametrize("where", ["control", "state"])
+def test_ilqr_regularization_knob_reaches_the_iteration(monkeypatch, where):
+    """``planner.ilqr_regularization`` is what the iLQR planner's iteration gets, as a bool."""
+    from diffmjx import ilqr
+
+    seen = {}
+    monkeypatch.setattr(ilqr, "iteration", lambda *a, **kw: (seen.update(kw), (a[2], {"cost": 0.0, "finite": True}))[1])
+    cfg = mpc.PlannerConfig(kind="ilqr", horizon=2, execute=1, ilqr_regularization=where)
+    mpc.PLANNERS["ilqr"](cfg, SIM).step(None, None, "carry", None, 0.01)
+    assert seen["state_regularization"] is (where == "state")
 
 
 SHARDED = """
