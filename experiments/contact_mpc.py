@@ -20,7 +20,9 @@ periods (0.8 s), 4 executed per plan step:
 * ``gradient_cfd``: the same with contacts from distance (``w_c`` = 0.3 m, backward pass only);
 * ``sampling``: predictive sampling (64 brown-noise samples);
 * ``hybrid_cfd``: 32 samples, then 4 gradient iterations with CFD;
-* ``ilqr_cfd``: 4 iLQR iterations on :func:`diffmjx.linearize`'s period Jacobians with CFD.
+* ``ilqr_cfd``: 4 iLQR iterations on :func:`diffmjx.linearize`'s period Jacobians with CFD;
+* ``ilqr_state_cfd``: the same with ``planner.ilqr_regularization=state`` (``mu`` on the next
+  state's value Hessian instead of on ``Q_uu``).
 
 The counts give plan steps of similar wall time; what each took is measured and reported. The
 simulation is MJX's semi-implicit Euler at 5 ms (10 steps per 50 ms period) on DiffMJX's
@@ -69,6 +71,7 @@ METHODS = {  # name -> (planner overrides, contacts from distance)
     "sampling": (("kind=sampling", "samples=64"), False),
     "hybrid_cfd": (("kind=hybrid", "samples=32", "iterations=4"), True),
     "ilqr_cfd": (("kind=ilqr", "iterations=4"), True),
+    "ilqr_state_cfd": (("kind=ilqr", "iterations=4", "ilqr_regularization=state"), True),
 }
 EFFORT = 1e-3
 SUCCESS_M = 0.03
@@ -177,7 +180,14 @@ def cost_rows(results: dict, period: float) -> list[dict]:
     return rows
 
 
-COLOURS = {"gradient": "0.55", "gradient_cfd": "C0", "sampling": "C2", "hybrid_cfd": "C4", "ilqr_cfd": "C3"}
+COLOURS = {
+    "gradient": "0.55",
+    "gradient_cfd": "C0",
+    "sampling": "C2",
+    "hybrid_cfd": "C4",
+    "ilqr_cfd": "C3",
+    "ilqr_state_cfd": "C1",
+}
 
 
 def plot(results: dict, out) -> None:
@@ -314,7 +324,8 @@ def main(argv=None) -> None:
         ("contact_mpc_cost.csv", cost_rows(results, 0.05), (*group, "time_s")),
     ):
         path = args.out / name
-        common.write_csv(path, common.merge_rows(path, rows, cols) if path.exists() else rows)
+        # rows grouped by task (a method added later joins its task's rows, not the file's end)
+        common.write_csv(path, common.merge_rows(path, rows, cols, order=("task",)) if path.exists() else rows)
     plot(results, args.out)
     frames(results, args.out)
     for row in summary_rows(results):
