@@ -191,6 +191,7 @@ def iteration(
     search_mu: bool = True,
     retries: int = 2,
     state_regularization: bool = False,
+    reuse: int = 0,
 ) -> tuple[ILQRState, dict]:
     """One iLQR iteration on the plan of ``state`` from ``d``.
 
@@ -224,35 +225,44 @@ def iteration(
             feedback gains are regularised alike), with :data:`CONTROL_FLOOR` ``mu`` on ``Q_uu``
             for controls that move no state within a period; False (default): ``mu`` on ``Q_uu``
             (``planner.ilqr_regularization``).
+        reuse: after an accepted round, up to this many more rounds on the same Jacobians (a chord
+            step, as a simplified Newton method keeps its Jacobian): the cost's derivatives and the
+            feedback's reference are taken at the new plan and its rollout, ``A_t``, ``B_t`` stay
+            those of the plan the iteration started from. Each round is kept only if its rollout
+            lowers the cost (whatever ``descent`` says); the first that does not ends the
+            iteration. A round costs a backward pass, the rollouts and the cost's Hessians, not a
+            :func:`diffmjx.linearize` (``planner.ilqr_reuse``; 0, default: one accepted round).
 
     Returns:
         ``(state, info)``: the new state and ``info`` with ``cost`` (the cost of the plan this
         iteration started from), ``finite`` (whether its Jacobians, gains and the chosen rollout were
-        finite) and ``accepted`` (whether the plan changed).
+        finite), ``accepted`` (whether the plan changed) and ``rounds`` (rounds accepted: 0, 1, or
+        more with ``reuse``).
     """
     if retries < 0:
         raise ValueError(f"ilqr.iteration: retries={retries} is out of range; it must be >= 0")
+    if reuse < 0:
+        raise ValueError(f"ilqr.iteration: reuse={reuse} is out of range; it must be >= 0")
     cfg = forward_config(sim)
     layout = manifold.JointLayout.from_model(m)
     n = tangent_size(m)
     u = state.u
     lin = linearize(m, d, u, cfg, dt0=dt0)
     stage = _stage(m, d, cost, cfg, layout)
-    z0 = jnp.concatenate([jnp.zeros((u.shape[0], n), u.dtype), u], axis=1)
-    ends = (lin.qpos[1:], lin.qvel[1:], lin.act[1:])
 
     def derivatives(z, *end):  # the Hessian by forward mode over the gradient, value and gradient as its aux
         value, grad = jax.value_and_grad(stage)(z, *end)
         return grad, (value, grad)
 
-    h, (c, g) = jax.vmap(jax.jacfwd(derivatives, has_aux=True))(z0, *ends)
-    c0 = jnp.sum(c)
+    def expand(us, ends):  # the cost's Hessian, values and gradient at every period of a nominal
+        z = jnp.concatenate([jnp.zeros((us.shape[0], n), us.dtype), us], axis=1)
+        return jax.vmap(jax.jacfwd(derivatives, has_aux=True))(z, *ends)
+
     lo, hi = (b.astype(u.dtype) for b in ctrl_bounds(m))
     start = (d.qpos, d.qvel, d.act, jnp.asarray(d.time, u.dtype))
     first = jnp.asarray(lin.dt0[0], u.dtype)  # the first period's first trial step, as linearize took it
-    backward = lambda mu: _backward(lin.A, lin.B, g, h, mu, n, lo - u, hi - u, box, state_regularization)
 
-    def policy(alpha, k, K):
+    def policy(alpha, k, K, nom):
         def body(carry, inp):
             (q, v, a, t), dt = carry
             ub, kt, Kt, qb, vb, ab = inp
@@ -266,14 +276,19 @@ def iteration(
                 dt0=dt,
                 observe=lambda x: cost(x, x.ctrl),
             )
-            return ((x1.qpos, x1.qvel, x1.act, x1.time), traj.dt[-1]), (ut, traj.obs[0])
+            return ((x1.qpos, x1.qvel, x1.act, x1.time), traj.dt[-1]), (ut, traj.obs[0], (x1.qpos, x1.qvel, x1.act))
 
-        _, (us, cs) = jax.lax.scan(body, (start, first), (u, k, K, lin.qpos[:-1], lin.qvel[:-1], lin.act[:-1]))
-        return us, jnp.sum(cs)
+        ub, qb, vb, ab = nom[:4]
+        _, (us, cs, xs) = jax.lax.scan(body, (start, first), (ub, k, K, qb, vb, ab))
+        return us, jnp.sum(cs), xs
 
-    def attempt(mu):
-        """The candidate steps around ``mu``: ``(us, cost, mu, ok, gains_ok)`` of the cheapest, and
-        of candidate 0 (the model's own step) where ``descent`` is off and none lowers the cost."""
+    def attempt(mu, nom, chord):
+        """The candidate steps around ``mu`` about the nominal ``nom`` (its plan, start states and
+        cost derivatives): ``(us, cost, mu, ok, gains_ok, ends)`` of the cheapest (``ends``: its
+        rollout's state at every period's end), and of candidate 0 (the model's own step) where
+        ``descent`` is off, none lowers the cost and this is not a ``chord`` round."""
+        ub, g, h, c0 = nom[0], *nom[4:]
+        backward = lambda mu: _backward(lin.A, lin.B, g, h, mu, n, lo - ub, hi - ub, box, state_regularization)
         mus, alphas = _candidates(mu, line_search, u.dtype, search_mu)
         if search_mu:
             k, K = jax.vmap(backward)(mus)
@@ -281,41 +296,60 @@ def iteration(
             k, K = jax.tree.map(lambda x: jnp.broadcast_to(x, (line_search, *x.shape)), backward(mu))
         gains_ok = jnp.isfinite(c0) & jnp.all(jnp.isfinite(k), axis=(1, 2)) & jnp.all(jnp.isfinite(K), axis=(1, 2, 3))
         k, K = jnp.where(gains_ok[:, None, None], k, 0.0), jnp.where(gains_ok[:, None, None, None], K, 0.0)
-        us, costs = jax.vmap(policy)(alphas, k, K)
+        us, costs, xs = jax.vmap(policy, in_axes=(0, 0, 0, None))(alphas, k, K, nom)
         ok = gains_ok & jnp.isfinite(costs) & jnp.all(jnp.isfinite(us), axis=(1, 2))
         costs = jnp.where(ok, costs, jnp.inf)
         best = jnp.argmin(costs)
         if not descent:  # where no step lowers the cost, the model's step at this mu
-            best = jnp.where(costs[best] < c0, best, 0)
-        return us[best], costs[best], mus[best], ok[best], gains_ok[best]
+            best = jnp.where((costs[best] < c0) | chord, best, 0)
+        return us[best], costs[best], mus[best], ok[best], gains_ok[best], jax.tree.map(lambda x: x[best], xs)
 
-    # a rejected round keeps the plan, so its Jacobians and cost derivatives still hold: the next
-    # round only raises mu (past every mu tried) and reruns the backward pass and the rollouts
+    # One loop, one traced round. The first round's candidates are about the plan; where none lowers
+    # the cost the plan stays, so its Jacobians and cost derivatives still hold and a retry only
+    # raises mu (past every mu tried) and reruns the backward pass and the rollouts. After an
+    # accepted round, a chord round (``reuse``) keeps the Jacobians and takes the cost's derivatives
+    # at the new plan.
     grow = 1e3 if search_mu else 10.0
+    cat = lambda x0, xs: jnp.concatenate([x0[None], xs[:-1]])
+
+    def expanded(us, xs):  # (gradients, Hessians, summed cost) of the running cost along a nominal
+        h, (c, g) = expand(us, xs)
+        return g, h, jnp.sum(c)
+
+    g, h, c0 = expanded(u, (lin.qpos[1:], lin.qvel[1:], lin.act[1:]))
 
     def more(carry):
-        r, _, (_, c, _, ok, _) = carry
-        # a non-finite start cost makes every round fail alike: no retry
-        return (r == 0) | ((r <= retries) & jnp.isfinite(c0) & ~(c < c0) & (descent | ~ok))
+        return carry[-1]
 
     def round_(carry):
-        r, mu, _ = carry
-        return r + 1, jnp.minimum(mu * grow, MU_MAX), attempt(mu)
+        r, accepted, mu, (un, xn, g, h, cn), c_plan, gains, _ = carry
+        chord = accepted > 0
+        nom = (un, cat(d.qpos, xn[0]), cat(d.qvel, xn[1]), cat(d.act, xn[2]), g, h, cn)
+        u1, c1, mu1, ok1, gains1, x1 = attempt(mu, nom, chord)
+        lowered = c1 < cn
+        take = lowered if descent else lowered | (ok1 & ~chord)  # a model step only as the first round's
+        again = jnp.where(
+            take,
+            lowered & (accepted < reuse),  # chords left after this accepted round
+            ~chord & (r + 1 <= retries) & jnp.isfinite(c0) & (descent | ~ok1),  # a non-finite start: no retry
+        )
+        pick = lambda new, old: jax.tree.map(lambda a, b: jnp.where(take, a, b), new, old)
+        un, xn, c_plan = pick((u1, x1, c1), (un, xn, c_plan))
+        if reuse:  # the next (chord) round's cost derivatives, at the plan just accepted
+            g, h, cn = jax.lax.cond(take & again, lambda: expanded(un, xn), lambda: (g, h, cn))
+        mu = jnp.where(take, mu1, jnp.where(chord, mu, jnp.minimum(mu * grow, MU_MAX)))
+        gains = jnp.where(chord, gains, gains1)  # the first round's (its last attempt)
+        return r + 1, accepted + take, mu, (un, xn, g, h, cn), c_plan, gains, again
 
-    if retries:  # one traced attempt, run until a round is accepted or the retries are spent
-        none = (u, jnp.asarray(jnp.inf, u.dtype), state.mu, jnp.asarray(False), jnp.asarray(False))
-        _, mu_next, found = jax.lax.while_loop(more, round_, (jnp.asarray(0), state.mu, none))
+    nominal = (u, (lin.qpos[1:], lin.qvel[1:], lin.act[1:]), g, h, c0)
+    init_ = (jnp.asarray(0), jnp.asarray(0), state.mu, nominal, c0, jnp.asarray(False), jnp.asarray(True))
+    _, rounds, mu_last, (u_plan, *_), c_plan, gains_best, _ = jax.lax.while_loop(more, round_, init_)
+    accept = rounds > 0
+    if search_mu:  # the last accepted candidate's mu; if none was cheaper, above every mu tried
+        mu = jnp.where(accept, mu_last, jnp.minimum(mu_last * 10.0, MU_MAX))
     else:
-        mu_next, found = jnp.minimum(state.mu * grow, MU_MAX), attempt(state.mu)
-    u_best, c_best, mu_best, ok_best, gains_best = found
-    accept = c_best < c0
-    if not descent:
-        accept = accept | ok_best
-    if search_mu:  # the accepted candidate's mu; if none was cheaper, above every mu tried
-        mu = jnp.where(accept, mu_best, jnp.minimum(mu_next * 10.0, MU_MAX))
-    else:
-        mu = jnp.where(accept, jnp.maximum(mu_best * 0.5, MU_MIN), jnp.minimum(mu_next, MU_MAX))
+        mu = jnp.where(accept, jnp.maximum(mu_last * 0.5, MU_MIN), jnp.minimum(mu_last, MU_MAX))
     kept = jnp.where(jnp.isfinite(c0), c0, state.cost)  # the plan kept: its cost as just evaluated
-    new = ILQRState(jnp.where(accept, u_best, u), jnp.where(accept, c_best, kept), mu)
+    new = ILQRState(jnp.where(accept, u_plan, u), jnp.where(accept, c_plan, kept), mu)
     finite = gains_best & jnp.all(jnp.isfinite(lin.A)) & jnp.all(jnp.isfinite(lin.B))
-    return new, {"cost": c0, "finite": finite, "accepted": accept}
+    return new, {"cost": c0, "finite": finite, "accepted": accept, "rounds": rounds}

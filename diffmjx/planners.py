@@ -91,6 +91,10 @@ class PlannerConfig(Section, Preset):
             gains alike; Tassa, Erez and Todorov 2012). Measured in docs/mpc.md: ``state`` reaches
             Adam's cost on more single plans, ``control`` lands the pushed box closer (median) in
             the contact study's closed loops.
+        ilqr_reuse: after an accepted iLQR round, up to this many more rounds on the same Jacobians
+            (ilqr; :func:`diffmjx.ilqr.iteration`'s ``reuse``): chord steps, the cost's derivatives
+            taken at the new plan, each kept only if it lowers the cost. A round costs rollouts, a
+            backward pass and the cost's Hessians, not a :func:`diffmjx.linearize`. 0: one round.
         keep_best: execute the lowest-cost iterate of the gradient iterations (gradient, hybrid), and
             accept only iLQR steps that lower the cost (ilqr); false: the last gradient iterate (if
             finite), and iLQR's full step where no step lowers the cost. Keeping the best never executes a plan worse than
@@ -119,6 +123,7 @@ class PlannerConfig(Section, Preset):
     ilqr_box_qp: bool = knob(False)
     ilqr_retries: int = knob(2, ge=0)
     ilqr_regularization: str = knob("control", choices=("control", "state"))
+    ilqr_reuse: int = knob(0, ge=0)
     keep_best: bool = knob(True)
 
     def __post_init__(self) -> None:
@@ -339,6 +344,7 @@ class ILQRMethod:
             search_mu=self.search_mu,
             retries=self.cfg.ilqr_retries,
             state_regularization=self.cfg.ilqr_regularization == "state",
+            reuse=self.cfg.ilqr_reuse,
         )
         return carry, (info["cost"], info["finite"])
 

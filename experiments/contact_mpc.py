@@ -22,7 +22,9 @@ periods (0.8 s), 4 executed per plan step:
 * ``hybrid_cfd``: 32 samples, then 4 gradient iterations with CFD;
 * ``ilqr_cfd``: 4 iLQR iterations on :func:`diffmjx.linearize`'s period Jacobians with CFD;
 * ``ilqr_state_cfd``: the same with ``planner.ilqr_regularization=state`` (``mu`` on the next
-  state's value Hessian instead of on ``Q_uu``).
+  state's value Hessian instead of on ``Q_uu``);
+* ``ilqr_reuse_cfd``: ``ilqr_cfd`` with ``planner.ilqr_reuse=2`` (up to two more rounds on each
+  iteration's Jacobians after an accepted one).
 
 The counts give plan steps of similar wall time; what each took is measured and reported. The
 simulation is MJX's semi-implicit Euler at 5 ms (10 steps per 50 ms period) on DiffMJX's
@@ -72,6 +74,7 @@ METHODS = {  # name -> (planner overrides, contacts from distance)
     "hybrid_cfd": (("kind=hybrid", "samples=32", "iterations=4"), True),
     "ilqr_cfd": (("kind=ilqr", "iterations=4"), True),
     "ilqr_state_cfd": (("kind=ilqr", "iterations=4", "ilqr_regularization=state"), True),
+    "ilqr_reuse_cfd": (("kind=ilqr", "iterations=4", "ilqr_reuse=2"), True),
 }
 EFFORT = 1e-3
 SUCCESS_M = 0.03
@@ -187,6 +190,7 @@ COLOURS = {
     "hybrid_cfd": "C4",
     "ilqr_cfd": "C3",
     "ilqr_state_cfd": "C1",
+    "ilqr_reuse_cfd": "C5",
 }
 
 

@@ -98,6 +98,7 @@ METHODS = {  # method -> (planner kind, planner overrides, planner class: None f
     "ilqr": ("ilqr", {}, None),
     "ilqr_box_qp": ("ilqr", {"ilqr_box_qp": True}, None),
     "ilqr_state": ("ilqr", {"ilqr_regularization": "state"}, None),
+    "ilqr_reuse": ("ilqr", {"ilqr_reuse": 2}, None),
     "ilqr_no_retries": ("ilqr", {"ilqr_retries": 0}, None),
     "ilqr_step": ("ilqr", {"ilqr_retries": 0}, StepSearch),
 }

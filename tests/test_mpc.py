@@ -374,18 +374,52 @@ def test_planner_config_validates_and_presets_load():
         ValueError, match="planner.ilqr_regularization='states' is not allowed; choose one of: control, state"
     ):
         mpc.PlannerConfig(ilqr_regularization="states")
+    with pytest.raises(ValueError, match="planner.ilqr_reuse=-1 .* >= 0"):
+        mpc.PlannerConfig(ilqr_reuse=-1)
 
 
 @pytest.mark.parametrize("where", ["control", "state"])
 def test_ilqr_regularization_knob_reaches_the_iteration(monkeypatch, where):
-    """``planner.ilqr_regularization`` is what the iLQR planner's iteration gets, as a bool."""
+    """``planner.ilqr_regularization`` is what the iLQR planner's iteration gets, as a bool, and
+    ``planner.ilqr_reuse`` its chord rounds."""
     from diffmjx import ilqr
 
     seen = {}
     monkeypatch.setattr(ilqr, "iteration", lambda *a, **kw: (seen.update(kw), (a[2], {"cost": 0.0, "finite": True}))[1])
-    cfg = mpc.PlannerConfig(kind="ilqr", horizon=2, execute=1, ilqr_regularization=where)
+    cfg = mpc.PlannerConfig(kind="ilqr", horizon=2, execute=1, ilqr_regularization=where, ilqr_reuse=3)
     mpc.PLANNERS["ilqr"](cfg, SIM).step(None, None, "carry", None, 0.01)
-    assert seen["state_regularization"] is (where == "state")
+    assert seen["state_regularization"] is (where == "state") and seen["reuse"] == 3
+
+
+def test_ilqr_chord_rounds_are_the_next_iterations_where_the_jacobians_do_not_change(monkeypatch):
+    """The slider without control limits has linear dynamics (MJX's Euler step of a damped cart:
+    ``A_t``, ``B_t`` the same for every plan), so a chord round, which keeps the iteration's Jacobians
+    and takes the cost's derivatives at the plan the previous round accepted, is the next full
+    iteration exactly: one iteration with ``reuse=2`` ends where three iterations without it end
+    (retries off, so a rejected round would end both alike), having linearised once. The cost, a
+    smoothed distance, is not quadratic, so every round has work left."""
+    from diffmjx import ilqr
+
+    calls = []
+    linearize = ilqr.linearize
+    monkeypatch.setattr(ilqr, "linearize", lambda *a, **kw: (calls.append(1), linearize(*a, **kw))[1])
+    mx = mjx.put_model(mujoco.MjModel.from_xml_string(SLIDER.replace('ctrlrange="-1 1" ctrllimited="true"', "")))
+    d0 = mjx.make_data(mx)
+    near = lambda d, ctrl: jnp.sqrt((d.qpos[0] - 0.1) ** 2 + 1e-4) + 1e-2 * jnp.sum(ctrl**2)
+    run = jax.jit(lambda s, reuse: ilqr.iteration(mx, d0, s, near, SIM, retries=0, reuse=reuse), static_argnums=1)
+    s0 = ilqr.init(jnp.zeros((8, 1)), 10.0)
+    chord, info = run(s0, 2)
+    assert int(info["rounds"]) == 3 and bool(info["accepted"]) and len(calls) == 1
+    full, costs = s0, []
+    for _ in range(3):
+        full, i = run(full, 0)
+        assert int(i["rounds"]) == 1
+        costs.append(float(full.cost))
+    assert costs[0] > costs[1] > costs[2]  # each round had a step to take (measured 0.672, 0.553, 0.515)
+    np.testing.assert_allclose(np.asarray(chord.u), np.asarray(full.u), rtol=1e-9, atol=1e-12)
+    assert float(chord.cost) == pytest.approx(costs[2], rel=1e-9) and float(chord.mu) == float(full.mu)
+    with pytest.raises(ValueError, match="reuse=-1 is out of range"):
+        ilqr.iteration(mx, d0, s0, near, SIM, reuse=-1)
 
 
 SHARDED = """
