@@ -17,7 +17,10 @@ The problem: choose controls ``u_0 .. u_{H-1}`` (each held for one control perio
    ``alpha = 1`` and ``1/4``, controls projected onto ``ctrlrange``, and keeps the cheapest if it
    lowers the cost (``mu`` moves to its regularisation); where none does, it retries (``retries``
    rounds) around a ``mu`` 1000 times larger on the same Jacobians, and where none of those does
-   either, keeps the plan and raises ``mu`` past every one tried.
+   either, keeps the plan and raises ``mu`` past every one tried;
+5. optionally (``reuse``; ``planner.ilqr_reuse``), after an accepted round, takes up to ``reuse``
+   chord rounds: steps 2-4 about the new plan on the Jacobians of step 1, each kept only if it
+   lowers the cost.
 
 Why regularisations and not only step lengths: ``mu`` is absolute, and where ``Q_uu`` has next to
 no curvature (a cost of distances over a short horizon of slow muscles: on the MyoHand baoding plan

@@ -17,8 +17,9 @@ again.
 - ``ilqr``: second order: ``iterations`` iLQR iterations (:mod:`diffmjx.ilqr`) on the period
   Jacobians of :func:`diffmjx.linearize`, with the cost's exact Hessian, regularisations on
   ``Q_uu`` and step lengths searched at once (``line_search`` candidates; where none lowers the
-  cost, ``ilqr_retries`` more rounds at larger regularisations on the same Jacobians), controls
-  projected onto their ranges (or bounded in the backward pass, ``ilqr_box_qp``).
+  cost, ``ilqr_retries`` more rounds at larger regularisations on the same Jacobians; after an
+  accepted round, optionally ``ilqr_reuse`` chord rounds on them), controls projected onto their
+  ranges (or bounded in the backward pass, ``ilqr_box_qp``).
 
 Each kind is a small class (:class:`GradientMethod`, :class:`SamplingMethod`,
 :class:`HybridMethod`, :class:`ILQRMethod`, in :mod:`diffmjx.planners` with their knobs

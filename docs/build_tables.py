@@ -452,6 +452,7 @@ def ilqr_vs_adam() -> str:
         "ilqr": "iLQR",
         "ilqr_box_qp": "iLQR, box-QP",
         "ilqr_state": "iLQR, `mu` on the state",
+        "ilqr_reuse": "iLQR, chord rounds (`ilqr_reuse=2`)",
         "ilqr_no_retries": "iLQR, no retries (before)",
         "ilqr_step": "iLQR, step-length search (before)",
     }

@@ -25,7 +25,8 @@ Tasks, with contacts from distance for both planners:
 Methods: ``gradient`` (Adam), ``ilqr`` (the planner's defaults), ``ilqr_box_qp``
 (``planner.ilqr_box_qp``: the control bounds as a box-constrained QP in the backward pass),
 ``ilqr_state`` (``planner.ilqr_regularization=state``: ``mu`` on the next state's value Hessian
-instead of on ``Q_uu``), and iLQR's earlier versions, not run by default: ``ilqr_no_retries``
+instead of on ``Q_uu``), ``ilqr_reuse`` (``planner.ilqr_reuse=2``: up to two chord rounds on each
+iteration's Jacobians after an accepted round), and iLQR's earlier versions, not run by default: ``ilqr_no_retries``
 (without ``planner.ilqr_retries``) and ``ilqr_step`` (that with step lengths at one regularisation).
 ``--update`` replaces only the rows of the tasks and methods run.
 
@@ -143,7 +144,10 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tasks", nargs="+", choices=list(TASKS), default=list(TASKS))
     p.add_argument(
-        "--methods", nargs="+", choices=list(METHODS), default=["gradient", "ilqr", "ilqr_box_qp", "ilqr_state"]
+        "--methods",
+        nargs="+",
+        choices=list(METHODS),
+        default=["gradient", "ilqr", "ilqr_box_qp", "ilqr_state", "ilqr_reuse"],
     )
     p.add_argument("--starts", type=int, default=12, help="random starts and targets of push and flick")
     p.add_argument("--adam-iterations", type=int, default=40)
@@ -208,6 +212,7 @@ LABELS = {
     "ilqr": ("C3", "iLQR"),
     "ilqr_box_qp": ("C2", "iLQR, box-QP"),
     "ilqr_state": ("C4", "iLQR, mu on the state"),
+    "ilqr_reuse": ("C5", "iLQR, chord rounds"),
     "ilqr_no_retries": ("C1", "iLQR, no retries (before)"),
     "ilqr_step": ("C7", "iLQR, step-length search (before)"),
 }
