@@ -257,10 +257,6 @@ def iteration(
         value, grad = jax.value_and_grad(stage)(z, *end)
         return grad, (value, grad)
 
-    def expand(us, ends):  # the cost's Hessian, values and gradient at every period of a nominal
-        z = jnp.concatenate([jnp.zeros((us.shape[0], n), us.dtype), us], axis=1)
-        return jax.vmap(jax.jacfwd(derivatives, has_aux=True))(z, *ends)
-
     lo, hi = (b.astype(u.dtype) for b in ctrl_bounds(m))
     start = (d.qpos, d.qvel, d.act, jnp.asarray(d.time, u.dtype))
     first = jnp.asarray(lin.dt0[0], u.dtype)  # the first period's first trial step, as linearize took it
@@ -315,11 +311,13 @@ def iteration(
     grow = 1e3 if search_mu else 10.0
     cat = lambda x0, xs: jnp.concatenate([x0[None], xs[:-1]])
 
-    def expanded(us, xs):  # (gradients, Hessians, summed cost) of the running cost along a nominal
-        h, (c, g) = expand(us, xs)
+    def expanded(us, ends):  # (gradients, Hessians, summed cost) of the running cost along a nominal
+        z = jnp.concatenate([jnp.zeros((us.shape[0], n), us.dtype), us], axis=1)
+        h, (c, g) = jax.vmap(jax.jacfwd(derivatives, has_aux=True))(z, *ends)
         return g, h, jnp.sum(c)
 
-    g, h, c0 = expanded(u, (lin.qpos[1:], lin.qvel[1:], lin.act[1:]))
+    ends = (lin.qpos[1:], lin.qvel[1:], lin.act[1:])  # the plan's state at every period's end
+    g, h, c0 = expanded(u, ends)
 
     def more(carry):
         return carry[-1]
@@ -344,7 +342,7 @@ def iteration(
         gains = jnp.where(chord, gains, gains1)  # the first round's (its last attempt)
         return r + 1, accepted + take, mu, (un, xn, g, h, cn), c_plan, gains, again
 
-    nominal = (u, (lin.qpos[1:], lin.qvel[1:], lin.act[1:]), g, h, c0)
+    nominal = (u, ends, g, h, c0)
     init_ = (jnp.asarray(0), jnp.asarray(0), state.mu, nominal, c0, jnp.asarray(False), jnp.asarray(True))
     _, rounds, mu_last, (u_plan, *_), c_plan, gains_best, _ = jax.lax.while_loop(more, round_, init_)
     accept = rounds > 0
