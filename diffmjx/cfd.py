@@ -40,10 +40,19 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from diffmjx import _mjx, collision, solver
 from diffmjx.config import CFDConfig, Config
-from diffmjx.constraint import contact_rows, make_constraint, row_D, row_impedance, row_weight, stiffness_damping
+from diffmjx.constraint import (
+    contact_rows,
+    elliptic_friction_rows,
+    make_constraint,
+    row_D,
+    row_impedance,
+    row_stiffness_damping,
+    row_weight,
+)
 from diffmjx.impedance import MAXIMP, MINIMP, MINVAL, mujoco_impedance, spline
 
 __all__ = [
@@ -103,18 +112,22 @@ def position_term(r, sharpness):
 
 
 def distance_rows(m, d, cfd: CFDConfig, floor: float = MINIMP):
-    """Constraint rows with contacts from distance ``(m, d) -> d`` (pyramidal cones).
+    """Constraint rows with contacts from distance ``(m, d) -> d``.
 
     Arguments:
-        m: ``mjx.Model`` with ``opt.cone`` pyramidal.
+        m: ``mjx.Model`` (pyramidal or elliptic cones).
         d: ``mjx.Data`` with contacts (their signed distances may be positive).
-        cfd: the ``cfd`` section of :class:`diffmjx.Config` (``solimp``, ``sharpness``).
+        cfd: the ``cfd`` section of :class:`diffmjx.Config` (``solimp``, ``sharpness``, ``friction``).
         floor: the least impedance of a row (``solver.impedance_floor``; MuJoCo's is 1e-4). With
             0, rows fade out continuously at ``r = w_c`` when ``d_c = 0`` and in contact follow
             the forward's.
 
     Returns:
-        ``d`` with constraint rows for every contact closer than ``w_c``.
+        ``d`` with constraint rows for every contact closer than ``w_c``. With ``cfd.friction``
+        ``contact``, a contact at ``r >= 0`` pushes along its normal only: a pyramid edge's
+        Jacobian ``J_n + mu J_t`` becomes the mean of the contact's edges, ``J_n`` (the rows' weights
+        kept, so the pyramid's response to a normal approach is unchanged), and an elliptic
+        friction row gets no Jacobian and no reference acceleration (no force).
     """
     c = _mjx.contact(d)
     cfd_solimp = jnp.asarray(cfd.solimp)
@@ -126,20 +139,38 @@ def distance_rows(m, d, cfd: CFDConfig, floor: float = MINIMP):
     efc = _mjx.efc(shifted)
     r = c.dist[con] - c.includemargin[con]
     active = r < w_c
-    solref, solimp = c.solref[con], c.solimp[con]
+    solimp = c.solimp[con]
+    friction_row = elliptic_friction_rows(m, c, rows, con)
+    J = efc.J[rows]
+    if cfd.friction == "contact":  # from a distance, along the normal only
+        apart = r >= 0
+        if m.opt.cone == _mjx.ConeType.ELLIPTIC:
+            normal = jnp.where(jnp.asarray(friction_row)[:, None], 0.0, J)
+        else:  # a contact's pyramid edges come in pairs J_n +- mu J_t: their mean is J_n
+            ncon = c.dist.shape[0]
+            count = np.maximum(np.bincount(con, minlength=ncon), 1)
+            normal = (jax.ops.segment_sum(J, jnp.asarray(con), num_segments=ncon) / count[:, None])[con]
+        J = jnp.where(apart[:, None], normal, J)
+        active_friction = jnp.asarray(friction_row) & ~apart  # elliptic friction rows that still act
+    else:
+        active_friction = jnp.asarray(friction_row)
     # recover MJX's row weight from R = w (1 - d) / d at the shifted distance MJX saw
     weight = row_weight(efc.D[rows], row_impedance(r - w_c, solimp))
     imp = jnp.vectorize(lambda r, s, c: cfd_impedance(r, s, c, floor), signature="(),(5),(5)->()")(
         r, solimp, cfd_solimp
     )
     imp = jnp.clip(imp, floor, MAXIMP)
-    k, b = stiffness_damping(m, solref, solimp)
-    jv = efc.J[rows] @ d.qvel
-    aref = -b * jv + k * imp * position_term(r, cfd.sharpness)
+    k, b = row_stiffness_damping(m, c, con, friction_row)
+    # elliptic friction rows: damping only (no position term), as MuJoCo builds them
+    position = jnp.where(jnp.asarray(friction_row), 0.0, k * imp * position_term(r, cfd.sharpness))
+    aref = -b * (J @ d.qvel) + position
+    dropped = jnp.asarray(friction_row) & ~active_friction
+    aref = jnp.where(dropped, 0.0, aref)
     # D = 1 / R with R = w (1 - d) / d >= MINVAL, written without dividing by d (0 with floor 0)
     efc_cfd = jnp.minimum(row_D(imp, weight), 1.0 / MINVAL)
     return _mjx.with_efc(
         shifted,
+        efc_J=efc.J.at[rows].set(J),
         efc_D=efc.D.at[rows].set(jnp.where(active, efc_cfd, efc.D[rows])),
         efc_aref=efc.aref.at[rows].set(jnp.where(active, aref, 0.0)),
     )
@@ -238,7 +269,7 @@ def accelerations(m, d, cfg: Config, remat_iterations: bool = True):
     implicit integrators turn into the acceleration again (``M^-1 (qfrc_smooth + qfrc_constraint)``).
 
     Arguments:
-        m: ``mjx.Model`` (pyramidal cones).
+        m: ``mjx.Model`` (pyramidal or elliptic cones).
         d: ``mjx.Data`` with MJX's constraint rows built and ``qacc_smooth`` computed.
         cfg: :class:`diffmjx.Config` (the ``cfd``, ``collision`` and ``solver`` sections are read).
         remat_iterations: passed to :func:`diffmjx.solver.solve`.

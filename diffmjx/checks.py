@@ -221,8 +221,6 @@ def validate(m, cfg: Config, *, solver=None, stepsize_controller=None, adjoint=N
         raise ValueError(
             "solver.gradient='implicit' supports cone='pyramidal' only; use solver.gradient='unroll' for elliptic cones"
         )
-    if cfg.cfd.enabled and not pyramidal:
-        raise ValueError("cfd.enabled=True supports cone='pyramidal' only; set the model's cone to pyramidal")
     if cfg.collision.smooth:
         collision.check_model(m)
     _warn_touchdown_jumps(m, cfg)

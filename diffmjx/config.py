@@ -319,6 +319,14 @@ class CFDConfig(Section):
             (d at r=w_c, d at r=0, w_c, midpoint, power).
         sharpness: softplus sharpness in 1/m.
         in_forward: also apply CFD in the forward pass (otherwise gradients only).
+        friction: where a frictional contact's friction acts in CFD's rows. ``contact`` (default):
+            only where the bodies touch (signed distance r < 0, where MJX's forward has the contact
+            too); from a distance (0 <= r < w_c) the rows push along the contact normal only (each
+            pyramid edge takes the normal's Jacobian, so the pyramid's normal response is kept and
+            its tangential coupling dropped; elliptic cones drop the friction rows). ``distance``:
+            the paper's rows, the friction pyramid at a distance too; a body sliding past a distant
+            one then drags it along in the backward pass, which turned gradients the wrong way on
+            pushing and striking tasks (docs/cfd.md).
     """
 
     _section = "cfd"
@@ -327,6 +335,7 @@ class CFDConfig(Section):
     solimp: tuple[float, float, float, float, float] = knob((0.0, 0.01, 0.1, 1.0, 2.0))
     sharpness: float = knob(1000.0, gt=0)
     in_forward: bool = knob(False)
+    friction: str = knob("contact", choices=("contact", "distance"))
 
     def __post_init__(self) -> None:
         super().__post_init__()

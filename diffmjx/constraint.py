@@ -28,9 +28,11 @@ from diffmjx.impedance import MAXIMP, MINIMP, mujoco_impedance
 __all__ = [
     "ContactRows",
     "contact_rows",
+    "elliptic_friction_rows",
     "make_constraint",
     "row_D",
     "row_impedance",
+    "row_stiffness_damping",
     "row_weight",
     "stiffness_damping",
     "with_impedance_floor",
@@ -116,6 +118,25 @@ def stiffness_damping(m, solref, solimp):
     return k, b
 
 
+def elliptic_friction_rows(m, c, rows, con) -> np.ndarray:
+    """Which of the contacts' rows are friction rows of an elliptic cone (none for pyramidal ones).
+
+    An elliptic contact's first row is its normal, the others its friction directions; a pyramid's
+    edges each mix the normal with one friction direction, so no pyramidal row is a friction row.
+    """
+    if m.opt.cone != _mjx.ConeType.ELLIPTIC:
+        return np.zeros(rows.size, dtype=bool)
+    return rows != np.asarray(c.efc_address)[con]
+
+
+def row_stiffness_damping(m, c, con, friction_row):
+    """MuJoCo's ``(k, b)`` of contact rows: ``solref`` for normal rows and pyramid edges, an elliptic
+    friction row's ``solreffriction`` where the contact sets it (:func:`stiffness_damping`)."""
+    srf = c.solreffriction[con]
+    own = jnp.asarray(friction_row) & jnp.any(srf != 0, axis=1)
+    return stiffness_damping(m, jnp.where(own[:, None], srf, c.solref[con]), c.solimp[con])
+
+
 def make_constraint(m, d):
     r"""MJX's constraint rows, with the contacts' impedance differentiated by DiffMJX.
 
@@ -165,14 +186,8 @@ def make_constraint(m, d):
     r = c.dist[con] - c.includemargin[con]
     solimp = c.solimp[con]
     imp = row_impedance(r, solimp)
-    # elliptic cones: a contact's first row is its normal; the others take solreffriction (if set)
-    # and no position term
-    friction_row = np.zeros(rows.size, dtype=bool)
-    if m.opt.cone == _mjx.ConeType.ELLIPTIC:
-        friction_row = rows != np.asarray(c.efc_address)[con]
-    srf = c.solreffriction[con]
-    own = jnp.asarray(friction_row) & jnp.any(srf != 0, axis=1)
-    k, b = stiffness_damping(m, jnp.where(own[:, None], srf, c.solref[con]), solimp)
+    friction_row = elliptic_friction_rows(m, c, rows, con)
+    k, b = row_stiffness_damping(m, c, con, friction_row)
     weight = sg(row_weight(efc.D[rows], imp))  # MJX's row weight, held
     d_live = row_D(imp, weight)
     pos = jnp.where(~jnp.asarray(friction_row) & (r < 0), r, 0.0)

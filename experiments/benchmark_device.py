@@ -272,7 +272,7 @@ def section_sysid(ctx, emit, setups=("converged solve", "library setting")):
     from diffmjx import sysid
     from experiments.contactnets_sysid import CONVERGED_SOLVE, LIBRARY_SOLVE
 
-    base = sysid.SysidConfig.load("paper", ["sim.cfd.enabled=true"])
+    base = sysid.SysidConfig.load("paper", ["sim.cfd.enabled=true", "sim.cfd.friction=distance"])
     tosses, train_names, _, report = sysid.load_split(base.data)
     data = sysid.segments(tosses, train_names, base.data.horizon, report)
     # the library setting: the converged solve with the library's plane-box rule (every penetrating corner,

@@ -34,6 +34,10 @@ from diffmjx.scenes import DIR as SCENES  # noqa: F401  (re-exported: the studie
 with contextlib.redirect_stdout(io.StringIO()):  # MJX's notice about its optional Warp backend
     from mujoco import mjx  # noqa: F401  (re-exported: the studies use common.mjx)
 
+PAPER_CFD = ("cfd.enabled=true", "cfd.friction=distance")
+"""Contacts from distance as the paper defines them (the friction pyramid acts at a distance too),
+as the paper-reproducing studies made their committed results; the library's default is
+``cfd.friction=contact`` (docs/cfd.md, "Friction at a distance")."""
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 
 

@@ -127,7 +127,7 @@ def run(
     # train.batching=vmap: the committed results were made in lock-step (before ecc68fb); "--set
     # train.batching=auto" runs the segments one after another on a CPU, equal to the solve's tolerance, faster
     cfg = sysid.SysidConfig.load(
-        ps.adam, ("train.batching=vmap", *overrides, "cfd.enabled=true", f"train.free=[{', '.join(FREE)}]")
+        ps.adam, ("train.batching=vmap", *overrides, *common.PAPER_CFD, f"train.free=[{', '.join(FREE)}]")
     )
     tosses, train_names, val_names, report = sysid.load_split(cfg.data)
     sel_names, test_names = (names[: ps.n_judge] for names in sysid.selection_split(val_names))

@@ -48,7 +48,7 @@ def run(params_path: Path, out: Path, fresh: bool = False) -> dict:
     if preset not in ADAM_PRESETS:
         raise ValueError(f"record preset {preset!r} is unknown; allowed: {sorted(ADAM_PRESETS)}")
     # the extended study's simulation (its sysid preset with CFD, and the record's overrides)
-    cfg = sysid.SysidConfig.load(ADAM_PRESETS[preset], ("cfd.enabled=true", *record.get("overrides", [])))
+    cfg = sysid.SysidConfig.load(ADAM_PRESETS[preset], (*common.PAPER_CFD, *record.get("overrides", [])))
     if sysid.sim_overrides(cfg.sim) != fp.config_overrides or cfg.iterations != fp.options["iterations"]:
         raise ValueError(
             f"{params_path}: its config overrides or iterations are not the extended study's preset "

@@ -46,7 +46,7 @@ def main(argv=None) -> None:
         "paper",
         (
             "train.batching=vmap",
-            "cfd.enabled=true",
+            *common.PAPER_CFD,
             f"train.free=[{', '.join(FREE)}]",
             "data.horizon=4",
             "train.horizon=4",

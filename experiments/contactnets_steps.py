@@ -48,8 +48,8 @@ from experiments import common
 from experiments.contactnets_sysid import LIBRARY_SOLVE
 
 SETTINGS = {  # name -> (overrides of the sysid paper preset, MuJoCo cone)
-    "paper": (("cfd.enabled=true",), mujoco.mjtCone.mjCONE_PYRAMIDAL),
-    "library": (("cfd.enabled=true", *LIBRARY_SOLVE), mujoco.mjtCone.mjCONE_PYRAMIDAL),
+    "paper": (common.PAPER_CFD, mujoco.mjtCone.mjCONE_PYRAMIDAL),
+    "library": ((*common.PAPER_CFD, *LIBRARY_SOLVE), mujoco.mjtCone.mjCONE_PYRAMIDAL),
     # CFD and the implicit solver gradient are for pyramidal cones; neither changes a forward rollout
     "library, elliptic": ((*LIBRARY_SOLVE, "solver.gradient=unroll"), mujoco.mjtCone.mjCONE_ELLIPTIC),
 }

@@ -72,10 +72,10 @@ def configurations(w_c: float) -> dict[str, tuple[str, tuple[str, ...]]]:
         "mjx_smooth": ("fixed-step MJX + smooth collisions", mjx),
         "mjx_smooth_cfd": (
             f"fixed-step MJX + smooth collisions + CFD (w_c {100 * w_c:g} cm)",
-            (*mjx, "cfd.enabled=true", f"cfd.solimp=[0.0, 0.01, {w_c}, 1.0, 4.0]"),
+            (*mjx, *common.PAPER_CFD, f"cfd.solimp=[0.0, 0.01, {w_c}, 1.0, 4.0]"),
         ),
-        "diffmjx_cfd": ("DiffMJX + CFD (paper setting)", ("cfd.enabled=true",)),
-        "diffmjx_cfd_library": ("DiffMJX + CFD (library setting)", ("cfd.enabled=true", *LIBRARY_SOLVE)),
+        "diffmjx_cfd": ("DiffMJX + CFD (paper setting)", common.PAPER_CFD),
+        "diffmjx_cfd_library": ("DiffMJX + CFD (library setting)", (*common.PAPER_CFD, *LIBRARY_SOLVE)),
     }
 
 

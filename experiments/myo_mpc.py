@@ -160,7 +160,7 @@ def _stem(task: str, preset: str) -> str:
 
 def _sim(cfd: bool) -> diffmjx.Config:
     sim = diffmjx.Config.paper().override("integrator.solver=mjx_euler", "collision.smooth=true")
-    return sim.override("cfd.enabled=true", CFD_SOLIMP) if cfd else sim
+    return sim.override(*common.PAPER_CFD, CFD_SOLIMP) if cfd else sim
 
 
 def run(

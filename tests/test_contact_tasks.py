@@ -1,8 +1,9 @@
 """The contact-rich MPC tasks' premise (experiments.contact_mpc, docs/mpc.md): before the pusher
 touches the box, the box's position has an exactly zero derivative with respect to the pusher's
 controls, and contacts from distance give it one that points the pusher towards the box, with the
-forward unchanged. (The pusher's contact with the box is frictionless: with friction, the distant
-contact's pyramid edges spun the object the wrong way in the backward pass; docs/mpc.md.)
+forward unchanged; with the pusher's friction restored too (``scenes.geom_pair_friction``), where
+CFD's rows push along the normal only until the bodies touch (``cfd.friction=contact``, the
+default) while the paper's rows (``distance``) drag the box sideways with a pusher sliding past.
 
 This also carries, by default, the claim that CFD's gradient is nonzero between bodies that never
 touch (tests/test_cfd.py checks it through reverse-mode rollouts under -m slow)."""
@@ -21,29 +22,52 @@ SIM = diffmjx.Config().override("integrator.solver=mjx_euler", "integrator.subst
 CFD = SIM.override("cfd.enabled=true", "cfd.solimp=[0.0, 0.1, 0.3, 1.0, 4.0]")
 
 
-@pytest.fixture(scope="module")
-def push():
+@pytest.fixture(scope="module", params=["frictionless", "friction"])
+def push(request):
     mj = mujoco.MjModel.from_xml_path(str(scenes.path("push")))
+    if request.param == "friction":
+        mj = scenes.geom_pair_friction(mj)
     return mj, mjx.put_model(mj)
 
 
 def test_push_cfd_gradient_is_nonzero_where_the_plain_one_is_zero(push):
     mj, mx = push
-    x_adr = mj.jnt_qposadr[mj.joint("object").id]  # the free joint's x: the box's position
+    x_adr = mj.jnt_qposadr[mj.joint("object").id]  # the free joint's x, y: the box's position
     d0 = mjx.make_data(mx)
 
-    def box_x(ctrl, cfg):  # the box's x after one control period (ten Euler steps)
-        return diffmjx.step(mx, d0.replace(ctrl=ctrl), cfg).qpos[x_adr]
+    def box_xy(ctrl, cfg):  # the box's x and y after one control period (ten Euler steps)
+        return diffmjx.step(mx, d0.replace(ctrl=ctrl), cfg).qpos[x_adr : x_adr + 2]
 
     # forward mode (the cheaper compile), both controls' directions in one program per config
     jac = jax.jit(
-        lambda u, cfg: jax.vmap(lambda t: jax.jvp(lambda u: box_x(u, cfg), (u,), (t,)))(jnp.eye(2)), static_argnums=1
+        lambda u, cfg: jax.vmap(lambda t: jax.jvp(lambda u: box_xy(u, cfg), (u,), (t,)))(jnp.eye(2)), static_argnums=1
     )
     ctrl = jnp.zeros(mx.nu)
     (x_plain, plain), (x_cfd, cfd) = jac(ctrl, SIM), jac(ctrl, CFD)
     gap = float(mj.body("object").pos[0] - 0.03 - (mj.body("pusher").pos[0] + 0.02))
     assert gap > 0.04  # the pusher starts 5 cm from the box: no contact
     np.testing.assert_array_equal(np.asarray(plain), 0.0)
-    assert float(cfd[0]) > 1e-6, cfd  # pushing in +x moves the box in +x, from distance ...
+    # rows: the pusher's control in x, in y; columns: the box's x, y
+    assert float(cfd[0, 0]) > 1e-6, cfd  # pushing in +x moves the box in +x, from distance ...
     np.testing.assert_array_equal(np.asarray(x_cfd), np.asarray(x_plain))  # ... in the derivative only
-    assert abs(float(cfd[1])) < 1e-9 * float(cfd[0])  # and pushing sideways does not, to rounding
+    # pushing sideways moves the box neither along the push nor sideways (the normal is along x)
+    assert np.abs(np.asarray(cfd)[[0, 1, 1], [1, 0, 1]]).max() < 1e-9 * float(cfd[0, 0]), cfd
+    if mj.pair_dim[0] > 1:  # the paper's rows: the pyramid's edges act at a distance and drag the box along y
+        _, paper = jac(ctrl, CFD.override("cfd.friction=distance"))
+        assert abs(float(paper[1, 1])) > 1e-6 * float(paper[0, 0]), paper  # 8e-5 of it: far above rounding
+
+
+def test_cfd_builds_elliptic_rows_that_push_along_the_normal_only_from_a_distance():
+    """Elliptic cones: CFD's friction rows are dropped from a distance, the normal row pushes. One
+    Euler step (MJX's elliptic line search has a NaN derivative at zero tangential force, so a
+    resting box's multi-step gradient is NaN with or without CFD; docs/cfd.md)."""
+    mj = scenes.geom_pair_friction(mujoco.MjModel.from_xml_path(str(scenes.path("push"))))
+    mj.opt.cone = mujoco.mjtCone.mjCONE_ELLIPTIC
+    mx = mjx.put_model(mj)
+    x_adr = mj.jnt_qposadr[mj.joint("object").id]
+    d0 = mjx.make_data(mx)
+    one = CFD.override("integrator.substeps=1", "solver.gradient=unroll")
+    jac = jax.jit(jax.jacfwd(lambda u: diffmjx.step(mx, d0.replace(ctrl=u), one).qpos[x_adr : x_adr + 2]))
+    cfd = np.asarray(jac(jnp.zeros(mx.nu)))  # rows: the box's x, y; columns: the controls x, y
+    assert cfd[0, 0] > 1e-6, cfd
+    assert np.abs(cfd[[0, 1, 1], [1, 0, 1]]).max() < 1e-9 * cfd[0, 0], cfd

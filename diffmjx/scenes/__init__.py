@@ -47,6 +47,7 @@ __all__ = [
     "contacts_fn",
     "cube_toss_data",
     "cube_toss_loss",
+    "geom_pair_friction",
     "load",
     "names",
     "path",
@@ -98,6 +99,30 @@ def load(name: str, **opt_patch) -> tuple[mujoco.MjModel, mjx.Model]:
     for k, v in opt_patch.items():
         setattr(mj.opt, k, v)
     return mj, mjx.put_model(mj)
+
+
+def geom_pair_friction(mj: mujoco.MjModel) -> mujoco.MjModel:
+    """A copy of ``mj`` whose explicit ``<pair>`` contacts have the condim and friction that MuJoCo
+    gives the same two geoms without the pair (the larger of the two geoms' condim, and of each
+    friction coefficient).
+
+    The ``push`` and ``flick`` scenes make their pusher's contact frictionless with such a pair
+    (contacts from distance once needed it); this restores the friction a real pusher has.
+
+    Arguments:
+        mj: ``mujoco.MjModel``.
+
+    Returns:
+        A new ``mujoco.MjModel``.
+    """
+    import copy
+
+    out = copy.deepcopy(mj)
+    for i, (g1, g2) in enumerate(zip(mj.pair_geom1, mj.pair_geom2)):
+        out.pair_dim[i] = max(mj.geom_condim[g1], mj.geom_condim[g2])
+        slide, spin, roll = np.maximum(mj.geom_friction[g1], mj.geom_friction[g2])
+        out.pair_friction[i] = (slide, slide, spin, roll, roll)
+    return out
 
 
 def primitive(kind: str) -> tuple[mujoco.MjModel, mjx.Model]:
