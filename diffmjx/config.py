@@ -449,7 +449,7 @@ class Config(Preset):
         return {name: getattr(self, name).to_dict() for name in _SECTIONS}
 
     def override(self, *assignments: str) -> Config:
-        """Return a new config with ``section.field=value`` assignments applied in order.
+        """Return a new config with ``section.field=value`` assignments applied together (checked once, after all of them).
 
         Values are parsed as YAML (``true``, ``null``, ``[0, 0.01, 0.1, 1, 2]``), with
         number-like strings such as ``1e-6`` converted for numeric fields (:func:`apply_overrides`).

@@ -194,7 +194,7 @@ class Section:
         return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
 
     def override(self, *assignments: str):
-        """A new section with ``field=value`` (or ``<section>.field=value``) assignments applied in order.
+        """A new section with ``field=value`` (or ``<section>.field=value``) assignments applied together (checked once, after all of them).
 
         The text form for the edges (YAML presets, ``--set`` on a command line); inside the library use
         ``dataclasses.replace``.
@@ -218,13 +218,14 @@ def apply_overrides(
     expected: str,
     prefixes: Mapping[str, str] | None = None,
 ) -> dict[str, Section]:
-    """Apply ``prefix.field=value`` assignments in order to the sections they name: the one parser of
+    """Apply ``prefix.field=value`` assignments to the sections they name: the one parser of
     the ``--set`` overrides of every config (:meth:`Section.override`, :meth:`Config.override`, the
     planner's and system identification's).
 
     Each value is parsed as YAML (:func:`parse_value`: ``true``, ``null``, ``[0, 0.01]``), number-like
-    text such as ``1e-6`` is converted for numeric fields (:func:`coerce_text`), and the section
-    checks it (``dataclasses.replace``).
+    text such as ``1e-6`` is converted for numeric fields (:func:`coerce_text`). A field assigned
+    twice takes the last value. Each section is then checked once with all its new values
+    (``dataclasses.replace``), so the order of the assignments does not matter.
 
     Arguments:
         sections: the sections, by name.
@@ -241,18 +242,19 @@ def apply_overrides(
             prefix or field; or a bad value (naming the field and what is allowed).
     """
     prefixes = {name: name for name in sections} if prefixes is None else prefixes
-    out = dict(sections)
+    values: dict[str, dict[str, Any]] = {}
     for assignment in assignments:
         key, sep, text = assignment.partition("=")
         prefix, _, field = key.strip().rpartition(".")
         name = prefixes.get(prefix)
-        if not sep or name is None or field not in out[name].field_names():
+        if not sep or name is None or field not in sections[name].field_names():
             raise ValueError(f"bad override {assignment!r}: expected {expected}")
-        section = out[name]
+        section = sections[name]
         value = parse_value(f"{section._section}.{field}", text)
-        value = coerce_text(typing.get_type_hints(type(section))[field], value)
-        out[name] = dataclasses.replace(section, **{field: value})
-    return out
+        values.setdefault(name, {})[field] = coerce_text(typing.get_type_hints(type(section))[field], value)
+    # each section checked once, with all its assignments in: a rule between two fields (the
+    # planner's execute <= horizon) sees the values given together, whatever their order
+    return {**sections, **{name: dataclasses.replace(sections[name], **v) for name, v in values.items()}}
 
 
 def _preset_file(name: str, kind: str) -> Path:
@@ -389,7 +391,7 @@ class Preset:
 
     @classmethod
     def load(cls: type[_P], preset: str | Path | None = None, overrides: Sequence[str] = ()) -> _P:
-        """Defaults, or the YAML ``preset``, with the dotted ``overrides`` applied in order.
+        """Defaults, or the YAML ``preset``, with the dotted ``overrides`` applied (checked once, after all of them).
 
         Arguments:
             preset: a path (``my.yaml``), a shipped preset's name (``diffmjx/presets/<kind>_<name>.yaml``,

@@ -34,6 +34,7 @@ that (call :func:`replicate` yourself when calling a planner's ``plan`` directly
 import math
 import time
 import typing
+import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -54,7 +55,9 @@ from diffmjx.planners import (
     ILQRMethod,
     PlannerConfig,
     SamplingMethod,
+    check_cost,
     coloured_noise,
+    cost_name,
     plan_cost,
     replicate,
     replicated_sharding,
@@ -69,6 +72,7 @@ __all__ = [
     "Planner",
     "PlannerConfig",
     "SamplingMethod",
+    "check_cost",
     "closed_loop",
     "coloured_noise",
     "contacts_only_with",
@@ -101,6 +105,7 @@ class ClosedLoop(NamedTuple):
     plan_time_s: np.ndarray  # (plan steps,) wall time of each plan step (compiled)
     jit_time_s: float  # compiling the plan step and the execution
     resumed_plan_steps: int = 0  # plan steps read back from ``checkpoint`` instead of run
+    skipped: np.ndarray | None = None  # (plan steps,) iterations skipped for a non-finite cost or gradient
 
 
 def _fingerprint(m, d0, planner: "Planner", plan, key, plant=None) -> str:
@@ -133,7 +138,7 @@ def _as_key(data: np.ndarray, like):
     return jnp.asarray(data, like.dtype)
 
 
-def _save_loop(path: Path, fingerprint: str, d, plan, key, dt, rows, plan_costs, plan_times) -> None:
+def _save_loop(path: Path, fingerprint: str, d, plan, key, dt, rows, plan_costs, plan_times, skipped) -> None:
     arrays = {f"d{i}": x for i, x in enumerate(jax.tree_util.tree_leaves(d))}
     arrays.update({f"rows_{k}": np.concatenate(v) for k, v in rows.items()})
     arrays.update(
@@ -142,6 +147,7 @@ def _save_loop(path: Path, fingerprint: str, d, plan, key, dt, rows, plan_costs,
         dt=dt,
         plan_costs=np.asarray(plan_costs, float),
         plan_times=np.asarray(plan_times, float),
+        skipped=np.asarray(skipped, int),
     )
     checkpoint.save(path, fingerprint, arrays)
 
@@ -164,6 +170,7 @@ def _load_loop(path: Path, fingerprint: str, d0, plan0, key0, dt0):
         rows,
         list(f["plan_costs"]),
         list(f["plan_times"]),
+        list(f["skipped"]) if "skipped" in f else [0] * len(f["plan_costs"]),
     )
 
 
@@ -255,6 +262,7 @@ def make_planner(cfg: PlannerConfig | None = None, sim: Config | None = None) ->
     method = PLANNERS[cfg.kind](cfg, sim)
 
     def plan(m, d, nominal, cost, key, dt0=None):
+        check_cost(cost, d)
         carry, costs = method.init(m, d, nominal, cost, key, dt0)
         step = lambda c, _: method.step(m, d, c, cost, dt0)
         carry, (trace, finite) = jax.lax.scan(step, carry, None, method.iterations)
@@ -318,6 +326,7 @@ def closed_loop(
                 f"plant's (nq, nv, nu, na, timestep) = {sizes(plant)} differ from the planning model m's "
                 f"{sizes(m)}; a plant must be the same system"
             )
+    check_cost(cost, d0)
     lo, hi = ctrl_bounds(m)
     dtype = jnp.asarray(d0.qpos).dtype
     plan = jnp.clip(jnp.zeros((cfg.horizon, m.nu), dtype), lo, hi) if init is None else jnp.asarray(init, dtype)
@@ -327,7 +336,7 @@ def closed_loop(
     # scan over iterations compiled for over 14 min on MyoArm (107 s on its own; docs/mpc.md).
     method = planner.method if planner.method is not None else PLANNERS[cfg.kind](cfg, sim)
     start_fn = jax.jit(lambda d, u, k, dt: method.init(m, d, u, cost, k, dt)[0])
-    step_fn = jax.jit(lambda d, c, dt: method.step(m, d, c, cost, dt)[0])
+    step_fn = jax.jit(lambda d, c, dt: (lambda out: (out[0], out[1][1]))(method.step(m, d, c, cost, dt)))
     finish_fn = jax.jit(lambda d, c, dt: method.finish(m, d, c, cost, dt))
     iterations = method.iterations
     first = iterations if cfg.first_iterations is None or not iterations else cfg.first_iterations
@@ -340,13 +349,13 @@ def closed_loop(
     exec_fn = jax.jit(run)
     dt = jnp.asarray(m.opt.timestep if sim.integrator.dt0 is None else sim.integrator.dt0, dtype)
     rows = {"qpos": [], "qvel": [], "act": [], "ctrl": [], "cost": []}
-    plan_costs, plan_times = [], []
+    plan_costs, plan_times, skipped = [], [], []
     d, done = d0, 0
     path = None if checkpoint is None else Path(checkpoint)
     if path is not None:  # before compiling: another loop's file fails at once
         fingerprint = _fingerprint(m, d0, planner, plan, key, plant)
         if path.exists():
-            d, plan, key, dt, rows, plan_costs, plan_times = _load_loop(path, fingerprint, d0, plan, key, dt)
+            d, plan, key, dt, rows, plan_costs, plan_times, skipped = _load_loop(path, fingerprint, d0, plan, key, dt)
             done = min(len(plan_costs) * execute, steps)
     n_plans = math.ceil(steps / execute)
     resumed = min(len(plan_costs), n_plans)
@@ -380,12 +389,17 @@ def closed_loop(
             d, plan, dt, sub = replicate((d, plan, dt, sub))
         t = time.perf_counter()
         carry = start_c(d, plan, sub, dt)
+        finite = []
         for _ in range(first if k == 0 else iterations):
-            carry = step_c(d, keep(carry), dt)
+            carry, ok = step_c(d, keep(carry), dt)
+            finite.append(ok)
         plan, plan_c = finish_c(d, keep(carry), dt)
         jax.block_until_ready(plan)
         plan_times.append(time.perf_counter() - t)
         plan_costs.append(float(plan_c))
+        skipped.append(int(sum(not bool(ok) for ok in finite)))
+        if k == 0 and not np.isfinite(plan_costs[0]):  # before anything is executed
+            _raise_nonfinite(plant, d, plan, cost, sim, dt)
         u = plan[:execute]
         d, traj = exec_c(d, u, dt)
         n = min(execute, steps - done)
@@ -402,11 +416,41 @@ def closed_loop(
         plan = jnp.concatenate([plan[execute:], jnp.repeat(plan[-1:], execute, axis=0)])
         if path is not None and n == execute:  # a plan step cut short by ``steps`` is not saved:
             # a longer run resumes at the last whole plan step
-            _save_loop(path, fingerprint, d, plan, key, dt, rows, plan_costs, plan_times)
+            _save_loop(path, fingerprint, d, plan, key, dt, rows, plan_costs, plan_times, skipped)
+    skipped = np.asarray(skipped, int)[:n_plans]
+    if skipped.sum():
+        warnings.warn(
+            f"closed_loop: {skipped.sum()} planner iterations in {np.count_nonzero(skipped)} of {n_plans} plan steps "
+            f"were skipped for a non-finite cost or gradient of {cost_name(cost)!r} (ClosedLoop.skipped)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     return ClosedLoop(
         **{k: np.concatenate(v)[:steps] for k, v in rows.items()},
         plan_cost=np.asarray(plan_costs[:n_plans]),
         plan_time_s=np.asarray(plan_times[:n_plans]),
         jit_time_s=jit_time,
         resumed_plan_steps=resumed,
+        skipped=skipped,
+    )
+
+
+def _raise_nonfinite(m, d, plan, cost, sim: Config, dt) -> None:
+    """Why the first plan's cost is not finite, as a ``ValueError``: the first period whose cost is
+    not finite, and whether the state there is (the cost's fault) or not (the simulation's)."""
+    finite = lambda x: jnp.all(jnp.asarray([jnp.all(jnp.isfinite(a)) for a in (x.qpos, x.qvel, x.act)]))
+    observe = lambda x: (cost(x, x.ctrl), finite(x))
+    _, traj = jax.jit(lambda d, u, dt: rollout(m, d, u, sim, observe=observe, dt0=dt))(d, plan, dt)
+    costs, states = (np.asarray(a) for a in traj.obs)
+    bad = np.flatnonzero(~np.isfinite(costs))
+    t = int(bad[0]) if bad.size else 0
+    name = cost_name(cost)
+    if bad.size and states[t]:
+        raise ValueError(
+            f"cost function {name!r} returned {costs[t]} at period {t} of the first plan, where the state is "
+            "finite; nothing was executed"
+        )
+    raise ValueError(
+        f"the first plan's cost of {name!r} is not finite: the simulation's state is not finite at period {t} "
+        "(check the start state, the controls' ranges and the model); nothing was executed"
     )

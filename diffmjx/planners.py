@@ -36,6 +36,7 @@ __all__ = [
     "ILQRMethod",
     "PlannerConfig",
     "SamplingMethod",
+    "check_cost",
     "coloured_noise",
     "plan_cost",
     "replicate",
@@ -168,6 +169,35 @@ def coloured_noise(key, shape, beta: float):
         re = re.at[..., -1].multiply(np.sqrt(2.0))
     y = jnp.fft.irfft(re + 1j * im, n=steps, axis=-1) / sigma
     return jnp.swapaxes(y, -1, -2)
+
+
+def cost_name(cost) -> str:
+    """How messages name a cost function: its qualified name, else its ``repr``."""
+    return getattr(cost, "__qualname__", None) or repr(cost)
+
+
+def check_cost(cost, d) -> None:
+    """Check that ``cost(d, ctrl)`` returns a real scalar (from shapes alone; nothing is computed).
+
+    Arguments:
+        cost: the running cost ``cost(d, ctrl) -> scalar``.
+        d: an ``mjx.Data`` of the model (its shapes are what is read).
+
+    Raises:
+        ValueError: naming the cost function and what it returned, for a cost that is not a scalar
+            of a real floating type, or that fails on the model's data.
+    """
+    try:
+        out = jax.eval_shape(cost, d, d.ctrl)
+    except Exception as e:
+        raise ValueError(f"cost function {cost_name(cost)!r} fails on the model's data: {e}") from e
+    shape, dtype = getattr(out, "shape", None), getattr(out, "dtype", None)
+    if shape != () or dtype is None or not jnp.issubdtype(dtype, jnp.floating):
+        what = f"shape {shape} of {dtype}" if shape is not None else type(out).__name__
+        raise ValueError(
+            f"cost function {cost_name(cost)!r} returns {what}; it must return a real scalar, the running "
+            "cost of one period's end state (sum or weight a vector of costs yourself)"
+        )
 
 
 def plan_cost(m, d, ctrls, cost, sim: Config, dt0=None):

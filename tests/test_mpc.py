@@ -346,6 +346,57 @@ def test_closed_loop_resumes_from_its_checkpoint(slider, tmp_path):
         mpc.closed_loop(mx, d0, cost, other, steps=8, key=key, progress=False, checkpoint=path)
 
 
+def vector_cost(d, ctrl):
+    return jnp.stack([d.qpos[0], ctrl[0]])  # a vector, not a scalar
+
+
+def nan_after_a_while(d, ctrl):
+    """Finite for the first 0.1 s, NaN after (a user's cost that divides by a vanishing distance)."""
+    return jnp.where(d.time > 0.1 + 1e-9, jnp.nan, 0.0) + ctrl[0] ** 2
+
+
+def test_a_bad_cost_raises_naming_the_cost_and_the_period_before_anything_is_executed(slider):
+    mx, d0 = slider
+    planner = mpc.make_planner(mpc.PlannerConfig(kind="sampling", horizon=4, execute=2, samples=2), SIM)
+    key = jax.random.PRNGKey(0)
+    with pytest.raises(ValueError, match=r"cost function 'vector_cost' returns shape \(2,\)"):
+        mpc.closed_loop(mx, d0, vector_cost, planner, steps=2, key=key, progress=False)
+    with pytest.raises(ValueError, match="cost function 'vector_cost' returns shape"):
+        planner.plan(mx, d0, jnp.zeros((4, 1)), vector_cost, key)
+    with pytest.raises(
+        ValueError, match="cost function 'nan_after_a_while' returned nan at period 2 of the first plan"
+    ):
+        mpc.closed_loop(mx, d0, nan_after_a_while, planner, steps=2, key=key, progress=False)
+
+
+def nan_for_large_controls(d, ctrl):
+    return cost(d, ctrl) + jnp.where(jnp.abs(ctrl[0]) > 0.5, jnp.nan, 0.0)
+
+
+def test_closed_loop_counts_the_iterations_it_skipped(slider):
+    """Adam's first step (learning rate 1) takes every control to the range's end, where the cost is
+    NaN: the two iterations after it are skipped, counted per plan step and warned about."""
+    mx, d0 = slider
+    cfg = mpc.PlannerConfig(kind="gradient", horizon=4, execute=4, iterations=3, learning_rate=1.0)
+    with pytest.warns(RuntimeWarning, match="2 planner iterations in 1 of 1 plan steps were skipped"):
+        out = mpc.closed_loop(
+            mx, d0, nan_for_large_controls, mpc.make_planner(cfg, SIM), 4, jax.random.PRNGKey(0), progress=False
+        )
+    assert out.skipped.tolist() == [2] and np.isfinite(out.plan_cost).all()
+
+
+def test_planner_overrides_are_checked_after_all_are_applied():
+    """The quick preset's execute is 8: a shorter horizon given with a shorter execute is valid,
+    in either order (each override used to be checked on its own, against the preset's other value)."""
+    for overrides in (["horizon=6", "execute=3"], ["execute=3", "horizon=6"]):
+        cfg = mpc.PlannerConfig.load("quick", overrides)
+        assert (cfg.horizon, cfg.execute) == (6, 3)
+    with pytest.raises(ValueError, match="planner.execute=8 .* <= planner.horizon=6"):
+        mpc.PlannerConfig.load("quick", ["horizon=6"])
+    cfg = diffmjx.Config().override("integrator.rtol=1e-4", "integrator.rtol=1e-5")
+    assert cfg.integrator.rtol == 1e-5  # a field given twice: the last value
+
+
 def test_coloured_noise_has_unit_variance_and_brown_correlation():
     white = np.asarray(mpc.coloured_noise(jax.random.PRNGKey(1), (400, 64, 2), 0.0))
     brown = np.asarray(mpc.coloured_noise(jax.random.PRNGKey(1), (400, 64, 2), 2.0))
