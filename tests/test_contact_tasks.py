@@ -16,7 +16,7 @@ import pytest
 from mujoco import mjx
 
 import diffmjx
-from diffmjx import scenes
+from diffmjx import mpc, scenes
 
 SIM = diffmjx.Config().override("integrator.solver=mjx_euler", "integrator.substeps=10")  # as the study
 CFD = SIM.override("cfd.enabled=true", "cfd.solimp=[0.0, 0.1, 0.3, 1.0, 4.0]")
@@ -71,3 +71,25 @@ def test_cfd_builds_elliptic_rows_that_push_along_the_normal_only_from_a_distanc
     cfd = np.asarray(jac(jnp.zeros(mx.nu)))  # rows: the box's x, y; columns: the controls x, y
     assert cfd[0, 0] > 1e-6, cfd
     assert np.abs(cfd[[0, 1, 1], [1, 0, 1]]).max() < 1e-9 * cfd[0, 0], cfd
+
+
+def test_ilqr_moves_the_box_from_a_start_out_of_contact_with_its_defaults():
+    """iLQR with its defaults (keep_best: only steps that lower the cost) and contacts from distance
+    on the push with the pusher's friction restored: the pusher starts 5 cm from the box, where
+    the box's cost does not depend on the controls, yet two iterations of one plan lower the cost,
+    because they bring the pusher to the box and push it towards the target."""
+    mj = scenes.geom_pair_friction(mujoco.MjModel.from_xml_path(str(scenes.path("push"))))
+    mx = mjx.put_model(mj)
+    obj = mj.body("object").id
+    d0 = mjx.make_data(mx).replace(mocap_pos=jnp.asarray([[0.25, 0.0, 0.001]]))
+
+    def cost(d, ctrl):
+        return jnp.sum((d.xpos[obj, :2] - d.mocap_pos[0, :2]) ** 2) + 1e-3 * jnp.sum(ctrl**2)
+
+    cfg = mpc.PlannerConfig(kind="ilqr", horizon=8, execute=4, iterations=2)
+    planner = mpc.make_planner(cfg, CFD)
+    plan, info = jax.jit(lambda d: planner.plan(mx, d, jnp.zeros((8, 2)), cost, jax.random.PRNGKey(0)))(d0)
+    idle = float(mpc.plan_cost(mx, d0, jnp.zeros((8, 2)), cost, CFD)[0])
+    assert float(info["cost"]) < 0.8 * idle, (float(info["cost"]), idle)  # 0.61 measured
+    _, traj = diffmjx.rollout(mx, d0, plan, CFD)
+    assert float(traj.qpos[-1, 2]) > 0.05  # the box's x: pushed 5 cm or more (17 cm measured)
