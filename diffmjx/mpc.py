@@ -33,6 +33,7 @@ that (call :func:`replicate` yourself when calling a planner's ``plan`` directly
 
 import math
 import time
+import types
 import typing
 import warnings
 from collections.abc import Callable
@@ -42,11 +43,12 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import mujoco
 import numpy as np
 
 from diffmjx import checkpoint
 from diffmjx.config import Config
-from diffmjx.dynamics import ctrl_bounds  # public here too (diffmjx.mpc.ctrl_bounds)
+from diffmjx.dynamics import ctrl_bounds, forward_unchecked  # ctrl_bounds: public here too
 from diffmjx.integrate import rollout
 from diffmjx.planners import (
     PLANNERS,
@@ -106,6 +108,7 @@ class ClosedLoop(NamedTuple):
     jit_time_s: float  # compiling the plan step and the execution
     resumed_plan_steps: int = 0  # plan steps read back from ``checkpoint`` instead of run
     skipped: np.ndarray | None = None  # (plan steps,) iterations skipped for a non-finite cost or gradient
+    iterations: np.ndarray | None = None  # (plan steps,) iterations run (-1: resumed, not run here)
 
 
 def _fingerprint(m, d0, planner: "Planner", plan, key, plant=None) -> str:
@@ -304,10 +307,15 @@ def closed_loop(
             extends a finished one; a call whose plan steps were all saved compiles nothing.
             A file written by another loop (planner or simulation config, model, start state,
             first plan or key) raises ``ValueError``.
-        plant: ``mjx.Model`` the executed controls are simulated on; ``m`` if None. A planning
-            model may be cheaper than the plant (e.g. :func:`contacts_only_with` drops the
-            contacts the task does not need), while what is executed and reported, and what the
-            next plan starts from, stays the plant's. Sizes and timestep must match ``m``'s.
+        plant: the system the executed controls are run on; ``m`` if None. An ``mjx.Model`` is
+            simulated with the planner's simulation config; a planning model may be cheaper than
+            the plant (e.g. :func:`contacts_only_with` drops the contacts the task does not need),
+            while what is executed and reported, and what the next plan starts from, stays the
+            plant's. Sizes and timestep must match ``m``'s. A ``mujoco.MjModel`` is MuJoCo's C
+            engine as the "real system": each control is held for ``m``'s timestep, stepped
+            with ``mj_step`` at the plant's own (finer) timestep, which must divide it; the start
+            state, mocap poses and controls are taken from ``d0``, and each executed state's cost
+            is ``cost`` on ``m``'s forward pass at that state.
 
     Returns:
         :class:`ClosedLoop`: the executed trajectory, the per-step cost of the executed states,
@@ -319,9 +327,10 @@ def closed_loop(
     if not isinstance(steps, (int, np.integer)) or steps < 1:
         raise ValueError(f"steps={steps!r} is invalid; expected an int >= 1")
     plant = m if plant is None else plant
+    c_engine = isinstance(plant, mujoco.MjModel)
     if plant is not m:
         sizes = lambda x: (int(x.nq), int(x.nv), int(x.nu), int(x.na), float(x.opt.timestep))
-        if sizes(plant) != sizes(m):
+        if sizes(plant)[:4] != sizes(m)[:4] or (not c_engine and sizes(plant) != sizes(m)):
             raise ValueError(
                 f"plant's (nq, nv, nu, na, timestep) = {sizes(plant)} differ from the planning model m's "
                 f"{sizes(m)}; a plant must be the same system"
@@ -347,9 +356,12 @@ def closed_loop(
         return d, traj
 
     exec_fn = jax.jit(run)
+    if c_engine:
+        exec_c = _CEngine(plant, m, cost, sim)
     dt = jnp.asarray(m.opt.timestep if sim.integrator.dt0 is None else sim.integrator.dt0, dtype)
     rows = {"qpos": [], "qvel": [], "act": [], "ctrl": [], "cost": []}
-    plan_costs, plan_times, skipped = [], [], []
+    plan_costs, plan_times, skipped, ran = [], [], [], []
+    budget = cfg.time_budget
     d, done = d0, 0
     path = None if checkpoint is None else Path(checkpoint)
     if path is not None:  # before compiling: another loop's file fails at once
@@ -373,12 +385,15 @@ def closed_loop(
             start_fn.lower(d0, plan, sub, dt),
             step_fn.lower(d0, carry, dt) if iterations or first else None,
             finish_fn.lower(d0, carry, dt),
-            exec_fn.lower(d0, plan[:execute], dt),
+            None if c_engine else exec_fn.lower(d0, plan[:execute], dt),
         ]
         # compiled side by side: the gradient step's program takes longest, the others compile beside
         # it on the other cores
         with ThreadPoolExecutor(max_workers=len(lowered)) as pool:
-            start_c, step_c, finish_c, exec_c = pool.map(lambda low: None if low is None else low.compile(), lowered)
+            start_c, step_c, finish_c, compiled_exec = pool.map(
+                lambda low: None if low is None else low.compile(), lowered
+            )
+        exec_c = exec_c if c_engine else compiled_exec
     keep = replicate if cfg.shard else (lambda tree: tree)
     jit_time = time.perf_counter() - t0
     for k in tqdm(
@@ -389,17 +404,24 @@ def closed_loop(
             d, plan, dt, sub = replicate((d, plan, dt, sub))
         t = time.perf_counter()
         carry = start_c(d, plan, sub, dt)
-        finite = []
+        finite, last = [], 0.0
         for _ in range(first if k == 0 else iterations):
+            if budget is not None and finite and time.perf_counter() - t + last > budget:
+                break  # the next iteration would take the plan step past its budget
+            t_it = time.perf_counter()
             carry, ok = step_c(d, keep(carry), dt)
             finite.append(ok)
+            if budget is not None:
+                jax.block_until_ready(carry)
+                last = time.perf_counter() - t_it
+        ran.append(len(finite))
         plan, plan_c = finish_c(d, keep(carry), dt)
         jax.block_until_ready(plan)
         plan_times.append(time.perf_counter() - t)
         plan_costs.append(float(plan_c))
         skipped.append(int(sum(not bool(ok) for ok in finite)))
         if k == 0 and not np.isfinite(plan_costs[0]):  # before anything is executed
-            _raise_nonfinite(plant, d, plan, cost, sim, dt)
+            _raise_nonfinite(m if c_engine else plant, d, plan, cost, sim, dt)
         u = plan[:execute]
         d, traj = exec_c(d, u, dt)
         n = min(execute, steps - done)
@@ -432,7 +454,47 @@ def closed_loop(
         jit_time_s=jit_time,
         resumed_plan_steps=resumed,
         skipped=skipped,
+        iterations=np.asarray([-1] * resumed + ran, int)[:n_plans],
     )
+
+
+class _CEngine:
+    """:func:`closed_loop`'s execution on MuJoCo's C engine: ``(d, u, dt) -> (d, traj)`` like the
+    compiled MJX execution, each control held for ``m``'s timestep in ``mj_step``s of the plant's."""
+
+    def __init__(self, plant, m, cost, sim: Config):
+        ratio = float(m.opt.timestep) / plant.opt.timestep
+        self.substeps = round(ratio)
+        if self.substeps < 1 or abs(self.substeps - ratio) > 1e-6 * ratio:
+            raise ValueError(
+                f"plant's timestep {plant.opt.timestep} must divide the planning model's {float(m.opt.timestep)} "
+                "(each control is held for one control period)"
+            )
+        self.plant, self.data = plant, mujoco.MjData(plant)
+        self.observe = jax.jit(lambda d: cost(forward_unchecked(m, d, sim), d.ctrl))
+
+    def __call__(self, d, u, dt):
+        data, rows = self.data, {"qpos": [], "qvel": [], "act": [], "obs": []}
+        for name in ("qpos", "qvel", "act", "mocap_pos", "mocap_quat"):  # the state to continue from
+            getattr(data, name)[:] = np.asarray(getattr(d, name))
+        data.time = float(d.time)
+        for ut in np.asarray(u):
+            data.ctrl[:] = ut
+            for _ in range(self.substeps):
+                mujoco.mj_step(self.plant, data)
+            x = d.replace(
+                qpos=jnp.asarray(data.qpos, d.qpos.dtype),
+                qvel=jnp.asarray(data.qvel, d.qvel.dtype),
+                act=jnp.asarray(data.act, d.act.dtype),
+                ctrl=jnp.asarray(ut, d.ctrl.dtype),
+                time=jnp.asarray(data.time, jnp.asarray(d.time).dtype),
+            )
+            for name in ("qpos", "qvel", "act"):
+                rows[name].append(np.array(getattr(data, name)))
+            rows["obs"].append(float(self.observe(x)))
+            d = x
+        traj = types.SimpleNamespace(**{k: np.asarray(v) for k, v in rows.items()}, dt=np.full(len(u), dt))
+        return d, traj
 
 
 def _raise_nonfinite(m, d, plan, cost, sim: Config, dt) -> None:

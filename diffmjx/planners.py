@@ -96,6 +96,10 @@ class PlannerConfig(Section, Preset):
             (ilqr; :func:`diffmjx.ilqr.iteration`'s ``reuse``): chord steps, the cost's derivatives
             taken at the new plan, each kept only if it lowers the cost. A round costs rollouts, a
             backward pass and the cost's Hessians, not a :func:`diffmjx.linearize`. 0: one round.
+        time_budget: seconds of wall time per plan step in :func:`~diffmjx.mpc.closed_loop`: its
+            iterations stop before the next would take the plan step past the budget (at least one
+            runs; ``iterations`` stays the most), so planners compare at equal time per plan step;
+            null: ``iterations`` always. ``plan`` (one traced program) ignores it.
         keep_best: execute the lowest-cost iterate of the gradient iterations (gradient, hybrid), and
             accept only iLQR steps that lower the cost (ilqr); false: the last gradient iterate (if
             finite), and iLQR's full step where no step lowers the cost. Keeping the best never executes a plan worse than
@@ -126,6 +130,7 @@ class PlannerConfig(Section, Preset):
     ilqr_regularization: str = knob("control", choices=("control", "state"))
     ilqr_reuse: int = knob(0, ge=0)
     keep_best: bool = knob(True)
+    time_budget: float | None = knob(None, gt=0.0)
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -385,6 +385,31 @@ def test_closed_loop_counts_the_iterations_it_skipped(slider):
     assert out.skipped.tolist() == [2] and np.isfinite(out.plan_cost).all()
 
 
+def test_closed_loop_executes_on_the_c_engine_and_stops_iterating_at_its_time_budget(slider):
+    """A ``mujoco.MjModel`` plant: each executed control is held for the planning model's period in
+    mj_steps of the plant's finer timestep, exactly as a hand-written C-engine loop does, and the
+    executed costs are the cost of those states. A tiny time budget runs one iteration per plan step."""
+    mx, d0 = slider
+    fine = mujoco.MjModel.from_xml_string(SLIDER.replace('"0.05"', '"0.01"'))
+    cfg = mpc.PlannerConfig(kind="gradient", horizon=4, execute=2, iterations=3, learning_rate=0.3, time_budget=1e-6)
+    out = mpc.closed_loop(
+        mx, d0, cost, mpc.make_planner(cfg, SIM), 6, jax.random.PRNGKey(0), progress=False, plant=fine
+    )
+    assert out.iterations.tolist() == [1, 1, 1]
+    data, moved = mujoco.MjData(fine), []
+    for u in out.ctrl:
+        data.ctrl[:] = u
+        for _ in range(5):
+            mujoco.mj_step(fine, data)
+        moved.append(data.qpos.copy())
+    np.testing.assert_array_equal(out.qpos, np.asarray(moved))
+    expected = (np.asarray(moved)[:, 0] - TARGET) ** 2 + 1e-3 * out.ctrl[:, 0] ** 2  # the site is 5 cm ahead
+    np.testing.assert_allclose(out.cost, expected, rtol=1e-12, atol=1e-15)
+    with pytest.raises(ValueError, match="must divide"):
+        odd = mujoco.MjModel.from_xml_string(SLIDER.replace('"0.05"', '"0.03"'))
+        mpc.closed_loop(mx, d0, cost, mpc.make_planner(cfg, SIM), 2, jax.random.PRNGKey(0), progress=False, plant=odd)
+
+
 def test_planner_overrides_are_checked_after_all_are_applied():
     """The quick preset's execute is 8: a shorter horizon given with a shorter execute is valid,
     in either order (each override used to be checked on its own, against the preset's other value)."""
