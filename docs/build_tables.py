@@ -126,6 +126,53 @@ def contact_mpc() -> str:
     return "\n".join(out) + "\n"
 
 
+SUITE_PLANNERS = ("sampling", "gradient", "gradient_cfd", "ilqr_cfd", "hybrid_cfd")
+
+
+def planner_suite() -> str:
+    """Per task and planner: successes over the starts and the median score (the largest end-state
+    error in units of its tolerance; below 1 is a success), with the task's time budget per plan step."""
+    rows = _rows("planner_suite.csv")
+    planners = [p for p in SUITE_PLANNERS if any(r["planner"] == p for r in rows)]
+    out = [
+        "| task | budget (ms per plan step) | " + " | ".join(f"`{p}`" for p in planners) + " |",
+        "|---|---|" + "---|" * len(planners),
+    ]
+    for task in dict.fromkeys(r["task"] for r in rows):
+        cells = []
+        for p in planners:
+            sel = [r for r in rows if (r["task"], r["planner"]) == (task, p)]
+            ok = sum(r["success"] == "True" for r in sel)
+            cells.append(f"{ok} of {len(sel)} ({_median([float(r['score']) for r in sel]):.2g})" if sel else "")
+        budget = float(next(r["budget_ms"] for r in rows if r["task"] == task))
+        out.append(f"| {task} | {budget:.0f} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+def planner_suite_time() -> str:
+    """Per planner: the time per plan step as a multiple of the task's budget (median and range over
+    tasks) and the iterations that fit (median over tasks)."""
+    rows = _rows("planner_suite.csv")
+    out = [
+        "| planner | time per plan step / budget, median (range over tasks) | iterations per plan step, median (range) |"
+    ]
+    out.append("|---|---|---|")
+    for p in SUITE_PLANNERS:
+        per_task = {}
+        for r in rows:
+            if r["planner"] == p:
+                per_task.setdefault(r["task"], []).append(r)
+        if not per_task:
+            continue
+        ratio = [_median([float(r["time_ratio"]) for r in sel]) for sel in per_task.values()]
+        its = [_median([float(r["iterations"]) for r in sel]) for sel in per_task.values()]
+        out.append(
+            f"| `{p}` | {_median(ratio):.2f} ({min(ratio):.2f}–{max(ratio):.2f}) | "
+            f"{_median(its):.0f} ({min(its):.0f}–{max(its):.0f}) |"
+        )
+    return "\n".join(out) + "\n"
+
+
 def _fixed_percent(x: float) -> str:
     """A fraction as a percentage: two decimals below 10 %, one from 10 %, none from 100 %."""
     p = 100 * x
@@ -1724,6 +1771,8 @@ TABLES: dict[str, Callable[[], str]] = {
     "contactnets_generic": contactnets_generic,
     "linearize": linearize,
     "contact_mpc": contact_mpc,
+    "planner_suite": planner_suite,
+    "planner_suite_time": planner_suite_time,
     "readme_claims": readme_claims,
     "cube_toss": cube_toss,
     "cube_toss_solver_gradient": cube_toss_solver_gradient,

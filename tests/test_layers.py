@@ -52,7 +52,7 @@ LAYERS = (
     ("ilqr",),  # iLQR iterations on those Jacobians
     ("gradcheck", "reference"),  # gradient checks, C-engine references
     ("scenes",),  # scenes and their helpers
-    ("planners",),  # the MPC planner kinds and their knobs
+    ("planners", "plants"),  # the MPC planner kinds and their knobs; what closed loops plan on and execute on
     ("mpc", "sysid"),  # applications over the core
     ("__init__",),  # the public API
 )

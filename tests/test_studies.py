@@ -93,3 +93,19 @@ def test_billiard_quick(tmp_path):
     assert smooth["impedance_at_touch"] == 0.0 and smooth["ad_rel_error_vs_fd"] < 0.05
     assert smooth["fd_rel_diff_vs_c_engine"] < 0.05  # DiffMJX's forward agrees with the C engine
     assert (tmp_path / "billiard.png").exists() and (tmp_path / "billiard_summary.csv").exists()
+
+
+def test_planner_suite_quick(tmp_path):
+    """Two tasks, every planner, one start, two plan steps on the C engine: rows for every planner,
+    the time ratios near the calibrated budget, scores that say success exactly below 1."""
+    _run("planner_suite", tmp_path, "--tasks", "pendulum", "reacher")
+    rows = _rows(tmp_path / "planner_suite.csv")
+    assert {(r["task"], r["planner"]) for r in rows} == {
+        (t, p)
+        for t in ("pendulum", "reacher")
+        for p in ("sampling", "gradient", "gradient_cfd", "ilqr_cfd", "hybrid_cfd")
+    }
+    for r in rows:
+        assert (r["success"] == "True") == (r["score"] < 1.0)
+        assert 0.2 < r["time_ratio"] < 3.0, r
+    assert (tmp_path / "planner_suite.png").exists() and (tmp_path / "planner_suite_summary.csv").exists()

@@ -12,7 +12,10 @@ fixed box), ``box_pair`` (two free boxes for box-box collision checks), ``box_st
 a fixed box), ``contactnets_cube`` (the
 ContactNets cube as system identification fits it), ``cube_toss`` (the paper's cube toss),
 ``pushed_box`` (a box pushed and lifted by two motors: :func:`diffmjx.linearize`'s check),
-``sphere_drop`` (a ball thrown onto a plane), ``sysid_arm``, ``sysid_ball`` and ``sysid_box`` (the
+``sphere_drop`` (a ball thrown onto a plane), ``suite_*`` (the planner suite's tasks:
+``suite_pendulum``, ``suite_cartpole``, ``suite_double_cartpole``, ``suite_reacher``,
+``suite_block_push``, ``suite_box_tip``, ``suite_finger_turn``, ``suite_hopper``;
+``experiments/planner_suite.py``), ``sysid_arm``, ``sysid_ball`` and ``sysid_box`` (the
 system-identification recovery study's arm, ball thrown at a wall and thrown box),
 ``tumbling_box`` (contact-free, three distinct inertias), ``two_balls`` (two balls on a line). The cube toss's initial state and loss
 (:data:`CUBE_TOSS`, :func:`cube_toss_data`, :func:`cube_toss_loss`), its variants with another
