@@ -15,10 +15,10 @@ import numpy as np
 from diffmjx.config import Config
 from diffmjx.dynamics import forward_unchecked
 
-__all__ = ["CEnginePlant", "contacts_only_with"]
+__all__ = ["CEnginePlant", "contacts_only_with", "filtered_pairs"]
 
 
-def _filtered_pairs(mj) -> set[tuple[int, int]]:
+def filtered_pairs(mj) -> set[tuple[int, int]]:
     """Geom pairs that pass the contype/conaffinity filter (the other filters, same body, parent and
     exclusions, do not depend on those bits)."""
     ct, ca = np.asarray(mj.geom_contype), np.asarray(mj.geom_conaffinity)
@@ -68,14 +68,14 @@ def contacts_only_with(mj, bodies, among=()):
     inner[sorted(ids(among, mujoco.mjtObj.mjOBJ_GEOM, mj.ngeom, "among", "geom"))] = True
     inner &= ~mine
     out = copy.deepcopy(mj)
-    before = _filtered_pairs(mj)
+    before = filtered_pairs(mj)
     on = (np.asarray(mj.geom_contype) != 0) | (np.asarray(mj.geom_conaffinity) != 0)
     # bit 0: an object's geom collides with every geom; bit 1: a geom of ``among`` with the others of
     # ``among``; every other geom with the objects only
     out.geom_contype[:] = np.where(on, np.where(inner, 3, 1), 0)
     out.geom_conaffinity[:] = np.where(on, np.where(mine, 1, np.where(inner, 2, 0)), 0)
     wanted = {(i, j) for i, j in before if mine[i] or mine[j] or (inner[i] and inner[j])}
-    after = _filtered_pairs(out)
+    after = filtered_pairs(out)
     if after != wanted:
         i, j = sorted(after - wanted)[0]
         raise ValueError(

@@ -15,7 +15,7 @@ import pytest
 from mujoco import mjx
 
 import diffmjx
-from diffmjx import mpc
+from diffmjx import mpc, plants
 
 SLIDER = """
 <mujoco>
@@ -163,7 +163,7 @@ def test_contacts_only_with_keeps_the_objects_pairs_and_adds_none():
       <body name="ball" pos="0 0 3"><freejoint/><geom type="sphere" size="0.1"/></body>
     </worldbody></mujoco>"""
     mj = mujoco.MjModel.from_xml_string(xml)
-    pairs = lambda model: {tuple(sorted(p)) for p in mpc._filtered_pairs(model)}
+    pairs = lambda model: {tuple(sorted(p)) for p in plants.filtered_pairs(model)}
     kept = pairs(mpc.contacts_only_with(mj, ["ball"]))
     ball = int(mj.body("ball").geomadr[0])
     assert kept == {p for p in pairs(mj) if ball in p} and len(kept) == 3  # floor, a, b's capsule
