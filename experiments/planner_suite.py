@@ -399,6 +399,7 @@ COLOURS = {"sampling": "C2", "gradient": "0.55", "gradient_cfd": "C0", "ilqr_cfd
 
 def plot(rows: list[dict], out, name: str = "planner_suite") -> None:
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -423,6 +424,12 @@ def plot(rows: list[dict], out, name: str = "planner_suite") -> None:
     axes[0].set_ylabel("success rate")
     axes[0].set_ylim(0, 1.05)
     axes[1].set_yscale("log")
+    ratios = [y for line in axes[1].get_lines() for y in line.get_ydata() if np.isfinite(y) and y > 0]
+    lo, hi = (min(ratios), max(ratios)) if ratios else (1.0, 1.0)
+    ticks = [t for t in (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100) if lo / 2.5 <= t <= hi * 2.5]
+    axes[1].set_ylim(min(lo, 1.0) / 1.3, max(hi, 1.0) * 1.3)
+    axes[1].set_yticks(ticks, [f"{t:g}" for t in ticks])
+    axes[1].yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     axes[1].set_ylabel("executed cost / sampling's (median)")
     axes[1].axhline(1.0, color="0.7", lw=0.8)
     axes[0].set_title("success on the C engine, equal time per plan step", fontsize=9)
@@ -455,7 +462,7 @@ def _draw(ax, mj, data, axes, alpha) -> None:
 
     i, j = axes
     for g in range(mj.ngeom):
-        kind, size = mj.geom_type[g], mj.geom_size[g]
+        kind, size = mujoco.mjtGeom(int(mj.geom_type[g])), mj.geom_size[g]
         pos, rot = data.geom_xpos[g], data.geom_xmat[g].reshape(3, 3)
         colour = tuple(mj.geom_rgba[g, :3])
         if kind == mujoco.mjtGeom.mjGEOM_PLANE:
