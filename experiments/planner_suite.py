@@ -2,8 +2,8 @@
 
     python -m experiments.planner_suite [--quick] [--tasks ...] [--planners ...] [--starts N]
 
-Nine tasks of the library's ``suite_*`` scenes (``diffmjx/scenes/``), written from the public
-descriptions of the classic benchmarks, plus the contact study's ``flick`` with the striker's
+Nine tasks: eight of the library's ``suite_*`` scenes (``diffmjx/scenes/``), written from the
+public descriptions of the classic benchmarks, and the contact study's ``flick`` with the striker's
 friction restored. Contacts carry MuJoCo's default friction. Each task has random starts (and
 targets), a running cost of the task's state plus ``1e-3 |u|^2``, a horizon, and a success rule
 on the executed end state:
@@ -46,6 +46,7 @@ run resumes; sampling runs first on each task, since its time sets the budget.
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -324,9 +325,7 @@ def load_task(name: str) -> tuple[mujoco.MjModel, mujoco.MjModel]:
     mj = mujoco.MjModel.from_xml_path(str(scenes.path(TASKS[name].scene)))
     if name == "flick":
         mj = scenes.geom_pair_friction(mj)
-    plant = mujoco.MjModel.from_xml_path(str(scenes.path(TASKS[name].scene)))
-    if name == "flick":
-        plant = scenes.geom_pair_friction(plant)
+    plant = copy.deepcopy(mj)
     plant.opt.timestep = PLANT_STEP
     return mj, plant
 
