@@ -276,7 +276,12 @@ def closed_loop(
     # scan over iterations compiled for over 14 min on MyoArm (107 s on its own; docs/mpc.md).
     method = planner.method if planner.method is not None else PLANNERS[cfg.kind](cfg, sim)
     start_fn = jax.jit(lambda d, u, k, dt: method.init(m, d, u, cost, k, dt)[0])
-    step_fn = jax.jit(lambda d, c, dt: (lambda out: (out[0], out[1][1]))(method.step(m, d, c, cost, dt)))
+
+    def one_step(d, c, dt):  # the carry and whether the iteration's cost and gradient were finite
+        carry, (_, finite) = method.step(m, d, c, cost, dt)
+        return carry, finite
+
+    step_fn = jax.jit(one_step)
     finish_fn = jax.jit(lambda d, c, dt: method.finish(m, d, c, cost, dt))
     iterations = method.iterations
     first = iterations if cfg.first_iterations is None or not iterations else cfg.first_iterations
