@@ -46,7 +46,9 @@ __all__ = [
 
 @dataclasses.dataclass(frozen=True)
 class PlannerConfig(Section, Preset):
-    """Knobs of the planners (defaults: the paper's gradient MPC, App. E.3).
+    """Knobs of the planners (defaults: the paper's gradient MPC, App. E.3, but for Adam's
+    ``learning_rate``: 0.1 of each actuator's control range, the best of a sweep over the planner
+    suite's tasks at equal time per plan step, docs/mpc.md; the ``paper`` preset keeps its 0.01).
 
     Presets (:meth:`load`, :meth:`from_yaml`, :meth:`to_yaml`): a path, or the name of
     ``diffmjx/presets/planner_<name>.yaml`` (``paper``, ``quick``), its fields under ``planner:`` or at
@@ -56,7 +58,9 @@ class PlannerConfig(Section, Preset):
         kind: ``gradient``, ``sampling``, ``hybrid`` or ``ilqr``.
         horizon: H, control periods per plan.
         execute: E, controls executed per plan step (then the plan shifts by E).
-        learning_rate: Adam's step size (gradient, hybrid), in control units.
+        learning_rate: Adam's step size (gradient, hybrid) as a fraction of each actuator's control
+            range (of 1 for unlimited actuators), like ``noise_scale``: the same value moves a
+            muscle's [0, 1] and a motor's [-100, 100] alike.
         iterations: K, gradient or iLQR iterations per plan step (gradient, hybrid, ilqr).
         first_iterations: iterations on a closed loop's first plan step, whose plan starts from
             nothing (the later ones start from the shifted plan that the last step refined); null:
@@ -114,7 +118,7 @@ class PlannerConfig(Section, Preset):
     kind: str = knob("gradient", choices=("gradient", "sampling", "hybrid", "ilqr"))
     horizon: int = knob(256, ge=1)
     execute: int = knob(16, ge=1)
-    learning_rate: float = knob(0.01, gt=0.0)
+    learning_rate: float = knob(0.1, gt=0.0)
     iterations: int = knob(32, ge=0)
     first_iterations: int | None = knob(None, ge=0)
     clip_norm: float | None = knob(1.0, gt=0.0)
@@ -253,9 +257,16 @@ def _shard_samples(x, cfg: PlannerConfig):
     return jax.lax.with_sharding_constraint(x, jax.sharding.NamedSharding(mesh, spec))
 
 
+def ctrl_width(m):
+    """(nu,) each actuator's control range, 1 for an unlimited one: the unit of ``noise_scale`` and
+    ``learning_rate``."""
+    lo, hi = ctrl_bounds(m)
+    return jnp.where(jnp.isfinite(hi - lo), hi - lo, 1.0)
+
+
 def _sample(m, d, nominal, cost, key, dt0, cfg: PlannerConfig, sim: Config):
     lo, hi = ctrl_bounds(m)
-    width = jnp.where(jnp.isfinite(hi - lo), hi - lo, 1.0)
+    width = ctrl_width(m)
     noise = coloured_noise(key, (cfg.samples, *nominal.shape), cfg.noise_beta) * cfg.noise_scale * width
     cands = jnp.clip(nominal[None] + noise, lo, hi).at[0].set(nominal)
     cands = _shard_samples(cands, cfg)
@@ -306,7 +317,8 @@ class GradientMethod:
 
     def step(self, m, d, carry, cost, dt0):
         """One gradient iteration: evaluate the iterate and its gradient, remember it if it is the
-        cheapest so far, take a clipped Adam step and clip to the control ranges. A non-finite cost or
+        cheapest so far, take a clipped Adam step (scaled by each actuator's control range) and clip to
+        the control ranges. A non-finite cost or
         gradient skips the step."""
         cfg, sim = self.cfg, self.sim
         lo, hi = ctrl_bounds(m)
@@ -317,7 +329,7 @@ class GradientMethod:
         better = finite & (c < best_c)
         best_u, best_c = jnp.where(better, u, best_u), jnp.where(better, c, best_c)
         update, new_state = opt.update(jnp.where(finite, g, 0.0), state, u)
-        u_new = jnp.clip(optax.apply_updates(u, update), lo, hi)
+        u_new = jnp.clip(optax.apply_updates(u, update * ctrl_width(m)), lo, hi)
         u = jnp.where(finite, u_new, u)
         state = jax.tree.map(lambda a, b: jnp.where(finite, a, b), new_state, state)
         return _Descent(u, state, best_u, best_c), (c, finite)

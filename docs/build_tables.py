@@ -173,6 +173,24 @@ def planner_suite_time() -> str:
     return "\n".join(out) + "\n"
 
 
+def planner_defaults() -> str:
+    """Per task and learning rate of the gradient planner with contacts from distance: successes
+    over the sweep's starts (median score), and the totals."""
+    rows = _rows("planner_defaults.csv")
+    rates = sorted({float(r["learning_rate"]) for r in rows})
+    out = ["| task | " + " | ".join(f"lr {a:g}" for a in rates) + " |", "|---|" + "---|" * len(rates)]
+    cell = lambda sel: (
+        f"{sum(r['success'] == 'True' for r in sel)} of {len(sel)} ({_median([float(r['score']) for r in sel]):.2g})"
+    )
+    for task in dict.fromkeys(r["task"] for r in rows):
+        sels = [[r for r in rows if r["task"] == task and float(r["learning_rate"]) == a] for a in rates]
+        out.append(f"| {task} | " + " | ".join(cell(sel) for sel in sels) + " |")
+    out.append(
+        "| **all** | " + " | ".join(cell([r for r in rows if float(r["learning_rate"]) == a]) for a in rates) + " |"
+    )
+    return "\n".join(out) + "\n"
+
+
 def _fixed_percent(x: float) -> str:
     """A fraction as a percentage: two decimals below 10 %, one from 10 %, none from 100 %."""
     p = 100 * x
@@ -1773,6 +1791,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "contact_mpc": contact_mpc,
     "planner_suite": planner_suite,
     "planner_suite_time": planner_suite_time,
+    "planner_defaults": planner_defaults,
     "readme_claims": readme_claims,
     "cube_toss": cube_toss,
     "cube_toss_solver_gradient": cube_toss_solver_gradient,

@@ -65,7 +65,7 @@ def _contact(name: str, starts: int):
         qpos, target = task.case(mj, seed)
         data.append(common.mjx.make_data(m).replace(qpos=jnp.asarray(qpos), mocap_pos=jnp.asarray(target)[None]))
     sim = diffmjx.Config().override(*cm.SIM, *cm.CFD)
-    return m, data, cm.make_cost(mj, task), sim, {"horizon": 16, "learning_rate": 0.2, "clip_norm": 1.0}
+    return m, data, cm.make_cost(mj, task), sim, {"horizon": 16, "learning_rate": 0.1, "clip_norm": 1.0}
 
 
 def _baoding(starts: int, implicit: bool = False):

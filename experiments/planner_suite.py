@@ -1,6 +1,7 @@
 """Planners on a suite of tasks nobody tuned them for, executed on MuJoCo's C engine at equal time.
 
     python -m experiments.planner_suite [--quick] [--tasks ...] [--planners ...] [--starts N]
+        [--first-seed S] [--planner-set KNOB=VALUE ...] [--rerun PLANNER ...]
 
 Nine tasks: eight of the library's ``suite_*`` scenes (``diffmjx/scenes/``), written from the
 public descriptions of the classic benchmarks, and the contact study's ``flick`` with the striker's
@@ -17,7 +18,8 @@ on the executed end state:
 ``box_tip``               push a tall box over a ledge so it lies on its side (within 0.2 rad)
 ``flick``                 strike a ball with a frictional striker so it rolls to a target (3 cm)
 ``finger_turn``           a two-link finger turns a spinner to a target angle (end within 2.5 cm)
-``hopper``                a one-legged hopper travels to a target (within 10 cm, upright)
+``hopper``                a one-legged hopper travels to a target (within 10 cm, standing: torso
+                          pitched under 0.5 rad and less than 10 cm below its start)
 ========================  ===========================================================================
 
 Every planner plans on the MJX model (DiffMJX's Euler, 10 steps per 50 ms control period) and
@@ -41,12 +43,16 @@ Writes ``docs/results/planner_suite.csv`` (one row per task, planner and start: 
 error (and its score: the largest error in units of its tolerance, a success below 1), executed cost, time per plan step and its ratio to the budget, iterations, JIT time),
 ``planner_suite_summary.csv`` (per task and planner) and ``planner_suite.png`` (success per task
 and planner). Each finished closed loop is saved (``~/.cache/diffmjx/stages``), so an interrupted
-run resumes; sampling runs first on each task, since its time sets the budget.
+run resumes (``--rerun`` runs the named planners' loops again, at the saved budgets); the success
+rules are applied to the saved end states each time, so a changed rule needs no rerun; sampling
+runs first on each task, since its time sets the budget. ``--planner-set`` overrides a knob for
+every planner (:mod:`experiments.planner_defaults` sweeps Adam's learning rate with it).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -88,6 +94,7 @@ class Task:
     cost: Callable  # mj -> cost(d, ctrl)
     error: Callable  # (mj, data) -> dict of the end state's errors (C engine MjData after the loop)
     tolerance: dict  # error name -> largest value of a success
+    revision: int = 0  # raised when the cost changes, so saved closed loops of the old one are not reused
 
     def score(self, errors: dict) -> float:
         """The largest error in units of its tolerance: below 1 is a success."""
@@ -263,15 +270,23 @@ def _hopper_start(mj, rng):
     return mj.qpos0.copy(), np.zeros(mj.nv), np.array([[rng.uniform(0.3, 0.6), 0.0, 0.001]]), None
 
 
+HOPPER_DROP = 0.1  # m: a torso lower than this below its initial height has fallen
+
+
 def _hopper_cost(mj):
     def cost(d, ctrl):
-        return ((d.qpos[0] - d.mocap_pos[0, 0]) / 0.1) ** 2 + d.qpos[2] ** 2 + _effort(ctrl)
+        fallen = jnp.minimum(d.qpos[1] + HOPPER_DROP, 0.0) / 0.05  # the torso below the fallen height
+        return ((d.qpos[0] - d.mocap_pos[0, 0]) / 0.1) ** 2 + d.qpos[2] ** 2 + fallen**2 + _effort(ctrl)
 
     return cost
 
 
 def _hopper_error(mj, data):
-    return {"distance_m": float(abs(data.qpos[0] - data.mocap_pos[0, 0])), "pitch_rad": float(abs(data.qpos[2]))}
+    return {
+        "distance_m": float(abs(data.qpos[0] - data.mocap_pos[0, 0])),
+        "pitch_rad": float(abs(data.qpos[2])),
+        "drop_m": float(max(-data.qpos[1], 0.0)),  # the torso's height below its start
+    }
 
 
 TASKS = {
@@ -314,7 +329,8 @@ TASKS = {
         _hopper_start,
         _hopper_cost,
         _hopper_error,
-        {"distance_m": 0.1, "pitch_rad": 0.5},
+        {"distance_m": 0.1, "pitch_rad": 0.5, "drop_m": HOPPER_DROP},
+        revision=1,  # the cost penalises a fallen torso (revision 0 was met lying down)
     ),
 }
 
@@ -330,18 +346,25 @@ def load_task(name: str) -> tuple[mujoco.MjModel, mujoco.MjModel]:
     return mj, plant
 
 
-def run(name: str, planner: str, seed: int, budget: float | None, steps: int, samples: int = 64) -> dict:
-    """One closed loop of ``planner`` on task ``name`` from start ``seed``, executed on the C engine."""
-    task = TASKS[name]
-    mj, plant = load_task(name)
-    mx = common.mjx.put_model(mj)
-    overrides, cfd, timed = PLANNERS[planner]
-    sim = diffmjx.Config().override(*SIM, *(CFD if cfd else ()))
-    cfg = mpc.PlannerConfig().override(f"horizon={task.horizon}", f"execute={EXECUTE}", SAMPLE_BATCH, *overrides)
+def planner_config(name: str, planner: str, budget: float | None, samples: int = 64, extra=()) -> mpc.PlannerConfig:
+    """The planner's knobs on task ``name``: the defaults, its kind's overrides, the task's horizon,
+    the time budget (iterative planners) or the samples (sampling), then ``extra`` overrides."""
+    overrides, _, timed = PLANNERS[planner]
+    cfg = mpc.PlannerConfig().override(f"horizon={TASKS[name].horizon}", f"execute={EXECUTE}", SAMPLE_BATCH, *overrides)
     if timed:
         cfg = cfg.override(f"time_budget={budget}")
     elif samples != cfg.samples:
         cfg = cfg.override(f"samples={samples}")
+    return cfg.override(*extra)
+
+
+def run(name: str, planner: str, seed: int, budget: float | None, steps: int, samples: int = 64, extra=()) -> dict:
+    """One closed loop of ``planner`` on task ``name`` from start ``seed``, executed on the C engine."""
+    task = TASKS[name]
+    mj, plant = load_task(name)
+    mx = common.mjx.put_model(mj)
+    sim = diffmjx.Config().override(*SIM, *(CFD if PLANNERS[planner][1] else ()))
+    cfg = planner_config(name, planner, budget, samples, extra)
     qpos, qvel, mocap_pos, mocap_quat = task.start(mj, np.random.default_rng(seed))
     d0 = common.mjx.make_data(mx).replace(qpos=jnp.asarray(qpos), qvel=jnp.asarray(qvel))
     if mocap_pos.size:
@@ -352,12 +375,7 @@ def run(name: str, planner: str, seed: int, budget: float | None, steps: int, sa
     out = mpc.closed_loop(
         mx, d0, task.cost(mj), mpc.make_planner(cfg, sim), steps, jax.random.key(seed), progress=False, plant=plant
     )
-    data = mujoco.MjData(plant)
-    data.qpos[:], data.qvel[:] = out.qpos[-1], out.qvel[-1]
-    data.mocap_pos[:] = np.asarray(d0.mocap_pos)
-    data.mocap_quat[:] = np.asarray(d0.mocap_quat)
-    mujoco.mj_forward(plant, data)
-    errors = task.error(plant, data)
+    errors = end_errors(name, seed, np.asarray(out.qpos[-1]))
     return {
         "errors": errors,
         "score": task.score(errors),
@@ -369,6 +387,22 @@ def run(name: str, planner: str, seed: int, budget: float | None, steps: int, sa
         "wall_s": time.perf_counter() - start,
         "qpos": np.asarray(out.qpos),
     }
+
+
+def end_errors(name: str, seed: int, qpos: np.ndarray) -> dict:
+    """The task's errors at the executed end positions ``qpos`` from start ``seed`` (its target
+    drawn again), so a changed success rule re-scores saved closed loops without running them."""
+    task = TASKS[name]
+    mj, _ = load_task(name)
+    _, _, mocap_pos, mocap_quat = task.start(mj, np.random.default_rng(seed))
+    data = mujoco.MjData(mj)
+    data.qpos[:] = qpos
+    if mocap_pos.size:
+        data.mocap_pos[:] = mocap_pos
+    if mocap_quat is not None:
+        data.mocap_quat[:] = mocap_quat
+    mujoco.mj_kinematics(mj, data)
+    return task.error(mj, data)
 
 
 def summary(rows: list[dict]) -> list[dict]:
@@ -483,8 +517,8 @@ def _draw(ax, mj, data, axes, alpha) -> None:
         ax.add_patch(Polygon(_hull(pts), closed=True, color=colour, alpha=alpha, lw=0))
 
 
-def frames(results: dict, out, name: str) -> None:
-    """Start (faint) and end state of start 0 of every planner on every task, drawn from the
+def frames(results: dict, out, name: str, seed: int = 0) -> None:
+    """Start (faint) and end state of start ``seed`` of every planner on every task, drawn from the
     executed states (no OpenGL needed): ``<name>_frames.png``."""
     import matplotlib
 
@@ -499,12 +533,12 @@ def frames(results: dict, out, name: str) -> None:
         view = VIEWS.get(task, (0, 2))
         for c, planner in enumerate(planners):
             ax = axes[r_, c]
-            res = results.get((task, planner, 0))
+            res = results.get((task, planner, seed))
             if res is None:
                 ax.axis("off")
                 continue
             data = mujoco.MjData(mj)
-            start, _, mocap_pos, mocap_quat = TASKS[task].start(mj, np.random.default_rng(0))
+            start, _, mocap_pos, mocap_quat = TASKS[task].start(mj, np.random.default_rng(seed))
             if mocap_pos.size:
                 data.mocap_pos[:] = mocap_pos
             if mocap_quat is not None:
@@ -528,7 +562,7 @@ def frames(results: dict, out, name: str) -> None:
                 transform=ax.transAxes,
                 fontsize=6,
             )
-    fig.suptitle("start 0 of each task: start state faint, end state solid (C engine)", fontsize=9)
+    fig.suptitle(f"start {seed} of each task: start state faint, end state solid (C engine)", fontsize=9)
     common.save_figure(fig, out / f"{name}_frames.png")
 
 
@@ -562,45 +596,42 @@ def calibrate(name: str, fresh: bool) -> tuple[float, int]:
     return round(budget, 4), samples
 
 
-def main(argv=None) -> None:
-    _, args = common.cli(
-        __doc__,
-        DEFAULT_PRESET,
-        argv,
-        extra=(
-            ("--tasks", {"nargs": "+", "choices": list(TASKS), "default": list(TASKS)}),
-            ("--planners", {"nargs": "+", "choices": list(PLANNERS), "default": list(PLANNERS)}),
-            ("--starts", {"type": int, "default": 4, "help": "random starts (and targets) per task"}),
-            ("--name", {"default": "planner_suite", "help": "the CSV and PNG files' name"}),
-        ),
-    )
-    starts = 1 if args.quick else args.starts
+def closed_loops(tasks, planners, seeds, quick: bool = False, extra: tuple = (), fresh: bool = False, rerun=()):
+    """Every planner's closed loop on every task from every seed (saved stages reused).
+
+    Returns the CSV rows and ``{(task, planner, seed): result}``; ``extra``: planner overrides for
+    every planner; ``quick``: two plan steps per loop; ``fresh``: nothing reused; ``rerun``: the
+    planners whose saved closed loops are run again (the budgets kept)."""
     rows, results = [], {}
-    for name in args.tasks:
+    for name in tasks:
         task = TASKS[name]
-        steps = 2 * EXECUTE if args.quick else task.steps
+        steps = 2 * EXECUTE if quick else task.steps
         scene = scenes.path(task.scene).read_text()
-        budget, samples = calibrate(name, args.fresh)
-        for planner in tqdm(args.planners, desc=name):
-            for seed in range(starts):
+        budget, samples = calibrate(name, fresh)
+        for planner in tqdm(planners, desc=name):
+            cfg = planner_config(name, planner, budget, samples, extra)
+            for seed in seeds:
                 key = (name, planner, seed, steps, budget, samples, SIM, CFD, PLANT_STEP, EXECUTE, EFFORT)
-                key = (*key, PLANNERS[planner], scene)
+                key = (*key, PLANNERS[planner], scene, *_knob_key(cfg, planner_config(name, planner, budget, samples)))
+                key = (*key, task.revision) if task.revision else key
                 r = common.stage(
                     "planner_suite",
                     key,
-                    lambda n=name, p=planner, s=seed, b=budget, k=steps, x=samples: run(n, p, s, b, k, x),
-                    args.fresh,
+                    lambda n=name, p=planner, s=seed, b=budget, k=steps, x=samples: run(n, p, s, b, k, x, extra),
+                    fresh or planner in rerun,
                 )
-                results[(name, planner, seed)] = r
                 ms = 1e3 * float(np.median(r["plan_time_s"]))
+                errors = end_errors(name, seed, r["qpos"][-1])
+                score = TASKS[name].score(errors)
+                results[(name, planner, seed)] = {**r, "score": score}
                 rows.append(
                     {
                         "task": name,
                         "planner": planner,
                         "seed": seed,
-                        "success": r["score"] < 1.0,
-                        "score": round(r["score"], 4),
-                        **{k: round(v, 5) for k, v in r["errors"].items()},
+                        "success": score < 1.0,
+                        "score": round(score, 4),
+                        **{k: round(v, 5) for k, v in errors.items()},
                         "executed_cost": round(r["executed_cost"], 4),
                         "budget_ms": round(1e3 * budget, 1),
                         "ms_per_plan_step": round(ms, 1),
@@ -611,11 +642,55 @@ def main(argv=None) -> None:
                         "jit_s": round(r["jit_time_s"], 1),
                     }
                 )
+    return rows, results
+
+
+def _knob_key(cfg: mpc.PlannerConfig, base: mpc.PlannerConfig) -> tuple:
+    """What a saved closed loop depends on beyond the suite's own overrides: the defaults its kind
+    reads that changed since the suite's first run (Adam's learning rate became a fraction of the
+    control range; empty for the kinds that do not read it, whose saved runs stay valid), and the
+    knobs that ``--planner-set`` changed from ``base``. A sweep's run at a value that later becomes
+    the default is the default's run."""
+    adam = cfg.kind in ("gradient", "hybrid")
+    key = ("learning_rate", cfg.learning_rate, "of the control range") if adam else ()
+    changed = [
+        (f.name, getattr(cfg, f.name))
+        for f in dataclasses.fields(cfg)
+        if getattr(cfg, f.name) != getattr(base, f.name) and not (adam and f.name == "learning_rate")
+    ]
+    return (*key, *changed)
+
+
+def main(argv=None) -> None:
+    _, args = common.cli(
+        __doc__,
+        DEFAULT_PRESET,
+        argv,
+        extra=(
+            ("--tasks", {"nargs": "+", "choices": list(TASKS), "default": list(TASKS)}),
+            ("--planners", {"nargs": "+", "choices": list(PLANNERS), "default": list(PLANNERS)}),
+            ("--starts", {"type": int, "default": 4, "help": "random starts (and targets) per task"}),
+            ("--name", {"default": "planner_suite", "help": "the CSV and PNG files' name"}),
+            ("--first-seed", {"type": int, "default": 0, "help": "the first start's seed"}),
+            (
+                "--rerun",
+                {"nargs": "+", "choices": list(PLANNERS), "default": [], "help": "run these planners' loops again"},
+            ),
+            (
+                "--planner-set",
+                {"nargs": "+", "default": [], "help": "planner overrides for every planner, e.g. learning_rate=0.1"},
+            ),
+        ),
+    )
+    starts = 1 if args.quick else args.starts
+    seeds = range(args.first_seed, args.first_seed + starts)
+    extra = tuple(args.planner_set)
+    rows, results = closed_loops(args.tasks, args.planners, seeds, args.quick, extra, args.fresh, args.rerun)
     args.out.mkdir(parents=True, exist_ok=True)
     common.write_csv(args.out / f"{args.name}.csv", rows)
     common.write_csv(args.out / f"{args.name}_summary.csv", summary(rows))
     plot(rows, args.out, args.name)
-    frames(results, args.out, args.name)
+    frames(results, args.out, args.name, args.first_seed)
     for row in summary(rows):
         print(row)
 

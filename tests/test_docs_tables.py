@@ -55,7 +55,7 @@ NOT_MEASURED = {
     # the constraint solver's knobs and their defaults
     ("docs/solver.md", "| knob | where | effect |"),
     # the planner's knobs: the two presets' values
-    ("docs/mpc.md", "| field | default (paper) | quick preset | meaning |"),
+    ("docs/mpc.md", "| field | default | quick preset | meaning |"),
     # the toy's contact models: their equations and closed-form constants, not measurements
     ("docs/toy_point_mass.md", "| model | step | true continuous-time `q(T)` |"),
     # the study index: a command per row; its figures summarise the studies' pages, whose tables are written
