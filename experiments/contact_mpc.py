@@ -1,6 +1,6 @@
 """MPC where contact decides everything: push a box to a target, flick a ball to a distance.
 
-    python -m experiments.contact_mpc [--quick] [--task push|flick]
+    python -m experiments.contact_mpc [--quick] [--task push|flick] [--friction]
 
 Two non-prehensile tasks of the library's scenes (``diffmjx/scenes/push.xml``, ``flick.xml``)
 whose running cost sees only the object, never the actuated body:
@@ -36,7 +36,9 @@ Writes ``docs/results/contact_mpc.csv`` (one row per task, method and start: fin
 time per plan step, JIT time), ``contact_mpc_cost.csv`` (the executed cost per period),
 ``contact_mpc.png`` (distance to the target over time and success rates) and
 ``contact_mpc_frames.png`` (top-down and side frame strips of one start per method, drawn from the
-executed states). Each finished run is saved (``~/.cache/diffmjx/stages``), so an interrupted study
+executed states). ``--friction`` runs the same with the pusher's and striker's pairs given MuJoCo's
+default friction back (the scenes' pairs are frictionless) and writes ``contact_mpc_friction*``
+instead. Each finished run is saved (``~/.cache/diffmjx/stages``), so an interrupted study
 resumes.
 """
 
@@ -61,7 +63,7 @@ CFD = ("cfd.enabled=true", "cfd.solimp=[0.0, 0.1, 0.3, 1.0, 4.0]")
 PLANNER = (
     "horizon=16",
     "execute=4",
-    "learning_rate=0.2",
+    "learning_rate=0.1",  # of the control range [-1, 1]: 0.2 in control units
     "clip_norm=1.0",
     "noise_scale=0.3",
     "sample_batch=8",
@@ -113,10 +115,14 @@ def make_cost(mj: mujoco.MjModel, task: Task):
     return cost
 
 
-def run(task_name: str, method: str, seed: int, quick: bool) -> dict:
-    """One closed loop: the executed states, costs, plan-step times and the final error."""
+def run(task_name: str, method: str, seed: int, quick: bool, friction: bool = False) -> dict:
+    """One closed loop: the executed states, costs, plan-step times and the final error.
+    ``friction``: the scene's explicit pairs get MuJoCo's default friction back
+    (:func:`diffmjx.scenes.geom_pair_friction`)."""
     task = TASKS[task_name]
     mj = mujoco.MjModel.from_xml_path(str(scenes.path(task.scene)))
+    if friction:
+        mj = scenes.geom_pair_friction(mj)
     mx = common.mjx.put_model(mj)
     overrides, cfd = METHODS[method]
     sim = diffmjx.Config().override(*SIM, *(CFD if cfd else ()))
@@ -194,7 +200,7 @@ COLOURS = {
 }
 
 
-def plot(results: dict, out) -> None:
+def plot(results: dict, out, name: str = "contact_mpc") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -232,10 +238,10 @@ def plot(results: dict, out) -> None:
         ax.set_xticks([0, 25, 50, 75, 100])
         ax.set_xlabel(f"success: within {1e3 * SUCCESS_M:.0f} mm at the end (%)")
         ax.set_title(f"{task}: success rate")
-    common.save_figure(fig, out / "contact_mpc.png")
+    common.save_figure(fig, out / f"{name}.png")
 
 
-def frames(results: dict, out, seed: int = 0, count: int = 6) -> None:
+def frames(results: dict, out, seed: int = 0, count: int = 6, name: str = "contact_mpc") -> None:
     """Frame strips drawn from the executed states (top-down for push, side view for flick)."""
     import matplotlib
 
@@ -295,7 +301,7 @@ def frames(results: dict, out, seed: int = 0, count: int = 6) -> None:
             if i == 0:
                 ax.set_title(f"t = {0.05 * (k + 1):.2f} s", fontsize=8)
     fig.suptitle(f"start {seed}: pusher / striker blue, object orange, target red", fontsize=9)
-    common.save_figure(fig, out / "contact_mpc_frames.png")
+    common.save_figure(fig, out / f"{name}_frames.png")
 
 
 def main(argv=None) -> None:
@@ -307,6 +313,14 @@ def main(argv=None) -> None:
             ("--task", {"choices": [*TASKS, "all"], "default": "all"}),
             ("--starts", {"type": int, "default": 6, "help": "random starts and targets per task"}),
             ("--methods", {"nargs": "+", "choices": list(METHODS), "default": list(METHODS)}),
+            (
+                "--friction",
+                {
+                    "action": "store_true",
+                    "help": "the pusher's and striker's contacts with MuJoCo's default friction "
+                    "(files contact_mpc_friction*)",
+                },
+            ),
         ),
     )
     tasks = list(TASKS) if args.task == "all" else [args.task]
@@ -318,20 +332,22 @@ def main(argv=None) -> None:
         qpos, target = TASKS[t].case(mujoco.MjModel.from_xml_string(scene), s)
         start = (tuple(np.round(qpos, 12)), tuple(np.round(target, 12)))
         key = (t, m, s, args.quick, SIM, CFD, PLANNER, METHODS[m], EFFORT, scene, start)
+        key = (*key, "pair friction restored") if args.friction else key
         results[(t, m, s)] = common.stage(
-            "contact_mpc", key, lambda t=t, m=m, s=s: run(t, m, s, args.quick), args.fresh
+            "contact_mpc", key, lambda t=t, m=m, s=s: run(t, m, s, args.quick, args.friction), args.fresh
         )
     args.out.mkdir(parents=True, exist_ok=True)
     group = ("task", "method", "seed")
+    prefix = "contact_mpc_friction" if args.friction else "contact_mpc"
     for name, rows, cols in (
-        ("contact_mpc.csv", summary_rows(results), group),
-        ("contact_mpc_cost.csv", cost_rows(results, 0.05), (*group, "time_s")),
+        (f"{prefix}.csv", summary_rows(results), group),
+        (f"{prefix}_cost.csv", cost_rows(results, 0.05), (*group, "time_s")),
     ):
         path = args.out / name
         # rows grouped by task (a method added later joins its task's rows, not the file's end)
         common.write_csv(path, common.merge_rows(path, rows, cols, order=("task",)) if path.exists() else rows)
-    plot(results, args.out)
-    frames(results, args.out)
+    plot(results, args.out, prefix)
+    frames(results, args.out, name=prefix)
     for row in summary_rows(results):
         print(row)
 
