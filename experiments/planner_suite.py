@@ -563,7 +563,7 @@ def frames(results: dict, out, name: str, seed: int = 0) -> None:
                 fontsize=6,
             )
     fig.suptitle(f"start {seed} of each task: start state faint, end state solid (C engine)", fontsize=9)
-    common.save_figure(fig, out / f"{name}_frames.png")
+    common.save_figure(fig, out / f"{name}_frames.png", rect=(0, 0, 1, 0.985))
 
 
 def calibrate(name: str, fresh: bool) -> tuple[float, int]:
