@@ -173,6 +173,37 @@ def planner_suite_time() -> str:
     return "\n".join(out) + "\n"
 
 
+SUITE_KINDS = (  # kind of task -> the planner suite's tasks of that kind
+    ("an actuated body reaches an object and pushes or tips it", ("block_push", "box_tip")),
+    ("reaching, tracking", ("reacher",)),
+    ("swing-ups, a strike whose outcome hangs on one impact", ("pendulum", "cartpole", "flick")),
+    ("an object turned by a finger", ("finger_turn",)),
+    ("balancing near an unstable equilibrium", ("double_cartpole",)),
+    ("legged, making and breaking contact", ("hopper",)),
+)
+
+
+def planner_choice() -> str:
+    """Per kind of task: the suite's tasks of that kind, each planner's successes over their starts,
+    and the planner(s) with the most."""
+    rows = _rows("planner_suite.csv")
+    planners = [p for p in SUITE_PLANNERS if any(r["planner"] == p for r in rows)]
+    out = [
+        "| kind of task | suite tasks | most successes | " + " | ".join(f"`{p}`" for p in planners) + " |",
+        "|---|---|---|" + "---|" * len(planners),
+    ]
+    kinds = (*SUITE_KINDS, ("all", tuple(dict.fromkeys(r["task"] for r in rows))))
+    for kind, tasks in kinds:
+        sel = [r for r in rows if r["task"] in tasks]
+        wins = {p: sum(r["success"] == "True" for r in sel if r["planner"] == p) for p in planners}
+        n = len([r for r in sel if r["planner"] == planners[0]])
+        best = ", ".join(f"`{p}`" for p in planners if wins[p] == max(wins.values()))
+        names = "all nine" if kind == "all" else ", ".join(tasks)
+        label = "**all**" if kind == "all" else kind
+        out.append(f"| {label} | {names} | {best} | " + " | ".join(f"{wins[p]} of {n}" for p in planners) + " |")
+    return "\n".join(out) + "\n"
+
+
 def planner_defaults() -> str:
     """Per task and learning rate of the gradient planner with contacts from distance: successes
     over the sweep's starts (median score), and the totals."""
@@ -1792,6 +1823,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "planner_suite": planner_suite,
     "planner_suite_time": planner_suite_time,
     "planner_defaults": planner_defaults,
+    "planner_choice": planner_choice,
     "readme_claims": readme_claims,
     "cube_toss": cube_toss,
     "cube_toss_solver_gradient": cube_toss_solver_gradient,
