@@ -103,11 +103,11 @@ def linearize() -> str:
     return "\n".join(out) + "\n"
 
 
-def contact_mpc() -> str:
+def contact_mpc(name: str = "contact_mpc.csv") -> str:
     """Per task and method: successes over the starts, the final distance to the target (median and
     worst), the time per plan step (median) and the largest JIT time (the first start compiles; the
     others mostly find the persistent compilation cache)."""
-    rows = _rows("contact_mpc.csv")
+    rows = _rows(name)
     out = [
         "| task | method | success (within 30 mm) | final distance to target, median (worst) | "
         "ms per plan step | JIT, largest (s) |",
@@ -1820,6 +1820,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "contactnets_generic": contactnets_generic,
     "linearize": linearize,
     "contact_mpc": contact_mpc,
+    "contact_mpc_friction": lambda: contact_mpc("contact_mpc_friction.csv"),
     "planner_suite": planner_suite,
     "planner_suite_time": planner_suite_time,
     "planner_defaults": planner_defaults,
