@@ -328,7 +328,7 @@ def _pendulum_identify(steps: int, checkpoint_path, horizon: int = 5):
         PENDULUM_PARAMS,
         recs,
         variants=[variant_model(variant)],
-        held_out=[pendulum_recording(2)],
+        held_out=pendulum_recording(2),  # one recording, not in a list: accepted as one
         fit=sysid.FitConfig(horizon=horizon, steps=steps),
         checkpoint_path=checkpoint_path,
         progress=False,

@@ -224,7 +224,14 @@ def load_model(model) -> tuple[mujoco.MjModel, mujoco.MjSpec | None]:
 
 
 def _check_recordings(recordings, models, what: str) -> list[Recording]:
-    recordings = list(recordings)
+    if isinstance(recordings, Recording):  # one recording: a list of it
+        recordings = [recordings]
+    try:
+        recordings = list(recordings)
+    except TypeError:
+        raise TypeError(
+            f"{what} must be a diffmjx.sysid.Recording or a list of them; got {type(recordings).__name__}"
+        ) from None
     for r in recordings:
         if not isinstance(r, Recording):
             raise TypeError(f"{what} must be diffmjx.sysid.Recording objects; got {type(r).__name__}")
@@ -249,9 +256,9 @@ def _fingerprint(fit: FitConfig, cfg: Config, ps: ParameterSet, recs: Sequence[R
 def identify(
     model,
     params: Sequence[Parameter],
-    recordings: Sequence[Recording],
+    recordings: Sequence[Recording] | Recording,
     *,
-    held_out: Sequence[Recording] = (),
+    held_out: Sequence[Recording] | Recording = (),
     variants: Sequence = (),
     cfg: Config | None = None,
     fit: FitConfig | None = None,
@@ -263,8 +270,9 @@ def identify(
     Arguments:
         model: a ``mujoco.MjModel``, ``mujoco.MjSpec`` or MJCF path; its values are the start.
         params: the :class:`~diffmjx.sysid.Parameter` list.
-        recordings: :class:`~diffmjx.sysid.Recording` list (``variant`` picks the model).
-        held_out: recordings for early stopping and the reported held-out loss.
+        recordings: :class:`~diffmjx.sysid.Recording` list, or one recording (``variant`` picks
+            the model).
+        held_out: recordings for early stopping and the reported held-out loss (a list, or one).
         variants: further models (``MjModel``, ``MjSpec`` or paths) sharing the parameters: a
             recording of ``variant=k`` is simulated with ``variants[k - 1]``.
         cfg: the simulation's :class:`diffmjx.Config` (CFD, tolerances); ``Config()`` if None.
