@@ -318,8 +318,7 @@ class GradientMethod:
     def step(self, m, d, carry, cost, dt0):
         """One gradient iteration: evaluate the iterate and its gradient, remember it if it is the
         cheapest so far, take a clipped Adam step (scaled by each actuator's control range) and clip to
-        the control ranges. A non-finite cost or
-        gradient skips the step."""
+        the control ranges. A non-finite cost or gradient skips the step."""
         cfg, sim = self.cfg, self.sim
         lo, hi = ctrl_bounds(m)
         opt = _optimizer(cfg)

@@ -1,6 +1,6 @@
 """Adam's default learning rate, chosen from the planner suite's distribution rather than one task.
 
-    python -m experiments.planner_defaults [--rates 0.01 0.03 0.1 0.3] [--seeds 10] [--starts 1]
+    python -m experiments.planner_defaults [--rates 0.03 0.1 0.3] [--seeds 10] [--starts 1]
 
 Runs :mod:`experiments.planner_suite`'s gradient planner with contacts from distance
 (``gradient_cfd``: Adam, the time budget of each task, the task's horizon, nothing else changed)
@@ -76,7 +76,7 @@ def main(argv=None) -> None:
         DEFAULT_PRESET,
         argv,
         extra=(
-            ("--rates", {"type": float, "nargs": "+", "default": [0.01, 0.03, 0.1, 0.3]}),
+            ("--rates", {"type": float, "nargs": "+", "default": [0.03, 0.1, 0.3]}),
             ("--tasks", {"nargs": "+", "choices": list(planner_suite.TASKS), "default": list(planner_suite.TASKS)}),
             ("--seeds", {"type": int, "default": 10, "help": "the first start's seed"}),
             ("--starts", {"type": int, "default": 1, "help": "random starts per task and rate"}),
