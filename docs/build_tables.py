@@ -66,6 +66,25 @@ def sysid_recovery() -> str:
     return "\n".join(out) + "\n"
 
 
+def sysid_coverage() -> str:
+    """Per model and parameter: how often identify's 95 % intervals held the truth."""
+    rows = _rows("sysid_coverage_summary.csv")
+    out = [
+        "| model | parameter | data sets | intervals holding the truth | 95 % Wilson interval | textbook interval | "
+        "median half-width |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        name = "**all**" if r["parameter"] == "all" else f"`{r['parameter']}`"
+        out.append(
+            f"| {r['model']} | {name} | {r['fits']} | {r['covered']} of {r['intervals']} "
+            f"({100 * float(r['coverage']):.0f} %) | {100 * float(r['wilson_lower']):.0f}-"
+            f"{100 * float(r['wilson_upper']):.0f} % | {100 * float(r['coverage_textbook']):.0f} % | "
+            f"{100 * float(r['median_rel_halfwidth']):.2g} % |"
+        )
+    return "\n".join(out) + "\n"
+
+
 def contactnets_generic() -> str:
     """The published ContactNets fit against its rerun through the generic path."""
     names = {
@@ -1816,6 +1835,7 @@ def collision_tossed_sharpness() -> str:
 
 
 TABLES: dict[str, Callable[[], str]] = {
+    "sysid_coverage": sysid_coverage,
     "sysid_recovery": sysid_recovery,
     "contactnets_generic": contactnets_generic,
     "linearize": linearize,

@@ -199,8 +199,7 @@ def test_parameters_and_ties_match_the_c_model_rebuilt_at_other_values():
     values = ps.from_dict(new)
     # the full inertial: other mass, centre of mass and inertia, through its log-Cholesky coordinates
     inertia = np.array([[0.025, 0.002, -0.001], [0.002, 0.035, 0.004], [-0.001, 0.004, 0.045]])
-    i = ps.keys.index("body_inertial:full")
-    values[ps._slices[i] : ps._slices[i + 1]] = constants.log_cholesky_from_mass_properties(
+    values[ps.components("body_inertial:full")] = constants.log_cholesky_from_mass_properties(
         1.8, [0.02, -0.01, 0.12], inertia
     )
     got = jax.jit(ps.model)(values, mjx.put_model(ps.models[0]))
@@ -309,7 +308,7 @@ START = PENDULUM.replace('damping="0.3"', 'damping="0.42"').replace('gear="2"', 
 PENDULUM_PARAMS = [
     Parameter("dof_damping", "hinge"),
     Parameter("actuator_gear", "m", index=0),
-    Parameter("geom_friction", "rod", index=0),
+    Parameter("opt.wind", index=0),  # zero density and viscosity: no fluid forces for a wind to move
 ]
 
 
@@ -342,9 +341,10 @@ def pendulum_checkpoint(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def pendulum_fit(pendulum_checkpoint):
-    """Damping and gear from 40 % off, with and without a payload (two model variants), a friction the
-    recordings cannot see, a held-out recording; checkpointed."""
-    return _pendulum_identify(15, pendulum_checkpoint)
+    """Damping and gear from 40 % off, with and without a payload (two model variants), a wind the
+    recordings cannot see (warned of at the start), a held-out recording; checkpointed."""
+    with pytest.warns(UserWarning, match=r"^opt.wind\[0\]: no effect on the simulated recordings"):
+        return _pendulum_identify(15, pendulum_checkpoint)
 
 
 def variant_model(xml: str) -> mujoco.MjModel:
@@ -365,9 +365,9 @@ def test_identify_recovers_two_parameters_of_a_hinge_model_within_one_percent(pe
 
 def test_identify_reports_a_parameter_the_data_cannot_determine(pendulum_fit):
     r = pendulum_fit
-    assert r.values["geom_friction:rod[0]"] == pytest.approx(1.0)  # never moved: the rod touches nothing
-    assert np.isinf(r.intervals["geom_friction:rod[0]"].std)
-    assert len(r.unidentifiable) == 1 and set(r.unidentifiable[0][1]) == {"geom_friction:rod[0]"}
+    assert r.values["opt.wind[0]"] == 0.0  # never moved: nothing in the model feels a wind
+    assert np.isinf(r.intervals["opt.wind[0]"].std)
+    assert len(r.unidentifiable) == 1 and set(r.unidentifiable[0][1]) == {"opt.wind[0]"}
     for key, true in (("dof_damping:hinge", 0.3), ("actuator_gear:m[0]", 2.0)):
         iv = r.intervals[key]
         assert np.isfinite(iv.std) and iv.upper - iv.lower < 0.01 * true
@@ -434,20 +434,88 @@ def test_contactnets_tosses_are_recordings_of_the_cube():
     assert checked[0].dt == sysid.DT and checked[0].ctrl.shape == (recs[0].T, 0)
 
 
-def test_sensor_gain_bias_and_delay_are_identified():
-    """A position sensor that reads 1.2 x the angle 4 ms late, plus 0.05: gain, bias and delay from
-    their neutral starts (1, 0, 0), the pendulum's own values known. The recorded readings are made
-    by the same measurement model (delay by interpolation between samples)."""
-    m = mujoco.MjModel.from_xml_string(PENDULUM)
-    rec = pendulum_recording(4)
-    sim = rec.sensordata
-    rec = dataclasses.replace(rec, sensordata=sysid.problem.sensor_model(sim, 1.2, 0.05, 0.004, rec.dt, xp=np))
-    params = [Parameter("sensor_gain", "angle"), Parameter("sensor_bias", "angle"), Parameter("sensor_delay", "angle")]
-    fit = sysid.FitConfig(horizon=5, steps=20, position=0.0)  # the sensor alone: no state residual
-    r = sysid.identify(m, params, [rec], fit=fit, progress=False)
-    assert r.values["sensor_gain:angle"] == pytest.approx(1.2, rel=1e-6)
-    assert r.values["sensor_bias:angle"] == pytest.approx(0.05, rel=1e-6)
-    assert r.values["sensor_delay:angle"] == pytest.approx(0.004, rel=1e-5)
+SERVO = PENDULUM.replace(
+    '<motor name="m" joint="hinge" gear="2" ctrllimited="true" ctrlrange="-1 1"/>',
+    '<position name="m" joint="hinge" kp="6" kv="0.2" ctrlrange="-1 1"/>',
+)
+
+
+def test_servo_kp_and_sensor_terms_are_identified_into_the_model():
+    """A ``<position>`` servo's kp from 30 % off as one parameter (MuJoCo stores it as gainprm[0] and
+    -biasprm[1]), and a position sensor that reads 1.2 x the angle 4 ms late, plus 0.05 (gain, bias
+    and delay from their neutral starts; the readings made by the residual's measurement model). The
+    fitted model holds kp in both fields and the delay in ``sensor_delay`` with a history buffer (the
+    C engine then reads the angle 4 ms late); what MuJoCo cannot hold is listed."""
+    truth = mujoco.MjModel.from_xml_string(SERVO)
+    ctrl = np.repeat(np.random.default_rng(4).uniform(-1, 1, (9, 1)), 5, axis=0)[:40]
+    rec = record(truth, [0.5], [0.0], ctrl, 0.01)
+    rec = dataclasses.replace(
+        rec, sensordata=sysid.problem.sensor_model(rec.sensordata, 1.2, 0.05, 0.004, rec.dt, xp=np)
+    )
+    params = [
+        Parameter("actuator_kp", "m"),
+        Parameter("sensor_gain", "angle"),
+        Parameter("sensor_bias", "angle"),
+        Parameter("sensor_delay", "angle"),
+    ]
+    spec = mujoco.MjSpec.from_string(SERVO.replace('kp="6"', 'kp="4.2"'))
+    r = sysid.identify(spec, params, [rec], fit=sysid.FitConfig(horizon=5, steps=20), progress=False)
+    assert r.values["actuator_kp:m"] == pytest.approx(6.0, rel=1e-4)
+    assert r.values["sensor_gain:angle"] == pytest.approx(1.2, rel=1e-5)
+    assert r.values["sensor_bias:angle"] == pytest.approx(0.05, rel=1e-5)
+    assert r.values["sensor_delay:angle"] == pytest.approx(0.004, rel=1e-4)
+    m = r.model
+    assert m.actuator_gainprm[0, 0] == -m.actuator_biasprm[0, 1] == r.values["actuator_kp:m"]
+    assert m.actuator_biasprm[0, 2] == -0.2  # kv untouched
+    assert m.sensor_delay[0] == r.values["sensor_delay:angle"] and m.sensor_history[0, 1] == 1
+    assert set(r.not_in_model) == {"sensor_gain:angle", "sensor_bias:angle"}
+    d = mujoco.MjData(m)
+    d.qpos[0] = 0.5
+    angle, read = [], []
+    for _ in range(20):  # a reading is of the state the step starts from: 4 ms is two 2 ms steps back
+        angle.append(d.qpos[0])
+        mujoco.mj_step(m, d)
+        read.append(d.sensordata[0])
+    np.testing.assert_allclose(read[2:], angle[:-2], rtol=0, atol=1e-5)
+    # the same fit on noisy readings (1 mrad on the angle, 0.01 on velocities and the sensor): every
+    # 95 % interval holds the truth (the program is the one above, from the compilation cache)
+    rng = np.random.default_rng(7)
+    noisy = dataclasses.replace(
+        rec,
+        qpos=rec.qpos + 1e-3 * rng.normal(size=rec.qpos.shape),
+        qvel=rec.qvel + 1e-2 * rng.normal(size=rec.qvel.shape),
+        sensordata=rec.sensordata + 1e-2 * rng.normal(size=rec.sensordata.shape),
+    )
+    r = sysid.identify(spec, params, [noisy], fit=sysid.FitConfig(horizon=5, steps=20), progress=False)
+    for key, true, width in (
+        ("actuator_kp:m", 6.0, 1.2),
+        ("sensor_gain:angle", 1.2, 0.2),
+        ("sensor_bias:angle", 0.05, 0.05),
+    ):
+        iv = r.intervals[key]
+        assert abs(iv.value - true) < 0.75 * (iv.upper - iv.value), (key, iv)  # inside, with a margin
+        assert iv.upper - iv.lower < width, (key, iv)
+
+
+def test_fields_mujoco_stores_twice_are_tied_or_refused():
+    """A servo's gain column writes its bias column too, as the compiler does; the bias column alone,
+    a column the actuator's type never reads, and a contact property of a geom that touches nothing
+    are errors that say what to fit instead."""
+    muscle = '<muscle name="mu" joint="hinge" lengthrange=".5 1.5"/>'
+    m = mujoco.MjModel.from_xml_string(SERVO.replace("</actuator>", muscle + "</actuator>"))
+    ps = ParameterSet(m, [Parameter("actuator_gainprm", "m", index=0), Parameter("actuator_gainprm", "mu", index=2)])
+    out = ps.write([7.5, 30.0])
+    assert out.actuator_gainprm[0, 0] == 7.5 and out.actuator_biasprm[0, 1] == -7.5
+    assert out.actuator_gainprm[1, 2] == out.actuator_biasprm[1, 2] == 30.0
+    for bad, match in (
+        (Parameter("actuator_biasprm", "m", index=1), r"position servo.*fit Parameter\('actuator_kp', 'm'\)"),
+        (Parameter("actuator_biasprm", "mu", index=2), r"muscle.*fit Parameter\('actuator_gainprm', 'mu', index=2\)"),
+        (Parameter("actuator_gainprm", "m", index=1), r"gain type fixed, which never reads actuator_gainprm\[1\]"),
+        (Parameter("actuator_kv", "mu"), "kv is a parameter of a <position>, <intvelocity> or <velocity> servo"),
+        (Parameter("geom_friction", "rod", index=0), "'rod' collide with nothing"),
+    ):
+        with pytest.raises(ParameterError, match=match):
+            ParameterSet(m, [bad])
 
 
 def test_a_geom_of_a_body_with_an_explicit_inertial_changes_its_shape_only():

@@ -12,11 +12,11 @@ included), by
 The start is the model's own values. Given ``held_out`` recordings, the same loss on them is
 evaluated every ``fit.eval_every`` steps; the fit returns the values where it was lowest (early
 stopping, with ``fit.patience``: stop after that many evaluations without improvement) and reports
-it. At the returned values the Gauss–Newton Hessian ``J^T J`` of the residual gives confidence
-intervals (``s^2 (J^T J)^-1``, ``s^2`` the residual variance, Student's t; approximate, because
-overlapping segments share samples), and its eigenvectors with eigenvalues below ``1e-9`` of the
-largest are reported as unidentifiable directions: combinations of parameters the recordings do
-not determine (their intervals are infinite).
+it. At the returned values the residual and its Jacobian give confidence intervals
+(:func:`confidence_intervals`: a cluster-robust sandwich over segments, since a recorded state's
+noise correlates the residuals of every segment that reads it), and the eigenvectors of ``J^T J``
+with eigenvalues below ``1e-9`` of the largest are reported as unidentifiable directions:
+combinations of parameters the recordings do not determine (their intervals are infinite).
 
 Knobs: :class:`FitConfig` (section ``fit``, YAML presets ``diffmjx/presets/fit_<name>.yaml``,
 ``fit.field=value`` overrides) and the simulation's :class:`diffmjx.Config`.
@@ -50,6 +50,7 @@ __all__ = [
     "FitConfig",
     "IdentifyResult",
     "Interval",
+    "confidence_intervals",
     "forward_config",
     "identify",
     "load_model",
@@ -169,6 +170,16 @@ class IdentifyResult(NamedTuple):
         setup_s: of which before the first step: compiling and evaluating the start (LM: the residual
             and its Jacobian; Adam: the loss).
         params: the :class:`~diffmjx.sysid.ParameterSet` (labels, start values, coordinates).
+        not_in_model: ``{key: why}`` of fitted values ``model`` cannot hold (sensor gain and bias:
+            MuJoCo has no such fields; a sensor delay without a history buffer); every other value is
+            written into MuJoCo's own fields (a servo's kp into its gain and bias, a delay into
+            ``sensor_delay`` with the sensor's history).
+        residual: the residual vector at the returned values (None with Adam and ``fit.intervals``
+            false); its sum of squares is ``loss``.
+        jacobian: its Jacobian with respect to the physical values (rows of ``residual``, columns
+            of ``params.labels``).
+        segments: ``(row segment, segment keys, horizon)``, :meth:`Problem.row_segments` and the
+            horizon: with ``residual`` and ``jacobian``, what :func:`confidence_intervals` reads.
     """
 
     values: dict[str, Any]
@@ -185,6 +196,10 @@ class IdentifyResult(NamedTuple):
     wall_s: float
     setup_s: float
     params: ParameterSet
+    not_in_model: dict[str, str]
+    residual: np.ndarray | None
+    jacobian: np.ndarray | None
+    segments: tuple | None
 
 
 def select_fit(fits):
@@ -335,6 +350,9 @@ def identify(
             f"the loss at the start is {loss_start}: the model's simulation of the recordings "
             "is not finite; check the recordings' states and controls"
         )
+    jac0 = state["j"] if fit.method == "lm" else (lm.evaluate(theta)[1] if fit.intervals else None)
+    if jac0 is not None:
+        _warn_no_effect(np.asarray(jac0), ps)
     track = _Track(ps, fit, held_fn, float(held_fn(theta)) if held_fn else math.inf)
     if fit.method == "adam":
         hist = runner.run(theta, track, fp, ckpt, progress)
@@ -346,12 +364,15 @@ def identify(
     theta_best = jnp.asarray(ps.to_theta(values))
     intervals: dict[str, Interval] = {}
     unident: list = []
+    residual = jacobian = segments = None
     if fit.method == "lm" or fit.intervals:
-        r, jac = lm.evaluate(theta_best)
-        loss_best = float(r @ r)
+        residual, jac = lm.evaluate(theta_best)
+        loss_best = float(residual @ residual)
         # the Jacobian in physical values: the coordinates map each component on its own
         _, dx = jax.jvp(ps.to_values, (theta_best,), (jnp.ones_like(theta_best),))
-        intervals, unident = _intervals(r, jac / np.asarray(dx)[None, :], ps, values, fit.confidence)
+        jacobian = jac / np.asarray(dx)[None, :]
+        segments = (*lm.problem.row_segments(), problem.horizon)
+        intervals, unident = confidence_intervals(residual, jacobian, ps.labels, values, fit.confidence, segments)
     else:
         loss_best = runner.loss(theta_best)
     held_best = float(held_fn(theta_best)) if held_fn else None
@@ -380,7 +401,26 @@ def identify(
         wall_s=wall,
         setup_s=setup,
         params=ps,
+        not_in_model=ps.not_in_model(values),
+        residual=residual,
+        jacobian=jacobian,
+        segments=segments,
     )
+
+
+def _warn_no_effect(jac: np.ndarray, ps: ParameterSet) -> None:
+    """Warn, naming them, of components whose Jacobian column is zero at the start: nothing in the
+    recordings moves with them (they end in ``unidentifiable`` with infinite intervals)."""
+    cols = np.linalg.norm(jac, axis=0)
+    dead = [lab for lab, c in zip(ps.labels, cols) if not c > 1e-12 * max(float(np.max(cols)), 1e-300)]
+    if dead:
+        warnings.warn(
+            f"{', '.join(dead)}: no effect on the simulated recordings at the start (a zero Jacobian column); "
+            "the recordings cannot determine them, so they stay at their starts with infinite intervals "
+            "(fit.unidentifiable). Remove them, or record motion that excites them (a contact for a "
+            "friction, a load for a gain)",
+            stacklevel=3,
+        )
 
 
 def forward_config(cfg: Config) -> Config:
@@ -497,6 +537,7 @@ class _LM:
 
     def __init__(self, problem: Problem, fit: FitConfig):
         self.fit = fit
+        self.problem = problem
         self.args = problem.arguments()
 
         def rj(theta, args):  # traced once: the residual rides along as the Jacobian's auxiliary output
@@ -687,9 +728,20 @@ class _Adam:
         }
 
 
-def _intervals(r: np.ndarray, jac: np.ndarray, ps: ParameterSet, values: np.ndarray, level: float):
+def confidence_intervals(r, jac, labels: Sequence[str], values, level: float = 0.95, segments=None):
     """Gauss–Newton confidence intervals and unidentifiable directions from the residual ``r`` and its
-    Jacobian ``jac`` in physical values."""
+    Jacobian ``jac`` in physical values (:attr:`IdentifyResult.residual`, ``.jacobian``,
+    ``.segments``): ``({label: Interval}, unidentifiable)`` as :func:`identify` reports them.
+
+    The covariance is the cluster-robust sandwich ``A^-1 B A^-1`` (``A = J^T J``; ``B`` sums
+    ``g_s g_t^T`` of the segments' gradient terms over every pair of segments of one recording that
+    share a recorded sample, ``segments`` = :meth:`Problem.row_segments`): a recorded state's noise
+    enters every prediction from it and every residual against it, so the residuals of a segment, and
+    of overlapping segments, are correlated, and ``s^2 A^-1`` (independent residuals, used where
+    ``segments`` is None) is too narrow. Each segment's term is ``J_s^T (I - H_s)^-1 r_s`` with its
+    leverage ``H_s = J_s A^-1 J_s^T`` taken out (the jackknife-like CR3 form: a few segments that
+    carry most of a parameter's information, a contact's bounces, would otherwise shrink their own
+    residuals). Student's t with the segments less the parameters as degrees of freedom."""
     from scipy import stats
 
     r, jac = np.asarray(r), np.asarray(jac)
@@ -698,20 +750,48 @@ def _intervals(r: np.ndarray, jac: np.ndarray, ps: ParameterSet, values: np.ndar
     w, v = np.linalg.eigh(jtj)
     top = max(float(w[-1]), 1e-300)
     null = w < 1e-9 * top
-    dof = max(n - p, 1)
-    s2 = float(r @ r) / dof
     inv = (v[:, ~null] / w[~null]) @ v[:, ~null].T
-    std = np.sqrt(np.maximum(np.diag(inv) * s2, 0.0))
+    if segments is None or len(segments[0]) != n:
+        dof = max(n - p, 1)
+        cov = inv * (float(r @ r) / dof)
+    else:
+        seg, keys, horizon = segments
+        g = np.zeros((len(keys), p))
+        cuts = np.flatnonzero(np.diff(seg)) + 1  # a segment's rows are contiguous
+        for rows in np.split(np.arange(n), cuts):
+            js = jac[rows]
+            lev = np.eye(len(rows)) - js @ inv @ js.T  # I - H: the segment's leverage taken out (CR3)
+            try:
+                rs = np.linalg.solve(lev, r[rows])
+            except np.linalg.LinAlgError:
+                rs = np.linalg.lstsq(lev, r[rows], rcond=None)[0]
+            g[seg[rows[0]]] = js.T @ rs
+        order = np.lexsort((keys[:, 1], keys[:, 0]))
+        g, keys = g[order], keys[order]
+        meat = g.T @ g
+        lag = 1
+        while lag < len(keys):  # sorted by recording and start: the pairs sharing a sample are the near lags
+            near = (keys[lag:, 0] == keys[:-lag, 0]) & (keys[lag:, 1] - keys[:-lag, 1] <= horizon)
+            if not near.any():
+                break
+            cross = g[lag:][near].T @ g[:-lag][near]
+            meat += cross + cross.T
+            lag += 1
+        mw, mv = np.linalg.eigh(meat)
+        meat = (mv * np.maximum(mw, 0.0)) @ mv.T
+        dof = max(len(keys) - p, 1)  # as cluster-robust covariances: clusters (segments) less the parameters
+        cov = inv @ meat @ inv
+    std = np.sqrt(np.maximum(np.diag(cov), 0.0))
     touched = np.any(np.abs(v[:, null]) > 1e-3, axis=1) if null.any() else np.zeros(p, bool)
     std = np.where(touched, np.inf, std)
     t = float(stats.t.ppf(0.5 + level / 2, dof))
     intervals = {
         lab: Interval(float(values[i]), float(values[i] - t * std[i]), float(values[i] + t * std[i]), float(std[i]))
-        for i, lab in enumerate(ps.labels)
+        for i, lab in enumerate(labels)
     }
     unident = []
     for j in np.flatnonzero(null):
         vec = v[:, j]
         order = np.argsort(-np.abs(vec))
-        unident.append((float(w[j] / top), {ps.labels[i]: float(vec[i]) for i in order if abs(vec[i]) > 1e-3}))
+        unident.append((float(w[j] / top), {labels[i]: float(vec[i]) for i in order if abs(vec[i]) > 1e-3}))
     return intervals, unident

@@ -52,7 +52,7 @@ def quat_to_mat(q, *, xp=jnp):
         q: quaternions, a JAX array (traced or not) or, with ``xp=numpy``, a NumPy array.
         xp: the array module that computes: ``jax.numpy`` (default) or ``numpy``.
     """
-    return problem._quat_mat(q, xp)
+    return problem.quat_mat(q, xp)
 
 
 def state_residuals(qpos, qvel, qpos_rec, qvel_rec, velocity_weight=0.0, *, xp=jnp):

@@ -59,12 +59,10 @@ import numpy as np
 
 from diffmjx import constants
 from diffmjx.impedance import MAXIMP, MINIMP
+from diffmjx.sysid import ties
+from diffmjx.sysid.ties import ParameterError
 
 __all__ = ["DELAY_START", "FIELDS", "Parameter", "ParameterError", "ParameterSet", "Transform"]
-
-
-class ParameterError(ValueError):
-    """A parameter that cannot be resolved against a model; the message names it and lists what exists."""
 
 
 class Transform(enum.Enum):
@@ -137,6 +135,17 @@ FIELDS: dict[str, _Field] = {
     "actuator_biasprm": _Field(_ACT, 10, *_ANY),
     "actuator_dynprm": _Field(_ACT, 10, *_ANY),
     "actuator_gear": _Field(_ACT, 6, *_ANY),
+    "actuator_kp": _Field(
+        _ACT, 1, *_POS, lo_open=True, leaf="", doc="a <position> / <intvelocity> servo's kp: gainprm[0] and -biasprm[1]"
+    ),
+    "actuator_kv": _Field(
+        _ACT,
+        1,
+        *_POS,
+        lo_open=True,
+        leaf="",
+        doc="a <velocity> servo's kv (gainprm[0] and -biasprm[2]) or a <position> servo's (-biasprm[2])",
+    ),
     "tendon_stiffness": _Field(_TENDON, 1, *_NONNEG),
     "tendon_damping": _Field(_TENDON, 1, *_NONNEG),
     "tendon_frictionloss": _Field(_TENDON, 1, *_NONNEG),
@@ -335,6 +344,7 @@ class _Resolved:
     hi: np.ndarray
     kinds: tuple[Transform, ...]  # per component, AUTO resolved
     labels: tuple[str, ...]  # per component
+    writes: tuple[ties.Write, ...] = ()  # where the components go in the mjx.Model (none: ties or the residual)
 
     @property
     def size(self) -> int:
@@ -392,8 +402,15 @@ def _resolve(m: mujoco.MjModel, p: Parameter) -> _Resolved:
                     + (f" ({f.doc})" if f.doc else "")
                 )
     flat = np.array([[r[0][c] for c in columns] for r in rows], int)
+    ties.check(m, p.key, p.field, elements, columns)
     values = _leaf_values(m, p.field) if f.leaf != "" else None
-    if p.field == "sensor_gain":
+    writes: list[ties.Write] = []
+    if f.leaf != "":
+        writes = [ties.Write(p.field if f.leaf is None else f.leaf, flat, 1.0, tuple(range(len(columns))))]
+        writes += ties.tie_writes(m, p.field, elements, columns)
+    if p.field in ("actuator_kp", "actuator_kv"):
+        writes, start_all = ties.servo_writes(m, p.key, p.field, elements)
+    elif p.field == "sensor_gain":
         start_all = np.ones(flat.shape)
     elif p.field == "sensor_bias":
         start_all = np.zeros(flat.shape)
@@ -457,7 +474,8 @@ def _resolve(m: mujoco.MjModel, p: Parameter) -> _Resolved:
             )
         lo[j], hi[j] = a, b
         kinds.append(_kind(p, labels[j], a, b))
-    return _Resolved(p, elements, tuple(columns), flat, np.asarray(start, np.float64), lo, hi, tuple(kinds), labels)
+    start = np.asarray(start, np.float64)
+    return _Resolved(p, elements, tuple(columns), flat, start, lo, hi, tuple(kinds), labels, tuple(writes))
 
 
 def _kind(p: Parameter, label: str, lo: float, hi: float) -> Transform:
@@ -554,6 +572,23 @@ class ParameterSet:
     def size(self) -> int:
         """Number of scalar components (the length of ``theta``)."""
         return len(self.start)
+
+    @property
+    def lower(self) -> np.ndarray:
+        """(size,) lower bounds of the components (``-inf`` where none)."""
+        return self._lo.copy()
+
+    @property
+    def upper(self) -> np.ndarray:
+        """(size,) upper bounds of the components (``inf`` where none)."""
+        return self._hi.copy()
+
+    def components(self, key: str) -> slice:
+        """Where parameter ``key``'s components lie in the flat values and coordinates."""
+        if key not in self.keys:
+            raise ParameterError(f"unknown parameter key {key!r}; the keys are: {', '.join(self.keys)}")
+        i = self.keys.index(key)
+        return slice(int(self._slices[i]), int(self._slices[i + 1]))
 
     def coords(self) -> dict[str, np.ndarray]:
         """The numbers :meth:`to_values` reads (start, bounds with infinities as 0, scale): pass them as
@@ -665,18 +700,15 @@ class ParameterSet:
         values = jnp.asarray(values)
         edits: dict[str, jax.Array] = {}
         for r, (a, b) in zip(self.resolved[variant], zip(self._slices[:-1], self._slices[1:])):
-            f = FIELDS[r.param.field]
-            if f.leaf == "":
-                continue  # body_inertial (ties) and sensor terms (the residual)
-            v = values[a:b]
+            v = values[a:b]  # no writes: body_inertial (mass ties) and sensor terms (the residual)
             if r.param.uniform:
                 v = jnp.broadcast_to(v, (len(r.columns),))
-            leaf = r.param.field if f.leaf is None else f.leaf
-            cur = edits.get(leaf)
-            if cur is None:
-                cur = jnp.ravel(_get(base, leaf)).astype(values.dtype)
-            cur = cur.at[r.flat.ravel()].set(jnp.tile(v, r.flat.shape[0]))
-            edits[leaf] = cur
+            for w in r.writes:  # the field, and the fields MuJoCo stores it in again (ties.py)
+                cur = edits.get(w.leaf)
+                if cur is None:
+                    cur = jnp.ravel(_get(base, w.leaf)).astype(values.dtype)
+                cur = cur.at[w.flat.ravel()].set(jnp.tile(w.factor * v[np.asarray(w.comps)], w.flat.shape[0]))
+                edits[w.leaf] = cur
         m = base.tree_replace({k: jnp.reshape(v, jnp.shape(_get(base, k))) for k, v in edits.items()})
         m = self.ties[variant].apply(m, values, base)
         if self.recompute_constants:
@@ -716,11 +748,11 @@ class ParameterSet:
         from diffmjx._mjx import mjx
 
         src = self.models[variant]
-        out = copy.deepcopy(src)
+        delays, _ = self._delays(values, variant)
+        out = self._with_history(delays, variant) if delays else copy.deepcopy(src)
         with jax.default_device(jax.local_devices(backend="cpu")[0]):
             new = self._model_jit(np.asarray(values, np.float64), mjx.put_model(src), variant)
-        leaves = (FIELDS[r.param.field].leaf for r in self.resolved[variant])
-        written = {r.param.field if leaf is None else leaf for r, leaf in zip(self.resolved[variant], leaves)} - {""}
+        written = {w.leaf for r in self.resolved[variant] for w in r.writes}
         for leaf in sorted(constants.WRITTEN_LEAVES | written):
             value = np.asarray(_get(new, leaf), np.float64)
             owner, _, attr = leaf.rpartition(".")
@@ -730,10 +762,63 @@ class ParameterSet:
                 np.copyto(target, value.reshape(target.shape))
             else:
                 setattr(holder, attr, float(value))
+        for i, delay in delays.items():
+            out.sensor_delay[i] = delay
+            out.sensor_history[i, 1] = 1  # linear interpolation between samples, as the residual's model
         if self.recompute_constants:
             d = mujoco.MjData(out)
             mujoco.mj_setConst(out, d)
         return out
+
+    def not_in_model(self, values, variant: int = 0) -> dict[str, str]:
+        """``{key: why}`` of the parameters :meth:`write` cannot put into the ``MjModel``: sensor gain and
+        bias (MuJoCo has no such fields), and a sensor delay without a history buffer to hold it (MuJoCo
+        allocates it when compiling: known only with the ``MjSpec``) or with one delay per dimension."""
+        _, why = self._delays(values, variant)
+        for p in self.params:
+            if p.field in ("sensor_gain", "sensor_bias"):
+                why[p.key] = (
+                    "MuJoCo has no sensor gain or bias: the measurement model is gain * sensordata + bias, "
+                    "with the values in fit.values"
+                )
+        return why
+
+    def _delays(self, values, variant: int) -> tuple[dict[int, float], dict[str, str]]:
+        """The sensor delays ``{sensor id: seconds}`` the model can hold, and why the others cannot."""
+        x = np.asarray(values, np.float64)
+        m, spec = self.models[variant], self.specs[variant]
+        delays, why = {}, {}
+        for r, (a, b) in zip(self.resolved[variant], zip(self._slices[:-1], self._slices[1:])):
+            if r.param.field != "sensor_delay":
+                continue
+            v = x[a:b]
+            if len(v) > 1 and not np.all(v == v[0]):
+                why[r.param.key] = "MuJoCo holds one delay per sensor; the fit has one per dimension (fit.values)"
+                continue
+            need = math.ceil(float(v[0]) / m.opt.timestep) + 1  # samples the interpolation reaches back
+            short = [i for i in r.elements if m.sensor_history[i, 0] < need]
+            if spec is None and short:
+                why[r.param.key] = (
+                    f"the delay needs a history of {need} samples (sensor nsample), which MuJoCo allocates "
+                    f"when compiling and the model has {int(m.sensor_history[short[0], 0])}: pass the MJCF path "
+                    f'or MjSpec to identify, or give the sensor nsample="{need}" in the MJCF'
+                )
+            else:
+                delays.update({i: float(v[0]) for i in r.elements})
+        return delays, why
+
+    def _with_history(self, delays: dict[int, float], variant: int) -> mujoco.MjModel:
+        """The variant's model with sensor history buffers long enough for ``delays`` (recompiled from
+        its ``MjSpec`` where they are not)."""
+        m, spec = self.models[variant], self.specs[variant]
+        need = {i: math.ceil(d / m.opt.timestep) + 1 for i, d in delays.items()}
+        if all(m.sensor_history[i, 0] >= n for i, n in need.items()):
+            return copy.deepcopy(m)
+        spec = spec.copy()
+        for i, n in need.items():
+            s = spec.sensors[i]
+            s.nsample, s.interp = max(int(s.nsample), n), 1
+        return spec.compile()
 
 
 def _get(m, leaf: str):

@@ -378,7 +378,7 @@ def identify_mujoco_sysid(
     scale = np.where(start != 0, np.abs(start), 1.0)
     pdict = sysid.ParameterDict()
     for i in range(ps.size):
-        a, b = _peer_box(ps._lo[i], ps._hi[i], start[i])
+        a, b = _peer_box(ps.lower[i], ps.upper[i], start[i])
         pdict.add(
             sysid.Parameter(
                 f"p{i}", np.array([start[i] / scale[i]]), np.array([a / scale[i]]), np.array([b / scale[i]])

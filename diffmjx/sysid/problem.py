@@ -19,6 +19,9 @@ held over each period), and :func:`state_residuals` compares them with the recor
 
 The residual vector is divided by ``sqrt(number of predicted states)``, so its sum of squares is the
 mean over segments and states of the squared residual: the segment loss of the paper's App. E.2.
+
+Why one file of this length: segment cutting, prediction, the residual and its row layout are one
+contract (what a fit evaluates), read together by every optimiser and by the intervals.
 """
 
 import dataclasses
@@ -50,6 +53,7 @@ __all__ = [
     "map_segments",
     "predict",
     "quat_log",
+    "quat_mat",
     "resolve_batching",
     "sensor_model",
     "state_residuals",
@@ -134,7 +138,8 @@ def _quat_rel(a, b, xp):
     return xp.concatenate([w, v], axis=-1)
 
 
-def _quat_mat(q, xp):
+def quat_mat(q, xp=jnp):
+    """Rotation matrices (..., 3, 3) of quaternions (..., 4) (w, x, y, z; normalised first)."""
     q = q / xp.linalg.norm(q, axis=-1, keepdims=True)
     w, x, y, z = (q[..., i] for i in range(4))
     rows = (
@@ -152,7 +157,7 @@ def state_residuals(layout: manifold.JointLayout, qpos, qvel, qpos_rec, qvel_rec
     if layout.quat_q.size:
         q, qr = qpos[..., layout.quat_q], qpos_rec[..., layout.quat_q]  # (..., k, 4)
         if w.orientation_metric == "matrix":
-            d = _quat_mat(q, xp) - _quat_mat(qr, xp)
+            d = quat_mat(q, xp) - quat_mat(qr, xp)
             rot = d.reshape(*d.shape[:-3], -1)
         else:
             rot = quat_log(_quat_rel(qr, q, xp), xp=xp).reshape(*q.shape[:-2], -1)
@@ -325,6 +330,24 @@ class Problem:
         self.layouts = [manifold.JointLayout.from_model(mv) for mv in self.params.models]
         self.states = sum(g.size for g in self.groups) * self.horizon
         self.batching_used = resolve_batching(self.batching, self.cfg)
+
+    def row_segments(self) -> tuple[np.ndarray, np.ndarray]:
+        """Which segment each row of :meth:`residuals` belongs to, and each segment's
+        ``(recording, first sample)``: ``(rows,)`` segment indices and ``(segments, 2)`` keys. Segments
+        of one recording that share a sample share its noise (:func:`diffmjx.sysid.identify`'s
+        intervals treat them as correlated)."""
+        seg, keys, first = [], [], 0
+        for g in self.groups:
+            layout = self.layouts[g.variant]
+            k = len(layout.lin_q) + (9 if self.weights.orientation_metric == "matrix" else 3) * len(layout.quat_q)
+            k += (
+                layout.nv if not (isinstance(self.weights.velocity, (int, float)) and self.weights.velocity == 0) else 0
+            )
+            k += 0 if g.sensordata is None else g.sensordata.shape[-1]
+            seg.append(np.repeat(np.arange(first, first + g.size), self.horizon * k))
+            keys.append(np.stack([g.recording, g.start], axis=1))
+            first += g.size
+        return np.concatenate(seg), np.concatenate(keys)
 
     def arguments(self, groups: Sequence[Group] | None = None) -> tuple:
         """What :meth:`residuals` reads besides ``theta``, as a pytree to pass into a compiled function

@@ -18,6 +18,9 @@ same all-reduced loss and gradient; process 0 alone writes the checkpoint and sh
 All knobs sit in :class:`~diffmjx.sysid.SysidConfig`: sections ``data``
 (:class:`~diffmjx.sysid.DataConfig`), ``train`` (:class:`~diffmjx.sysid.TrainConfig`) and ``sim``
 (the simulation's :class:`diffmjx.Config`).
+
+Why one file of this length: the Adam loop, its minibatch schedule, sharding and checkpoints are
+one resumable loop whose state is saved and restored as a whole.
 """
 
 import functools
