@@ -49,7 +49,7 @@ from diffmjx.dynamics import ctrl_bounds, forward_unchecked
 from diffmjx.integrate import rollout
 from diffmjx.jacobians import forward_config, linearize, tangent_size
 
-__all__ = ["ILQRState", "init", "iteration"]
+__all__ = ["ILQRState", "backward_pass", "init", "iteration"]
 
 MU_MIN, MU_MAX = 1e-9, 1e9
 CONTROL_FLOOR = 1e-6
@@ -125,7 +125,7 @@ def box_qp(Q, q, lo, hi, iterations: int = 12):
     return k, ~clamped(k)[0]
 
 
-def _backward(A, B, g, h, mu, n, lo, hi, box: bool, state: bool = False):
+def backward_pass(A, B, g, h, mu, n, lo, hi, box: bool, state: bool = False):
     """Riccati recursion backwards over the periods: gains ``k`` (H, nu), ``K`` (H, nu, n).
 
     ``lo``, ``hi`` (H, nu): the room each period's control has to its bounds. ``box``: the
@@ -287,7 +287,7 @@ def iteration(
         rollout's state at every period's end), and of candidate 0 (the model's own step) where
         ``descent`` is off, none lowers the cost and this is not a ``chord`` round."""
         ub, g, h, c0 = nom[0], *nom[4:]
-        backward = lambda mu: _backward(lin.A, lin.B, g, h, mu, n, lo - ub, hi - ub, box, state_regularization)
+        backward = lambda mu: backward_pass(lin.A, lin.B, g, h, mu, n, lo - ub, hi - ub, box, state_regularization)
         mus, alphas = _candidates(mu, line_search, u.dtype, search_mu)
         if search_mu:
             k, K = jax.vmap(backward)(mus)

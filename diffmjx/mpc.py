@@ -29,6 +29,10 @@ same steps compiled one by one.
 Batches of sampled plans are sharded over every visible device (a 1-D mesh on the sample axis)
 when their number divides evenly; :func:`closed_loop` replicates its state over the devices for
 that (call :func:`replicate` yourself when calling a planner's ``plan`` directly).
+
+Why one file of this length: :func:`make_planner`, :func:`closed_loop` and the loop they share are
+the planners' one driver (compiled plan, resumable closed loop, device placement, skipped-step
+accounting); split, the loop's private state would have to become public.
 """
 
 import math

@@ -90,7 +90,7 @@ def random_start(seed: int) -> sysid.CubeParams:
     return sysid.CubeParams(**{k: (v[0] if len(v) == 1 else v) for k, v in vals.items()})
 
 
-def _inits_override(p: sysid.CubeParams) -> str:
+def inits_override(p: sysid.CubeParams) -> str:
     items = ", ".join(f"{k}: {np.asarray(getattr(p, k)).tolist()}" for k in FREE)
     return f"train.inits={{{items}}}"
 
@@ -167,7 +167,7 @@ def run(
             ckpt = store / f"sysid-ext-adam-{_digest((key, n, start_name))}"
             if fresh:
                 shutil.rmtree(ckpt, ignore_errors=True)
-            run_cfg = cfg_n.override(_inits_override(start), f"train.checkpoint_dir={ckpt}")
+            run_cfg = cfg_n.override(inits_override(start), f"train.checkpoint_dir={ckpt}")
 
             label = f"Adam N={n} from {start_name}"
             if only is not None and only not in label:  # "selection scores" loads the finished fits

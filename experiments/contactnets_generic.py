@@ -26,7 +26,7 @@ import numpy as np
 
 from diffmjx import sysid
 from experiments import common
-from experiments.contactnets_extended import FREE, _inits_override, random_start
+from experiments.contactnets_extended import FREE, inits_override, random_start
 
 RECORD = common.RESULTS / "contactnets_params_record.json"
 
@@ -50,7 +50,7 @@ def main(argv=None) -> None:
             f"train.free=[{', '.join(FREE)}]",
             "data.horizon=4",
             "train.horizon=4",
-            _inits_override(random_start(4)),
+            inits_override(random_start(4)),
             f"train.steps_per_epoch={args.steps}",
         ),
     )

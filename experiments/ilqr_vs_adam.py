@@ -73,7 +73,7 @@ def _baoding(starts: int, implicit: bool = False):
     from experiments import myo_mpc
 
     _, m, d0, cost = myo.baoding(True)
-    sim = myo_mpc._sim(True)
+    sim = myo_mpc.planning_config(True)
     if implicit:
         sim = sim.override("solver.gradient=implicit")
     return m, [d0], cost, sim, {"horizon": 16, "learning_rate": 0.05, "clip_norm": 1.0}  # one start: the reset pose

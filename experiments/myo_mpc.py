@@ -158,7 +158,7 @@ def _stem(task: str, preset: str) -> str:
     return f"myo_mpc_{task}" if preset == "quick" else f"myo_mpc_{task}_{preset}"
 
 
-def _sim(cfd: bool) -> diffmjx.Config:
+def planning_config(cfd: bool) -> diffmjx.Config:
     sim = diffmjx.Config.paper().override("integrator.solver=mjx_euler", "collision.smooth=true")
     return sim.override(*common.PAPER_CFD, CFD_SOLIMP) if cfd else sim
 
@@ -195,7 +195,7 @@ def run(
         plant = None
         if spec.get("plan_contacts"):  # plan on the free bodies' contacts (and the capsules' among each other)
             plant, mx = mx, mjx.put_model(_planning_model(mj, spec["plan_contacts"]))
-        sim = _sim(cfd)
+        sim = planning_config(cfd)
         cfg = mpc.PlannerConfig.load(spec["planner"], [*spec["overrides"], *extra, *overrides])
         steps = spec["plan_steps"] * cfg.execute
         saved = checkpoints / f"{stem}_{name}_seed{seed}.npz"
@@ -252,7 +252,7 @@ def check_horizon(task: str, horizon: int, out: Path):
     rows = []
     for cfd in (False, True):
         _mj, mx, d0, cost = TASKS[task](cfd)
-        sim = _sim(cfd)
+        sim = planning_config(cfd)
         lo, hi = mpc.ctrl_bounds(mx)
         u = jnp.clip(jnp.full((horizon, mx.nu), 0.05), lo, hi)
         fn = jax.jit(jax.value_and_grad(lambda u: mpc.plan_cost(mx, d0, u, cost, sim)[0]))  # noqa: B023 (called within this iteration)
@@ -300,7 +300,7 @@ def gradient_modes(task: str, plan_steps: int, out: Path, seed: int = 0):
     cfg = mpc.PlannerConfig.load(spec["planner"], [*spec["overrides"], "kind=gradient"])
     rows, ref = [], None
     for name, extra in GRADIENT_MODES.items():
-        sim = _sim(False).override(*extra)
+        sim = planning_config(False).override(*extra)
         t = time.perf_counter()
         res = mpc.closed_loop(
             mx, d0, cost, mpc.make_planner(cfg, sim), plan_steps * cfg.execute, jax.random.PRNGKey(seed)
@@ -343,9 +343,9 @@ def check_start(task: str, out: Path, periods: int = 256):
 
     mj, mx, d0, cost = TASKS[task](False)
     lo, hi = mpc.ctrl_bounds(mx)
-    _, traj = jax.jit(lambda d: mpc.plan_cost(mx, d, jnp.clip(jnp.zeros((periods, mx.nu)), lo, hi), cost, _sim(False)))(
-        d0
-    )
+    _, traj = jax.jit(
+        lambda d: mpc.plan_cost(mx, d, jnp.clip(jnp.zeros((periods, mx.nu)), lo, hi), cost, planning_config(False))
+    )(d0)
     free = [mj.jnt_qposadr[j] for j in range(mj.njnt) if mj.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE]
     lowest = lambda q: min((float(q[a + 2]) for a in free), default=float("nan"))
     rows = [

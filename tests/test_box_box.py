@@ -425,9 +425,9 @@ def test_slots_keep_every_distinct_polygon_point_up_to_eight():
     turned 45 degrees on another's face; clipping reports each vertex twice) gives eight contacts,
     each point once at its depth; a point that does not penetrate takes no slot, and one that starts
     to enters at zero depth, so the slots' load (total depth and moment) moves continuously."""
-    from diffmjx.collision.box_box import SLOTS, _slots
+    from diffmjx.collision.box_box import SLOTS, fill_slots
 
-    slots = jax.jit(functools.partial(_slots, n=SLOTS))
+    slots = jax.jit(functools.partial(fill_slots, n=SLOTS))
     angle = np.pi / 8 + np.arange(8) * np.pi / 4
     octagon = np.c_[np.cos(angle), np.sin(angle), np.zeros(8)] * 0.1
     depth = np.linspace(3e-4, 1e-4, 8)

@@ -333,7 +333,7 @@ def test_plane_cylinder_deepest_keeps_its_rim_contacts_still_through_upright():
     beyond three times that tilt they are MJX's own."""
     from types import SimpleNamespace
 
-    from diffmjx.collision.pairs import UPRIGHT_TILT, _cylinder_candidates, plane_cylinder_deepest
+    from diffmjx.collision.pairs import UPRIGHT_TILT, cylinder_candidates, plane_cylinder_deepest
 
     radius, half, depth = 0.05, 0.04, 3e-3
     plane = SimpleNamespace(pos=jnp.zeros(3), mat=jnp.eye(3))
@@ -352,7 +352,7 @@ def test_plane_cylinder_deepest_keeps_its_rim_contacts_still_through_upright():
 
     @jax.jit
     def stock(tilt):  # MJX's rim direction: the same candidates without the anchor
-        _, _, (p1, _, p2b, _), _ = _cylinder_candidates(plane, cylinder(tilt), None)
+        _, _, (p1, _, p2b, _), _ = cylinder_candidates(plane, cylinder(tilt), None)
         return jnp.stack([p1, p2b])
 
     tilts = np.linspace(-4 * UPRIGHT_TILT, 4 * UPRIGHT_TILT, 801)  # through upright, steps of 1e-4 rad

@@ -401,3 +401,41 @@ def test_long_library_modules_state_why():
         if text.count("\n") > LONG_MODULE and LONG_REASON not in (ast.get_docstring(ast.parse(text)) or ""):
             unexplained.append(f"{path.relative_to(ROOT)} ({text.count(chr(10))} lines)")
     assert not unexplained, f"long modules without a stated reason: {', '.join(unexplained)}"
+
+
+def private_crossings(root: Path = ROOT) -> list[str]:
+    """Every use of a project module's private name (``_name``) from another file: ``from m import
+    _name`` or ``m._name`` where ``m`` was imported as a project module. ``diffmjx._mjx``, the one
+    gateway into MJX's internals, is a module, not a private name, and may be imported."""
+    out = []
+    files = [p for pkg in (*PACKAGES, "tests") for p in sorted((root / pkg).rglob("*.py"))]
+    for path in files:
+        tree = ast.parse(path.read_text(), filename=str(path))
+        where = path.relative_to(root)
+        modules: set[str] = set()  # local names bound to project modules
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in PACKAGES:
+                for a in node.names:
+                    if a.name.startswith("_") and not (a.name == "_mjx" or a.name.startswith("__")):
+                        out.append(f"{where}:{node.lineno} imports {node.module}.{a.name}")
+                    elif not a.name[:1].isupper():
+                        modules.add(a.asname or a.name)  # a submodule or a function: attribute access below
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.split(".")[0] in PACKAGES:
+                        modules.add(a.asname or a.name.split(".")[0])
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in modules
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+                and node.attr != "_mjx"
+            ):
+                out.append(f"{where}:{node.lineno} uses {node.value.id}.{node.attr}")
+    return out
+
+
+def test_no_private_name_crosses_a_module_boundary():
+    assert private_crossings() == []

@@ -24,6 +24,9 @@ which clipped points count as valid (penetrating by more than 1e-6 m; a newly va
 still displace another from its slot), the sign of each axis (it flips only for boxes
 interpenetrating past their centres), and the exclusion of near-parallel edge pairs (faded out,
 steeply).
+
+Why one file of this length: the smoothed box-box pipeline (separating axes, reference face,
+clipping, contact slots) is one collision function whose stages share their frames and masks.
 """
 
 from __future__ import annotations
@@ -206,7 +209,7 @@ _MERGE_WIDTH = 1e-4  # m: polygon vertices closer than this share their depth (s
 _EDGE_MARGIN = 0.05  # C engine: a nearly parallel edge axis must separate better by this share of the face's overlap
 
 
-def _slots(pts, depth, valid, n):
+def fill_slots(pts, depth, valid, n):
     """The distinct valid polygon points, deepest first, in ``n`` slots: the indices of the
     points taken (n,) and whether each slot is used (n,). A box's face clipped by another's has at
     most eight vertices (MJX's clipping reports each twice), so with ``n = 8`` every one is a
@@ -329,7 +332,7 @@ def box_box_clipped(b1, b2, sharpness=None):
     inc_i = jnp.where(own_a, jnp.argmin(normals_b @ ref_n), jnp.argmin(normals_a @ ref_n))
     on_ref, depth, inside, ref_norm = _clip_faces(own_a, ref_i, inc_i, faces_a, faces_b, normals_a, normals_b)
     valid = inside & (depth > 0.0)
-    top, new = _slots(on_ref, depth, valid, SLOTS)
+    top, new = fill_slots(on_ref, depth, valid, SLOTS)
     share = _shares(on_ref, depth, valid, jnp.maximum(_MERGE_WIDTH, blend))[top]
     face_pts, face_depth = on_ref[top], jnp.where(new, depth[top], 0.0)
     face_pos = face_pts - 0.5 * face_depth[:, None] * ref_norm

@@ -104,7 +104,7 @@ so the turn is moved to one tilt of this size in one direction, away from uprigh
 cylinders come to rest."""
 
 
-def _cylinder_candidates(plane, cyl, sharpness, anchored=False):
+def cylinder_candidates(plane, cyl, sharpness, anchored=False):
     """The plane-cylinder contact candidates: the near disk's lowest rim point, its two rim points at
     +-120 deg and the far disk's lowest rim point, as ``(n, (d1, d2, d3), (p1, p2, p2b, p3), prj)``.
 
@@ -147,11 +147,11 @@ def plane_cylinder(plane, cyl, sharpness):
 
     (1) Lying almost parallel (``|n . axis| * half_length < 1 mm``) MJX swaps its second contact
     for the lowest point of the far disk; here the two candidates are blended by a sigmoid in that
-    quantity. (2) Standing upright: see :func:`_cylinder_candidates`. MJX's rule itself is kept: the
+    quantity. (2) Standing upright: see :func:`cylinder_candidates`. MJX's rule itself is kept: the
     far disk's point fades in over a fraction of a millimetre of tilt, at whatever depth it has
     (``collision.plane_cylinder=mjx``; :func:`plane_cylinder_deepest` does not).
     """
-    n, (d1, d2, d3), (p1, p2, p2b, p3), prj = _cylinder_candidates(plane, cyl, sharpness)
+    n, (d1, d2, d3), (p1, p2, p2b, p3), prj = cylinder_candidates(plane, cyl, sharpness)
     lying = 1.0 - soft_step(jnp.abs(prj), 1e-3, 4.0 / sharpness)
     dist = jnp.stack([d1, lying * d3 + (1.0 - lying) * d2, d2])
     pos = jnp.stack([p1, lying * p3 + (1.0 - lying) * p2, p2b])
@@ -173,7 +173,7 @@ def plane_cylinder_deepest(plane, cyl, sharpness=None):
     anchored to the body (:data:`UPRIGHT_TILT`), so that a cylinder rocking on its end does not
     swing its contacts round the disk.
     """
-    n, (d1, d2, d3), (p1, p2, p2b, p3), _ = _cylinder_candidates(plane, cyl, sharpness, anchored=True)
+    n, (d1, d2, d3), (p1, p2, p2b, p3), _ = cylinder_candidates(plane, cyl, sharpness, anchored=True)
     if sharpness is None:
         far = (d3 < d2).astype(d1.dtype)
     else:
