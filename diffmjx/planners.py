@@ -12,6 +12,9 @@ drive them and know none by name. Adding a planner is one class here and one ent
 - :class:`ILQRMethod` (``ilqr``): iLQR iterations (:mod:`diffmjx.ilqr`).
 
 Everything public here is re-exported by :mod:`diffmjx.mpc`.
+
+Why one file of this length: the four planner kinds share their knobs (:class:`PlannerConfig`) and
+the registry; each class is under about 90 lines.
 """
 
 import dataclasses
@@ -103,7 +106,9 @@ class PlannerConfig(Section, Preset):
         time_budget: seconds of wall time per plan step in :func:`~diffmjx.mpc.closed_loop`: its
             iterations stop before the next would take the plan step past the budget (at least one
             runs; ``iterations`` stays the most), so planners compare at equal time per plan step;
-            null: ``iterations`` always. ``plan`` (one traced program) ignores it.
+            null: ``iterations`` always. Sampling under a budget draws further batches of
+            ``sample_batch`` candidates as its iterations (:class:`SamplingMethod`). ``plan`` (one
+            traced program) runs every iteration (sampling: every batch) and ignores the clock.
         keep_best: execute the lowest-cost iterate of the gradient iterations (gradient, hybrid), and
             accept only iLQR steps that lower the cost (ilqr); false: the last gradient iterate (if
             finite), and iLQR's full step where no step lowers the cost. Keeping the best never executes a plan worse than
@@ -264,11 +269,12 @@ def ctrl_width(m):
     return jnp.where(jnp.isfinite(hi - lo), hi - lo, 1.0)
 
 
-def _sample(m, d, nominal, cost, key, dt0, cfg: PlannerConfig, sim: Config):
+def _sample(m, d, nominal, cost, key, dt0, cfg: PlannerConfig, sim: Config, keep_nominal: bool = True):
     lo, hi = ctrl_bounds(m)
     width = ctrl_width(m)
     noise = coloured_noise(key, (cfg.samples, *nominal.shape), cfg.noise_beta) * cfg.noise_scale * width
-    cands = jnp.clip(nominal[None] + noise, lo, hi).at[0].set(nominal)
+    cands = jnp.clip(nominal[None] + noise, lo, hi)
+    cands = cands.at[0].set(nominal) if keep_nominal else cands
     cands = _shard_samples(cands, cfg)
     one = lambda u: plan_cost(m, d, u, cost, sim, dt0)[0]
     if cfg.sample_batch is None or cfg.sample_batch >= cfg.samples:
@@ -343,23 +349,54 @@ class GradientMethod:
         return jnp.where(better, carry.u, carry.best_u), jnp.where(better, last, carry.best_c)
 
 
+class _Sampled(NamedTuple):
+    """Carry of predictive sampling under a time budget: the nominal plan, the next batch's key, and
+    the cheapest candidate so far."""
+
+    nominal: jax.Array
+    key: jax.Array
+    best_u: jax.Array
+    best_c: jax.Array
+
+
 class SamplingMethod(GradientMethod):
-    """``sampling``: predictive sampling, no iterations (the best sample is the plan)."""
+    """``sampling``: predictive sampling, the cheapest of ``samples`` candidates around the nominal plan.
+
+    Without ``time_budget`` there are no iterations. Under one (in :func:`~diffmjx.mpc.closed_loop`)
+    each iteration draws another batch of ``sample_batch`` candidates (``samples`` if unset) around
+    the same nominal plan, at most ``iterations`` batches, until the budget is spent: sampling fills
+    the plan step's time as the iterative planners do, at equal time by construction."""
 
     def __init__(self, cfg: PlannerConfig, sim: Config):
         super().__init__(cfg, sim)
-        self.iterations = 0
+        self.iterations = 0 if cfg.time_budget is None else cfg.iterations
 
     def init(self, m, d, nominal, cost, key, dt0):
         u, c, costs = _sample(m, d, nominal, cost, key, dt0, self.cfg, self.sim)
+        if self.iterations:
+            return _Sampled(nominal, jax.random.split(key)[0], u, c), costs
         return _Descent(u, _optimizer(self.cfg).init(u), u, c), costs
+
+    def step(self, m, d, carry, cost, dt0):
+        """One more batch of candidates; the cheapest so far kept."""
+        key, sub = jax.random.split(carry.key)
+        batch = dataclasses.replace(self.cfg, samples=self.cfg.sample_batch or self.cfg.samples)
+        u, c, _ = _sample(m, d, carry.nominal, cost, sub, dt0, batch, self.sim, keep_nominal=False)
+        better = c < carry.best_c
+        best_u, best_c = jnp.where(better, u, carry.best_u), jnp.where(better, c, carry.best_c)
+        return _Sampled(carry.nominal, key, best_u, best_c), (c, jnp.isfinite(c))
+
+    def finish(self, m, d, carry, cost, dt0):
+        """The cheapest candidate."""
+        return carry.best_u, carry.best_c
 
 
 class HybridMethod(GradientMethod):
     """``hybrid``: predictive sampling, then gradient iterations from the best sample."""
 
     def init(self, m, d, nominal, cost, key, dt0):
-        return SamplingMethod.init(self, m, d, nominal, cost, key, dt0)
+        u, c, costs = _sample(m, d, nominal, cost, key, dt0, self.cfg, self.sim)
+        return _Descent(u, _optimizer(self.cfg).init(u), u, c), costs
 
 
 class ILQRMethod:

@@ -27,17 +27,18 @@ the executed controls run on MuJoCo's C engine at 1 ms (:func:`diffmjx.mpc.close
 ``mujoco.MjModel`` plant): the "real system". Planners, each with :class:`diffmjx.mpc.PlannerConfig`'s
 defaults except its kind, the task's horizon, ``execute=4`` and the time budget:
 
-* ``sampling``: predictive sampling, 64 samples (the default) evaluated in batches of 8 (the CPU
-  setting of docs/mpc.md), more where the budget is longer (below);
+* ``sampling``: predictive sampling in batches of 8 candidates (the CPU setting of docs/mpc.md),
+  batch after batch until the budget is spent (:class:`diffmjx.mpc.SamplingMethod` under
+  ``planner.time_budget``);
 * ``gradient``: Adam iterations within the budget, no contacts from distance;
 * ``gradient_cfd``: the same with contacts from distance (``cfd.enabled=true``, its defaults);
 * ``ilqr_cfd``: iLQR iterations within the budget, with contacts from distance;
 * ``hybrid_cfd``: 32 samples, then Adam iterations within the budget, with contacts from distance.
 
 Equal time: each task's budget per plan step (:func:`calibrate`) is the longest of sampling's plan
-step with 64 samples and every iterative planner's plan step with one iteration; the iterative
-planners iterate until the budget is spent (``planner.time_budget``), and sampling gets the samples
-that fill it. The measured times and their ratio to the budget are reported.
+step with 64 samples and every iterative planner's plan step with one iteration; every planner
+iterates until the budget is spent (``planner.time_budget``; sampling's iterations are further
+batches of 8 candidates). The measured times and their ratio to the budget are reported.
 
 Writes ``docs/results/planner_suite.csv`` (one row per task, planner and start: success, final
 error (and its score: the largest error in units of its tolerance, a success below 1), executed cost, time per plan step and its ratio to the budget, iterations, JIT time),
@@ -75,7 +76,7 @@ PLANT_STEP = 0.001  # the C engine's timestep, s
 EXECUTE = 4
 EFFORT = 1e-3
 PLANNERS = {  # name -> (planner overrides, contacts from distance, runs within the budget)
-    "sampling": (("kind=sampling",), False, False),
+    "sampling": (("kind=sampling", "samples=8", "iterations=1000"), False, True),
     "gradient": (("kind=gradient", "iterations=1000"), False, True),
     "gradient_cfd": (("kind=gradient", "iterations=1000"), True, True),
     "ilqr_cfd": (("kind=ilqr", "iterations=100"), True, True),
@@ -351,9 +352,9 @@ def planner_config(name: str, planner: str, budget: float | None, samples: int =
     the time budget (iterative planners) or the samples (sampling), then ``extra`` overrides."""
     overrides, _, timed = PLANNERS[planner]
     cfg = mpc.PlannerConfig().override(f"horizon={TASKS[name].horizon}", f"execute={EXECUTE}", SAMPLE_BATCH, *overrides)
-    if timed:
+    if timed and budget is not None:
         cfg = cfg.override(f"time_budget={budget}")
-    elif samples != cfg.samples:
+    elif planner == "sampling":  # calibration: the default 64 samples in one plan step, no budget
         cfg = cfg.override(f"samples={samples}")
     return cfg.override(*extra)
 
@@ -567,13 +568,14 @@ def frames(results: dict, out, name: str, seed: int = 0) -> None:
 
 
 def calibrate(name: str, fresh: bool) -> tuple[float, int]:
-    """The task's time budget per plan step and the sampling planner's samples to fill it.
+    """The task's time budget per plan step, and the samples that would fill it in one plan step.
 
     Short closed loops (one start, two plan steps) time predictive sampling with the default 64
     samples and every iterative planner with a single iteration per plan step. The budget is the
-    longest of these, so that every planner can run its method at least once per plan step; where
-    it exceeds sampling's time by more than a fifth, sampling gets proportionally more samples (a
-    multiple of 8). The same programs serve the runs, so this also compiles them."""
+    longest of these, so that every planner can run its method at least once per plan step. The
+    samples (64, or proportionally more, a multiple of 8, where the budget exceeds sampling's time by
+    more than a fifth) were sampling's fixed count before it drew batches under the budget; they stay
+    in the saved loops' keys."""
     scene = scenes.path(TASKS[name].scene).read_text()
     key = lambda planner, budget: (name, "calibrate", planner, budget, SIM, CFD, PLANT_STEP, EXECUTE, EFFORT, scene)
     ms = lambda r: float(np.median(r["plan_time_s"]))
@@ -583,7 +585,7 @@ def calibrate(name: str, fresh: bool) -> tuple[float, int]:
     t_s = ms(sampling)
     times = [t_s]
     for planner, (_, _, timed) in PLANNERS.items():
-        if timed:
+        if timed and planner != "sampling":
             r = common.stage(
                 "planner_suite",
                 key(planner, 1e-6),
@@ -637,12 +639,20 @@ def closed_loops(tasks, planners, seeds, quick: bool = False, extra: tuple = (),
                         "ms_per_plan_step": round(ms, 1),
                         "time_ratio": round(ms / (1e3 * budget), 3),
                         "iterations": float(np.median(r["iterations"])),
-                        "samples": samples if planner == "sampling" else (32 if planner == "hybrid_cfd" else 0),
+                        "samples": _samples(planner, r["iterations"]),
                         "skipped": r["skipped"],
                         "jit_s": round(r["jit_time_s"], 1),
                     }
                 )
     return rows, results
+
+
+def _samples(planner: str, iterations) -> float:
+    """Candidates sampling evaluates per plan step (median): a first batch of 8 and one per iteration;
+    the hybrid's 32; none for the others."""
+    if planner == "sampling":
+        return 8.0 * (1.0 + float(np.median(iterations)))
+    return 32.0 if planner == "hybrid_cfd" else 0.0
 
 
 def _knob_key(cfg: mpc.PlannerConfig, base: mpc.PlannerConfig) -> tuple:

@@ -242,11 +242,11 @@ def _random_lq(rng, H=5, n=4, nu=2):
 def _gains_step(A, B, g, h, mu, state):
     """The controls' step and the states it moves: iLQR's backward pass, then its gains rolled out
     through the linear system from an unperturbed start."""
-    from diffmjx.ilqr import _backward
+    from diffmjx.ilqr import backward_pass
 
     H, n, nu = B.shape
     zero = np.zeros((H, nu))
-    k, K = _backward(*(jnp.asarray(a) for a in (A, B, g, h)), mu, n, zero, zero, False, state)
+    k, K = backward_pass(*(jnp.asarray(a) for a in (A, B, g, h)), mu, n, zero, zero, False, state)
     dx, dus, dxs = np.zeros(n), [], []
     for t in range(H):
         du = np.asarray(k[t]) + np.asarray(K[t]) @ dx
@@ -365,6 +365,23 @@ def test_closed_loop_resumes_from_its_checkpoint(slider, tmp_path):
     other = mpc.make_planner(dataclasses.replace(cfg, noise_scale=0.5), SIM)
     with pytest.raises(ValueError, match="another closed loop"):
         mpc.closed_loop(mx, d0, cost, other, steps=8, key=key, progress=False, checkpoint=path)
+
+
+def test_sampling_under_a_time_budget_draws_more_batches_and_never_a_worse_plan(slider):
+    """With ``time_budget``, sampling's iterations are further batches of ``sample_batch``
+    candidates (at most ``iterations``), so it fills a plan step as the iterative planners do; the
+    first batch is the unbudgeted planner's own, so its first plan is never worse."""
+    mx, d0 = slider
+    cfg = mpc.PlannerConfig(kind="sampling", horizon=8, execute=4, samples=4, sample_batch=4, noise_scale=0.3)
+    key = jax.random.PRNGKey(5)
+    plain = mpc.closed_loop(mx, d0, cost, mpc.make_planner(cfg, SIM), steps=4, key=key, progress=False)
+    timed_cfg = dataclasses.replace(cfg, time_budget=60.0, iterations=3)
+    timed = mpc.closed_loop(mx, d0, cost, mpc.make_planner(timed_cfg, SIM), steps=4, key=key, progress=False)
+    assert plain.iterations.tolist() == [0] and timed.iterations.tolist() == [3]
+    assert timed.plan_cost[0] <= plain.plan_cost[0]
+    tight = dataclasses.replace(cfg, time_budget=1e-6, iterations=3)  # the budget stops it after one batch
+    short = mpc.closed_loop(mx, d0, cost, mpc.make_planner(tight, SIM), steps=4, key=key, progress=False)
+    assert short.iterations.tolist() == [1]
 
 
 def vector_cost(d, ctrl):
