@@ -46,18 +46,21 @@ def near_table_segments(n: int, horizon: int = 4):
 # `--dist loadfile` each worker takes the next file when it is free, so starting with the largest
 # leaves the two workers finishing together instead of one idle while the other runs a late, heavy file.
 HEAVY_FIRST = (
+    "test_mpc.py",
+    "test_contact_tasks.py",
     "test_solver.py",
     "test_sysid_generic.py",
     "test_integrators.py",
     "test_cfd.py",
-    "test_mpc.py",
-    "test_collision.py",
     "test_linearize.py",
-    "test_box_box.py",
     "test_cube_toss.py",
+    "test_collision.py",
+    "test_box_box.py",
+    "test_guide_pages.py",
     "test_collision_sdf.py",
-    "test_contact_tasks.py",
     "test_myo.py",
+    "test_guide_example.py",
+    "test_api_docs.py",
 )
 
 

@@ -370,7 +370,9 @@ def test_closed_loop_resumes_from_its_checkpoint(slider, tmp_path):
 def test_sampling_under_a_time_budget_draws_more_batches_and_never_a_worse_plan(slider):
     """With ``time_budget``, sampling's iterations are further batches of ``sample_batch``
     candidates (at most ``iterations``), so it fills a plan step as the iterative planners do; the
-    first batch is the unbudgeted planner's own, so its first plan is never worse."""
+    first batch is the unbudgeted planner's own, so its first plan is never worse. (Where the budget
+    stops the iterations is the closed loop's own rule, tested for every kind by
+    ``test_closed_loop_executes_on_the_c_engine_and_stops_iterating_at_its_time_budget``.)"""
     mx, d0 = slider
     cfg = mpc.PlannerConfig(kind="sampling", horizon=8, execute=4, samples=4, sample_batch=4, noise_scale=0.3)
     key = jax.random.PRNGKey(5)
@@ -379,9 +381,6 @@ def test_sampling_under_a_time_budget_draws_more_batches_and_never_a_worse_plan(
     timed = mpc.closed_loop(mx, d0, cost, mpc.make_planner(timed_cfg, SIM), steps=4, key=key, progress=False)
     assert plain.iterations.tolist() == [0] and timed.iterations.tolist() == [3]
     assert timed.plan_cost[0] <= plain.plan_cost[0]
-    tight = dataclasses.replace(cfg, time_budget=1e-6, iterations=3)  # the budget stops it after one batch
-    short = mpc.closed_loop(mx, d0, cost, mpc.make_planner(tight, SIM), steps=4, key=key, progress=False)
-    assert short.iterations.tolist() == [1]
 
 
 def vector_cost(d, ctrl):

@@ -443,14 +443,20 @@ SERVO = PENDULUM.replace(
 def test_servo_kp_and_sensor_terms_are_identified_into_the_model():
     """A ``<position>`` servo's kp from 30 % off as one parameter (MuJoCo stores it as gainprm[0] and
     -biasprm[1]), and a position sensor that reads 1.2 x the angle 4 ms late, plus 0.05 (gain, bias
-    and delay from their neutral starts; the readings made by the residual's measurement model). The
-    fitted model holds kp in both fields and the delay in ``sensor_delay`` with a history buffer (the
-    C engine then reads the angle 4 ms late); what MuJoCo cannot hold is listed."""
+    and delay from their neutral starts), from readings with noise (0.1 mrad on the angle, 1e-3 on
+    velocities and the sensor): kp within 1 %, every 95 % interval holding the truth; the fitted
+    model holds kp in both fields and the delay in ``sensor_delay`` with a history buffer, which the
+    C engine then reads; what MuJoCo cannot hold is listed."""
     truth = mujoco.MjModel.from_xml_string(SERVO)
     ctrl = np.repeat(np.random.default_rng(4).uniform(-1, 1, (9, 1)), 5, axis=0)[:40]
     rec = record(truth, [0.5], [0.0], ctrl, 0.01)
+    sensed = sysid.problem.sensor_model(rec.sensordata, 1.2, 0.05, 0.004, rec.dt, xp=np)
+    rng = np.random.default_rng(7)
     rec = dataclasses.replace(
-        rec, sensordata=sysid.problem.sensor_model(rec.sensordata, 1.2, 0.05, 0.004, rec.dt, xp=np)
+        rec,
+        qpos=rec.qpos + 1e-4 * rng.normal(size=rec.qpos.shape),
+        qvel=rec.qvel + 1e-3 * rng.normal(size=rec.qvel.shape),
+        sensordata=sensed + 1e-3 * rng.normal(size=sensed.shape),
     )
     params = [
         Parameter("actuator_kp", "m"),
@@ -460,10 +466,12 @@ def test_servo_kp_and_sensor_terms_are_identified_into_the_model():
     ]
     spec = mujoco.MjSpec.from_string(SERVO.replace('kp="6"', 'kp="4.2"'))
     r = sysid.identify(spec, params, [rec], fit=sysid.FitConfig(horizon=5, steps=20), progress=False)
-    assert r.values["actuator_kp:m"] == pytest.approx(6.0, rel=1e-4)
-    assert r.values["sensor_gain:angle"] == pytest.approx(1.2, rel=1e-5)
-    assert r.values["sensor_bias:angle"] == pytest.approx(0.05, rel=1e-5)
-    assert r.values["sensor_delay:angle"] == pytest.approx(0.004, rel=1e-4)
+    assert r.values["actuator_kp:m"] == pytest.approx(6.0, rel=0.01)
+    truths = {"actuator_kp:m": 6.0, "sensor_gain:angle": 1.2, "sensor_bias:angle": 0.05, "sensor_delay:angle": 0.004}
+    for key, true in truths.items():
+        iv = r.intervals[key]
+        assert abs(iv.value - true) < 0.75 * (iv.upper - iv.value), (key, iv)  # inside, with a margin
+        assert iv.upper - iv.lower < 0.1 * abs(true) + 0.01, (key, iv)
     m = r.model
     assert m.actuator_gainprm[0, 0] == -m.actuator_biasprm[0, 1] == r.values["actuator_kp:m"]
     assert m.actuator_biasprm[0, 2] == -0.2  # kv untouched
@@ -472,29 +480,14 @@ def test_servo_kp_and_sensor_terms_are_identified_into_the_model():
     d = mujoco.MjData(m)
     d.qpos[0] = 0.5
     angle, read = [], []
-    for _ in range(20):  # a reading is of the state the step starts from: 4 ms is two 2 ms steps back
+    for _ in range(20):  # a reading is of the state its step starts from, ``delay`` earlier, interpolated
         angle.append(d.qpos[0])
         mujoco.mj_step(m, d)
         read.append(d.sensordata[0])
-    np.testing.assert_allclose(read[2:], angle[:-2], rtol=0, atol=1e-5)
-    # the same fit on noisy readings (1 mrad on the angle, 0.01 on velocities and the sensor): every
-    # 95 % interval holds the truth (the program is the one above, from the compilation cache)
-    rng = np.random.default_rng(7)
-    noisy = dataclasses.replace(
-        rec,
-        qpos=rec.qpos + 1e-3 * rng.normal(size=rec.qpos.shape),
-        qvel=rec.qvel + 1e-2 * rng.normal(size=rec.qvel.shape),
-        sensordata=rec.sensordata + 1e-2 * rng.normal(size=rec.sensordata.shape),
-    )
-    r = sysid.identify(spec, params, [noisy], fit=sysid.FitConfig(horizon=5, steps=20), progress=False)
-    for key, true, width in (
-        ("actuator_kp:m", 6.0, 1.2),
-        ("sensor_gain:angle", 1.2, 0.2),
-        ("sensor_bias:angle", 0.05, 0.05),
-    ):
-        iv = r.intervals[key]
-        assert abs(iv.value - true) < 0.75 * (iv.upper - iv.value), (key, iv)  # inside, with a margin
-        assert iv.upper - iv.lower < width, (key, iv)
+    back = m.sensor_delay[0] / m.opt.timestep  # about two 2 ms steps
+    n, f = int(back), back - int(back)
+    want = [(1 - f) * angle[k - n] + f * angle[k - n - 1] for k in range(n + 1, 20)]
+    np.testing.assert_allclose(read[n + 1 :], want, rtol=0, atol=1e-9)
 
 
 def test_fields_mujoco_stores_twice_are_tied_or_refused():
