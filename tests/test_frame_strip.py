@@ -56,6 +56,7 @@ def run_dir(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow  # suite budget: by default test_strip_is_skipped_before_any_run checks the frames command's guard
 def test_strip_is_skipped_with_a_message_without_a_working_backend(run_dir):
     # MUJOCO_GL=disable: MuJoCo imports without any OpenGL context, so every render fails
     run = _frames(run_dir, MUJOCO_GL="disable")
@@ -69,7 +70,7 @@ def test_strip_is_skipped_before_any_run(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
-@pytest.mark.slow  # suite budget: a study script renders MyoSuite frames; the clean skip below runs by default
+@pytest.mark.slow  # suite budget: a study script renders MyoSuite frames; the guard before any run is checked by default
 def test_strip_renders_every_method_where_a_backend_works(run_dir):
     run = _frames(run_dir, MUJOCO_GL=None)
     path = run_dir / "myo_mpc_baoding_frames.png"

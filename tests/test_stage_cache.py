@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from diffmjx.runtime import stage, stage_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,6 +51,7 @@ def _study(check: str, *args: str, stdin: str | None = None):
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # suite budget: the stage cache's reuse and recompute are checked by default in the test above
 def test_pareto_benchmark_resumes_from_its_csv(tmp_path):
     """The full Pareto grid takes over an hour: a rerun keeps the rows already measured for the same
     configuration, including those of an interrupted run, measures the rest, keeps other
