@@ -338,11 +338,8 @@ class Problem:
         intervals treat them as correlated)."""
         seg, keys, first = [], [], 0
         for g in self.groups:
-            layout = self.layouts[g.variant]
-            k = len(layout.lin_q) + (9 if self.weights.orientation_metric == "matrix" else 3) * len(layout.quat_q)
-            k += (
-                layout.nv if not (isinstance(self.weights.velocity, (int, float)) and self.weights.velocity == 0) else 0
-            )
+            q, v = g.qpos[:1, :1], g.qvel[:1, :1]  # one state: the residual's width, from the residual itself
+            k = state_residuals(self.layouts[g.variant], q, v, q, v, self.weights, xp=np).shape[-1]
             k += 0 if g.sensordata is None else g.sensordata.shape[-1]
             seg.append(np.repeat(np.arange(first, first + g.size), self.horizon * k))
             keys.append(np.stack([g.recording, g.start], axis=1))
