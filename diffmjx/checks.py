@@ -18,6 +18,7 @@ import numpy as np
 from diffmjx import _mjx, collision
 from diffmjx.config import Config
 from diffmjx.impedance import MINIMP, MINVAL
+from diffmjx.registry import SOLVERS
 
 __all__ = ["TouchdownJumpWarning", "touchdown_jumps", "validate"]
 
@@ -208,7 +209,7 @@ def validate(m, cfg: Config, *, solver=None, stepsize_controller=None, adjoint=N
         if stepsize_controller is not None
         else ic.step_control == "pid"
     )
-    embedded = isinstance(solver, diffrax.AbstractAdaptiveSolver) if solver is not None else ic.solver != "euler"
+    embedded = isinstance(solver, diffrax.AbstractAdaptiveSolver) if solver is not None else SOLVERS[ic.solver].embedded
     if adaptive and embedded is False and not ic.fixed_step:
         what = f"solver={solver!r}" if solver is not None else f"integrator.solver={ic.solver!r}"
         raise ValueError(

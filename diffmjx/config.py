@@ -29,6 +29,7 @@ import functools
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from diffmjx import registry
 from diffmjx.knobs import (
     DEFAULT_PRESET,
     PAPER_PRESET,
@@ -52,9 +53,7 @@ __all__ = [
     "ADJOINTS",
     "BOX_BOX_RULES",
     "BUDGET_POLICIES",
-    "CONTINUOUS_ADJOINTS",
     "DEFAULT_PRESET",
-    "FIXED_STEP_SOLVERS",
     "GRADIENTS",
     "PAPER_PRESET",
     "PRESETS",
@@ -83,22 +82,8 @@ __all__ = [
     "sections_from_dict",
 ]
 
-SOLVERS = (
-    "tsit5",
-    "dopri5",
-    "dopri8",
-    "bosh3",
-    "heun",
-    "midpoint",
-    "ralston",
-    "euler",
-    "mjx_euler",
-    "mjx_rk4",
-    "mjx_implicitfast",
-)
-FIXED_STEP_SOLVERS = ("mjx_euler", "mjx_rk4", "mjx_implicitfast")  # MJX's own integrators
-ADJOINTS = ("checkpoint", "backsolve", "interpolated", "sensitivity", "forward")
-CONTINUOUS_ADJOINTS = ("backsolve", "interpolated", "sensitivity")  # optimise-then-discretise: the continuous equations
+SOLVERS = registry.SOLVERS  # integrator.solver's choices, each with its properties (diffmjx.registry)
+ADJOINTS = registry.GRADIENT_MODES  # integrator.adjoint's choices (gradient modes)
 STEP_CONTROLS = ("pid", "constant")
 BUDGET_POLICIES = ("flag", "raise")
 GRADIENTS = ("auto", "unroll", "implicit")
@@ -199,8 +184,8 @@ class IntegratorConfig(Section):
     @property
     def fixed_step(self) -> bool:
         """Whether ``solver`` is one of MJX's fixed-step integrators (``mjx_*``) rather than a Diffrax
-        tableau: the one place the solver's name is read (:func:`diffmjx.method.integration_method`)."""
-        return self.solver in FIXED_STEP_SOLVERS
+        tableau (its :class:`~diffmjx.registry.SolverEntry`'s ``fixed_step``)."""
+        return SOLVERS[self.solver].fixed_step
 
     def tolerances(self, *, backsolve: bool | None = None) -> tuple[float, float]:
         """``(rtol, atol)`` of the forward solve: ``rtol`` and ``atol`` divided by ``dto_tighten``
@@ -212,7 +197,7 @@ class IntegratorConfig(Section):
                 ``sensitivity``); None: as ``adjoint`` says.
         """
         if backsolve is None:
-            backsolve = self.adjoint in CONTINUOUS_ADJOINTS
+            backsolve = ADJOINTS[self.adjoint].continuous
         if backsolve:
             return self.rtol, self.atol
         return self.rtol / self.dto_tighten, self.atol / self.dto_tighten
@@ -232,7 +217,7 @@ class IntegratorConfig(Section):
         if self.kink_step != "auto":
             return self.kink_step
         if backsolve is None:
-            backsolve = self.adjoint in CONTINUOUS_ADJOINTS
+            backsolve = ADJOINTS[self.adjoint].continuous
         if rtol is None:
             if self.step_control != "pid":
                 return None

@@ -1,8 +1,10 @@
 r"""MJX's fixed-step integrators (``integrator.solver = mjx_*``) on DiffMJX's differentiable forward dynamics.
 
-Each is a small method object with ``period(m, d, cfg, layout, dt_hint) -> (d, stats, dt_hint)``,
+Each is a small method object, its config bound (``MJXEuler(cfg)``), with
+``period(m, d, layout, dt_hint) -> (d, stats, dt_hint)``,
 as :class:`diffmjx.method.Method` has for the Diffrax solvers: ``integrator.substeps`` steps of
-``timestep / substeps`` per control period.
+``timestep / substeps`` per control period. :mod:`diffmjx.method` registers them as ``mjx_euler``,
+``mjx_rk4`` and ``mjx_implicitfast``.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from diffmjx.config import Config
 from diffmjx.dynamics import forward_unchecked
 from diffmjx.period import Stats
 
-__all__ = ["FIXED_STEP_METHODS", "MJXRK4", "FixedStep", "MJXEuler", "MJXImplicitFast"]
+__all__ = ["MJXRK4", "FixedStep", "MJXEuler", "MJXImplicitFast"]
 
 _RK4_A = (0.5, 0.5, 1.0)
 _RK4_B = (1.0 / 6.0, 1.0 / 3.0, 1.0 / 3.0, 1.0 / 6.0)
@@ -28,11 +30,15 @@ class FixedStep:
 
     carries_all_data: ClassVar[bool] = True  # MJX's steps advance more of d (warmstart, derived fields)
 
-    def advance(self, m, d, layout, cfg: Config):
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+
+    def advance(self, m, d, layout):
         raise NotImplementedError
 
-    def period(self, m, d, cfg: Config, layout, dt_hint):
+    def period(self, m, d, layout, dt_hint):
         """``(d, stats, dt_hint)``: ``integrator.substeps`` steps over the control period."""
+        cfg = self.cfg
         ic = cfg.integrator
         d = collision.allocate(m, d, cfg.collision)  # the scans below carry d: its contacts keep one layout
         ms = _mjx.with_timestep(m, m.opt.timestep / ic.substeps)
@@ -40,7 +46,7 @@ class FixedStep:
         def one(d, _):
             # keep the dtypes d came in: a stage that writes an integer field as int64 under x64 where
             # make_data made int32 (MJX's tendon stage does) would break a scan carry (substeps, rollout)
-            return jax.tree.map(lambda x, ref: x.astype(ref.dtype), self.advance(ms, d, layout, cfg), d), None
+            return jax.tree.map(lambda x, ref: x.astype(ref.dtype), self.advance(ms, d, layout), d), None
 
         if ic.substeps == 1:
             d, _ = one(d, None)
@@ -54,23 +60,23 @@ class FixedStep:
 class MJXEuler(FixedStep):
     """MJX's semi-implicit Euler (``mjx_euler``)."""
 
-    def advance(self, m, d, layout, cfg: Config):
-        return _mjx.mjx_euler(m, forward_unchecked(m, d, cfg))
+    def advance(self, m, d, layout):
+        return _mjx.mjx_euler(m, forward_unchecked(m, d, self.cfg))
 
 
 class MJXImplicitFast(FixedStep):
     """MJX's implicit-in-velocity Euler (``mjx_implicitfast``)."""
 
-    def advance(self, m, d, layout, cfg: Config):
-        return _mjx.mjx_implicit(m, forward_unchecked(m, d, cfg))
+    def advance(self, m, d, layout):
+        return _mjx.mjx_implicit(m, forward_unchecked(m, d, self.cfg))
 
 
 class MJXRK4(FixedStep):
     """MJX's classical RK4 (``mjx_rk4``): stages from the step's start configuration."""
 
-    def advance(self, m, d, layout, cfg: Config):
+    def advance(self, m, d, layout):
         h = m.opt.timestep
-        d0 = forward_unchecked(m, d, cfg)
+        d0 = forward_unchecked(m, d, self.cfg)
         k = (d0.qvel, d0.qacc, d0.act_dot)
         acc = jax.tree.map(lambda x: _RK4_B[0] * x, k)
         di = d0
@@ -78,12 +84,8 @@ class MJXRK4(FixedStep):
             kq = manifold.retract(layout, d.qpos, a * h * k[0])
             kv = d.qvel + a * h * k[1]
             ka = d.act + a * h * k[2]
-            di = forward_unchecked(m, d0.replace(qpos=kq, qvel=kv, act=ka, time=d.time + a * h), cfg)
+            di = forward_unchecked(m, d0.replace(qpos=kq, qvel=kv, act=ka, time=d.time + a * h), self.cfg)
             k = (kv, di.qacc, di.act_dot)
             acc = jax.tree.map(lambda s, x, b=b: s + b * x, acc, k)
         base = di.replace(qpos=d.qpos, qvel=d.qvel, act=d.act, time=d.time)
         return _mjx.mjx_advance(m, base, acc[2], acc[1], acc[0])
-
-
-FIXED_STEP_METHODS = {"mjx_euler": MJXEuler, "mjx_rk4": MJXRK4, "mjx_implicitfast": MJXImplicitFast}
-"""``integrator.solver`` -> its fixed-step method class (the config's ``FIXED_STEP_SOLVERS``)."""

@@ -86,7 +86,7 @@ def step(
     """
     cfg, method = _prepare(m, cfg, solver, stepsize_controller, adjoint)
     layout = manifold.JointLayout.from_model(m)
-    d, stats, _ = method.period(m, d, cfg, layout, _first_dt(m, cfg))
+    d, stats, _ = method.period(m, d, layout, _first_dt(m, cfg))
     return (d, stats) if return_stats else d
 
 
@@ -155,7 +155,7 @@ def rollout(
 
     def body(carry, u):
         state, dt = carry
-        d, stats, dt = method.period(m, join(state, u), cfg, layout, dt)
+        d, stats, dt = method.period(m, join(state, u), layout, dt)
         obs = None if observe is None else observe(forward_unchecked(m, d.replace(ctrl=u), cfg))
         period_dt = jnp.broadcast_to(jnp.asarray(dt, d.qpos.dtype), ())
         return (split(d), dt), Trajectory(d.qpos, d.qvel, d.act, d.time, stats, period_dt, obs)

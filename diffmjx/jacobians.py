@@ -20,9 +20,9 @@ import numpy as np
 from diffmjx import manifold
 from diffmjx.config import Config
 from diffmjx.integrate import rollout
+from diffmjx.registry import GRADIENT_MODES
 
 __all__ = [
-    "FORWARD_MODES",
     "Linearization",
     "forward_config",
     "linearize",
@@ -30,8 +30,6 @@ __all__ = [
     "tangent_offset",
     "tangent_size",
 ]
-
-FORWARD_MODES = ("forward", "sensitivity")  # adjoints whose derivatives jacfwd can take
 
 
 class Linearization(NamedTuple):
@@ -61,7 +59,7 @@ def forward_config(cfg: Config | None) -> Config:
     """``cfg`` with a gradient mode ``jax.jacfwd`` can differentiate (``Config()`` if None): its
     own if forward-mode (``forward``, ``sensitivity``) or fixed-step MJX, else ``forward``."""
     cfg = Config() if cfg is None else cfg
-    if cfg.integrator.adjoint in FORWARD_MODES or cfg.integrator.fixed_step:
+    if GRADIENT_MODES[cfg.integrator.adjoint].forward or cfg.integrator.fixed_step:
         return cfg
     # a reverse-mode adjoint (checkpoint, backsolve, interpolated) cannot be pushed forward: the
     # Jacobian of the same period in forward mode (discretise-then-optimise, kink control as set)

@@ -1,21 +1,24 @@
-r"""From configuration to integration method: the one place ``integrator.solver`` and ``adjoint`` are read.
+r"""From configuration to integration method: the one place ``integrator.solver`` and ``adjoint`` are read,
+and where their choices are registered (:data:`diffmjx.registry.SOLVERS`, :data:`~diffmjx.registry.GRADIENT_MODES`).
 
 :func:`integration_method` turns a :class:`diffmjx.Config` (and any Diffrax objects passed in its
-place) into an object with ``period(m, d, cfg, layout, dt_hint) -> (d, stats, dt_next)``: a
+place) into an object with ``period(m, d, layout, dt_hint) -> (d, stats, dt_next)``, its config bound: a
 :class:`Method` of Diffrax objects, or one of MJX's fixed-step integrators
 (:mod:`diffmjx.fixed_step`). :func:`diffmjx.step` and :func:`diffmjx.rollout` call only that.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import diffrax
 
 from diffmjx.adjoints import InterpolatedAdjoint, SensitivityAdjoint, mode_of, state_adjoint_norm
 from diffmjx.config import Config
-from diffmjx.fixed_step import FIXED_STEP_METHODS, FixedStep
+from diffmjx.fixed_step import MJXRK4, FixedStep, MJXEuler, MJXImplicitFast
 from diffmjx.period import diffrax_period
+from diffmjx.registry import GRADIENT_MODES, SOLVERS, GradientModeEntry, SolverEntry
 from diffmjx.stepsize import pid_controller
 
 __all__ = ["DIFFRAX_SOLVERS", "Method", "diffrax_method", "integration_method"]
@@ -30,21 +33,31 @@ DIFFRAX_SOLVERS = {
     "ralston": diffrax.Ralston,
     "euler": diffrax.Euler,
 }
-"""``integrator.solver`` -> its Diffrax solver class."""
+"""The Diffrax tableaus among ``integrator.solver``'s choices (each registered in :data:`SOLVERS`)."""
+
+for _name, _cls in DIFFRAX_SOLVERS.items():
+    _entry = SolverEntry(lambda cfg, cls=_cls: cls(), embedded=issubclass(_cls, diffrax.AbstractAdaptiveSolver))
+    SOLVERS.register(_name, _entry)
+for _name, _cls in (("mjx_euler", MJXEuler), ("mjx_rk4", MJXRK4), ("mjx_implicitfast", MJXImplicitFast)):
+    SOLVERS.register(_name, SolverEntry(_cls, fixed_step=True))
 
 
 class Method(NamedTuple):
-    """The Diffrax objects that integrate one control period."""
+    """The Diffrax objects that integrate one control period, and the config they were built from
+    (bound once: a period reads its knobs from here, nobody hands it the config again)."""
 
     solver: diffrax.AbstractSolver
     stepsize_controller: diffrax.AbstractStepSizeController
     adjoint: diffrax.AbstractAdjoint
+    cfg: Config | None = None
 
     carries_all_data = False  # a Diffrax period changes only qpos, qvel, act and time
 
-    def period(self, m, d, cfg: Config, layout, dt_hint):
+    def period(self, m, d, layout, dt_hint):
         """``(d, stats, dt_next)``: one control period (:func:`diffmjx.period.diffrax_period`)."""
-        return diffrax_period(m, d, cfg, layout, dt_hint, self)
+        if self.cfg is None:
+            raise ValueError("this Method has no config bound; build it with diffmjx.diffrax_method(cfg, ...)")
+        return diffrax_period(m, d, layout, dt_hint, self)
 
 
 def diffrax_method(cfg: Config, solver=None, stepsize_controller=None, adjoint=None) -> Method:
@@ -69,35 +82,53 @@ def diffrax_method(cfg: Config, solver=None, stepsize_controller=None, adjoint=N
         :class:`Method`.
     """
     ic = cfg.integrator
-    solver = DIFFRAX_SOLVERS[ic.solver]() if solver is None else solver
+    solver = SOLVERS[ic.solver].build(cfg) if solver is None else solver
     if adjoint is None:
-        adjoint = _adjoint(cfg, solver, stepsize_controller)
+        adjoint = GRADIENT_MODES[ic.adjoint].build(cfg, solver, stepsize_controller)
     if stepsize_controller is None:
         stepsize_controller = pid_controller(cfg, backsolve=mode_of(adjoint).continuous)
-    return Method(solver, stepsize_controller, adjoint)
+    return Method(solver, stepsize_controller, adjoint, cfg)
 
 
-def _adjoint(cfg: Config, solver, stepsize_controller) -> diffrax.AbstractAdjoint:
-    """The Diffrax adjoint ``integrator.adjoint`` names (its own solve's controller from ``cfg``)."""
-    ic = cfg.integrator
-    if ic.adjoint == "checkpoint":
-        return diffrax.RecursiveCheckpointAdjoint(checkpoints=ic.checkpoints)
-    if ic.adjoint == "forward":
-        return diffrax.ForwardMode()
-    if ic.adjoint == "sensitivity":
-        return SensitivityAdjoint()
-    norm = state_adjoint_norm if ic.adjoint == "interpolated" else None
+def _backsolve(cfg: Config, solver, stepsize_controller, interpolated: bool = False):
+    """``backsolve`` / ``interpolated``: the continuous adjoint, its own solve's controller from ``cfg``."""
     back = stepsize_controller
     if back is None:
+        norm = state_adjoint_norm if interpolated else None
         back = pid_controller(cfg, backsolve=True, adjoint_solve=True, norm=norm)
-    if ic.adjoint == "interpolated":
+    if interpolated:
         return InterpolatedAdjoint(stepsize_controller=back)
     return diffrax.BacksolveAdjoint(solver=solver, stepsize_controller=back)
+
+
+GRADIENT_MODES.register(
+    "checkpoint",
+    GradientModeEntry(
+        lambda cfg, solver, controller: diffrax.RecursiveCheckpointAdjoint(checkpoints=cfg.integrator.checkpoints),
+        continuous=False,
+        forward=False,
+    ),
+)
+GRADIENT_MODES.register("backsolve", GradientModeEntry(_backsolve, continuous=True, forward=False))
+GRADIENT_MODES.register(
+    "interpolated",
+    GradientModeEntry(functools.partial(_backsolve, interpolated=True), continuous=True, forward=False),
+)
+GRADIENT_MODES.register(
+    "sensitivity",
+    GradientModeEntry(lambda cfg, solver, controller: SensitivityAdjoint(), continuous=True, forward=True),
+)
+GRADIENT_MODES.register(
+    "forward",
+    GradientModeEntry(
+        lambda cfg, solver, controller: diffrax.ForwardMode(), continuous=False, forward=True, reverse=False
+    ),
+)
 
 
 def integration_method(cfg: Config, solver=None, stepsize_controller=None, adjoint=None) -> Method | FixedStep:
     """The object that integrates a control period as ``cfg`` says: MJX's fixed-step integrator for
     an ``mjx_*`` ``integrator.solver`` (no Diffrax objects allowed), else :func:`diffrax_method`."""
     if cfg.integrator.fixed_step:
-        return FIXED_STEP_METHODS[cfg.integrator.solver]()
+        return SOLVERS[cfg.integrator.solver].build(cfg)
     return diffrax_method(cfg, solver, stepsize_controller, adjoint)

@@ -16,7 +16,6 @@ import jax.numpy as jnp
 
 from diffmjx import manifold
 from diffmjx.adjoints import PeriodSolve, mode_of
-from diffmjx.config import Config
 from diffmjx.dynamics import clamp_act
 from diffmjx.stepsize import first_step, with_first_step
 from diffmjx.term import PeriodTerm
@@ -32,21 +31,22 @@ class Stats(NamedTuple):
     budget_exhausted: jax.Array  # True if max_steps ran out before the period's end
 
 
-def diffrax_period(m, d, cfg: Config, layout, dt_hint, method):
+def diffrax_period(m, d, layout, dt_hint, method):
     """``(d, stats, dt_next)``: ``d`` advanced by one period with the Diffrax ``method``.
 
     Arguments:
         m: ``mjx.Model``; ``opt.timestep`` is the period.
         d: ``mjx.Data`` at the period's start (``ctrl`` held).
-        cfg: :class:`diffmjx.Config`.
         layout: the model's :class:`diffmjx.manifold.JointLayout`.
         dt_hint: the first step the adaptive controller tries (capped at the period).
-        method: the :class:`diffmjx.method.Method` (solver, step-size controller, adjoint).
+        method: the :class:`diffmjx.method.Method` (solver, step-size controller, adjoint, and the
+            :class:`diffmjx.Config` they were built from).
 
     Returns:
         The data with ``qpos``, ``qvel``, ``act`` and ``time`` advanced, the period's
         :class:`Stats`, and the next period's first step (the mean accepted step of this one).
     """
+    cfg = method.cfg
     ic = cfg.integrator
     period = jax.lax.stop_gradient(m.opt.timestep)
     t0 = jax.lax.stop_gradient(d.time)

@@ -1,9 +1,9 @@
 """The planners of :mod:`diffmjx.mpc`: their knobs (:class:`PlannerConfig`) and one class per kind.
 
 Each kind is a small class with ``init``, ``step`` and ``finish`` (see :class:`GradientMethod`),
-registered in :data:`PLANNERS`; :func:`diffmjx.mpc.make_planner` and :func:`diffmjx.mpc.closed_loop`
-drive them and know none by name. Adding a planner is one class here and one entry in
-:data:`PLANNERS` (and its name among ``planner.kind``'s choices).
+registered in :data:`PLANNERS` (:data:`diffmjx.registry.PLANNERS`, ``planner.kind``'s choices);
+:func:`diffmjx.mpc.make_planner` and :func:`diffmjx.mpc.closed_loop` drive them and know none by
+name. Adding a planner is one class and one ``PLANNERS.register(name, cls)``.
 
 - :class:`GradientMethod` (``gradient``): Adam on the plan, the lowest-cost iterate kept.
 - :class:`SamplingMethod` (``sampling``): predictive sampling with coloured noise
@@ -31,6 +31,7 @@ from diffmjx.config import Config, Preset, Section, knob
 from diffmjx.dynamics import ctrl_bounds
 from diffmjx.integrate import rollout
 from diffmjx.jacobians import forward_config
+from diffmjx.registry import PLANNERS
 
 __all__ = [
     "PLANNERS",
@@ -103,6 +104,11 @@ class PlannerConfig(Section, Preset):
             (ilqr; :func:`diffmjx.ilqr.iteration`'s ``reuse``): chord steps, the cost's derivatives
             taken at the new plan, each kept only if it lowers the cost. A round costs rollouts, a
             backward pass and the cost's Hessians, not a :func:`diffmjx.linearize`. 0: one round.
+        ilqr_cost_hessian: the running cost's Hessian in iLQR's quadratic model (ilqr;
+            :func:`diffmjx.ilqr.iteration`'s ``convex``): ``psd``, its negative eigenvalues set to
+            zero (a convex cost's unchanged); ``exact``, as ``jax.hessian`` gives it. Measured on the
+            planner suite (docs/mpc.md): with ``exact``, iLQR left every hanging pendulum hanging
+            (the cost ``1 - cos`` is curved downwards there), with ``psd`` it swings them up.
         time_budget: seconds of wall time per plan step in :func:`~diffmjx.mpc.closed_loop`: its
             iterations stop before the next would take the plan step past the budget (at least one
             runs; ``iterations`` stays the most), so planners compare at equal time per plan step;
@@ -120,7 +126,7 @@ class PlannerConfig(Section, Preset):
 
     _section: typing.ClassVar[str] = "planner"
     _preset_kind: typing.ClassVar[str] = "planner"
-    kind: str = knob("gradient", choices=("gradient", "sampling", "hybrid", "ilqr"))
+    kind: str = knob("gradient", choices=PLANNERS)
     horizon: int = knob(256, ge=1)
     execute: int = knob(16, ge=1)
     learning_rate: float = knob(0.1, gt=0.0)
@@ -138,6 +144,7 @@ class PlannerConfig(Section, Preset):
     ilqr_retries: int = knob(2, ge=0)
     ilqr_regularization: str = knob("control", choices=("control", "state"))
     ilqr_reuse: int = knob(0, ge=0)
+    ilqr_cost_hessian: str = knob("psd", choices=("psd", "exact"))
     keep_best: bool = knob(True)
     time_budget: float | None = knob(None, gt=0.0)
 
@@ -428,6 +435,7 @@ class ILQRMethod:
             retries=self.cfg.ilqr_retries,
             state_regularization=self.cfg.ilqr_regularization == "state",
             reuse=self.cfg.ilqr_reuse,
+            convex=self.cfg.ilqr_cost_hessian == "psd",
         )
         return carry, (info["cost"], info["finite"])
 
@@ -437,5 +445,10 @@ class ILQRMethod:
         return carry.u, carry.cost
 
 
-PLANNERS = {"gradient": GradientMethod, "sampling": SamplingMethod, "hybrid": HybridMethod, "ilqr": ILQRMethod}
-"""``planner.kind`` -> the class :func:`make_planner` builds (see :class:`GradientMethod`)."""
+for _kind, _cls in (
+    ("gradient", GradientMethod),
+    ("sampling", SamplingMethod),
+    ("hybrid", HybridMethod),
+    ("ilqr", ILQRMethod),
+):
+    PLANNERS.register(_kind, _cls)

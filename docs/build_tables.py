@@ -1845,7 +1845,27 @@ def collision_tossed_sharpness() -> str:
     return "\n".join(out) + "\n"
 
 
+def gradient_modes() -> str:
+    """Which AD modes each ``integrator.adjoint`` supports: read from the registry's entries, not typed."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        import diffmjx
+        from diffmjx.registry import GRADIENT_MODES, SOLVERS
+    finally:
+        sys.path.pop(0)
+    default = diffmjx.Config().integrator.adjoint
+    yes = lambda b: "yes" if b else "no"
+    out = ["| `integrator.adjoint` | reverse (`grad`, `vjp`) | forward (`jvp`, `jacfwd`) |", "|---|---|---|"]
+    for name, entry in GRADIENT_MODES.items():
+        label = f"`{name}` (default)" if name == default else f"`{name}`"
+        out.append(f"| {label} | {yes(entry.reverse)} | {yes(entry.forward)} |")
+    fixed = ", ".join(f"`{n}`" for n in SOLVERS.where(fixed_step=True))
+    out.append(f"| any, with a fixed-step solver ({fixed}; the adjoint is ignored) | yes | yes |")
+    return "\n".join(out) + "\n"
+
+
 TABLES: dict[str, Callable[[], str]] = {
+    "gradient_modes": gradient_modes,
     "sysid_coverage": sysid_coverage,
     "sysid_recovery": sysid_recovery,
     "contactnets_generic": contactnets_generic,

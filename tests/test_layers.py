@@ -25,6 +25,7 @@ PACKAGES = ("diffmjx", "cfd", "experiments")
 LAYERS = (
     (
         "_mjx",
+        "registry",
         "knobs",
         "config",
         "runtime",

@@ -41,6 +41,7 @@ import numpy as np
 
 from diffmjx import checkpoint
 from diffmjx.config import Config, Preset, Section, knob
+from diffmjx.registry import FIT_METHODS, GRADIENT_MODES
 from diffmjx.sysid.parameter import Parameter, ParameterSet
 from diffmjx.sysid.problem import BATCHINGS, ORIENTATIONS, Problem, Weights
 from diffmjx.sysid.recording import Recording
@@ -57,7 +58,7 @@ __all__ = [
     "select_fit",
 ]
 
-METHODS = ("lm", "adam")
+METHODS = FIT_METHODS  # fit.method's choices: the runners registered below (diffmjx.registry)
 """Optimisers of :func:`identify`."""
 
 ADAM = {"b1": 0.5, "b2": 0.9, "eps": 1e-6}  # the paper's App. E.2
@@ -326,8 +327,8 @@ def identify(
         raise ValueError("no recordings given")
     held = _check_recordings(held_out, models, "held_out")
     stride = fit.stride or fit.horizon
-    sim = forward_config(cfg) if fit.method == "lm" else cfg
-    problem = Problem(ps, recs, fit.horizon, stride, sim, fit.weights, fit.batching)
+    runner_cls = FIT_METHODS[fit.method]  # the one place the method is read
+    problem = Problem(ps, recs, fit.horizon, stride, runner_cls.simulation(cfg), fit.weights, fit.batching)
     held_problem = Problem(ps, held, fit.horizon, stride, cfg, fit.weights, fit.batching) if held else None
     ckpt = Path(checkpoint_path) if checkpoint_path is not None else None
     fp = _fingerprint(fit, cfg, ps, recs + held)
@@ -337,44 +338,34 @@ def identify(
     if held_problem is not None:
         held_args, held_loss_fn = held_problem.arguments(), jax.jit(held_problem.loss)
         held_fn = lambda th: held_loss_fn(th, held_args)
-    # Levenberg-Marquardt's one program (residual and Jacobian) also gives the start's loss, the returned
-    # values' loss and the intervals; Adam compiles it for the intervals only
-    lm = _LM(problem if fit.method == "lm" else _forward(problem), fit)
-    runner = lm if fit.method == "lm" else _Adam(problem, fit)
+    runner = runner_cls(problem, fit)
     theta = jnp.asarray(ps.theta0)
     state = runner.init(theta)
     setup = time.perf_counter() - start
-    loss_start = float(state["r"] @ state["r"]) if fit.method == "lm" else runner.loss(theta)
+    loss_start, jac0 = runner.start(theta, state)
     if not math.isfinite(loss_start):
         raise FloatingPointError(
             f"the loss at the start is {loss_start}: the model's simulation of the recordings "
             "is not finite; check the recordings' states and controls"
         )
-    jac0 = state["j"] if fit.method == "lm" else (lm.evaluate(theta)[1] if fit.intervals else None)
     if jac0 is not None:
         _warn_no_effect(np.asarray(jac0), ps)
     track = _Track(ps, fit, held_fn, float(held_fn(theta)) if held_fn else math.inf)
-    if fit.method == "adam":
-        hist = runner.run(theta, track, fp, ckpt, progress)
-    else:
-        hist = _lm_loop(runner, theta, state, track, fp, ckpt, saved, progress)
+    hist = runner.run(theta, state, track, fp, ckpt, saved, progress)
     best = track.best
     values = np.asarray(best[2], np.float64)
     step = best[1]
     theta_best = jnp.asarray(ps.to_theta(values))
     intervals: dict[str, Interval] = {}
     unident: list = []
-    residual = jacobian = segments = None
-    if fit.method == "lm" or fit.intervals:
-        residual, jac = lm.evaluate(theta_best)
-        loss_best = float(residual @ residual)
+    jacobian = segments = None
+    loss_best, residual, jac = runner.end(theta_best)
+    if jac is not None:
         # the Jacobian in physical values: the coordinates map each component on its own
         _, dx = jax.jvp(ps.to_values, (theta_best,), (jnp.ones_like(theta_best),))
         jacobian = jac / np.asarray(dx)[None, :]
-        segments = (*lm.problem.row_segments(), problem.horizon)
+        segments = (*problem.row_segments(), problem.horizon)
         intervals, unident = confidence_intervals(residual, jacobian, ps.labels, values, fit.confidence, segments)
-    else:
-        loss_best = runner.loss(theta_best)
     held_best = float(held_fn(theta_best)) if held_fn else None
     fitted = [ps.write(values, v) for v in range(len(models))]
     wall = time.perf_counter() - start
@@ -529,11 +520,22 @@ def _lm_loop(
 
 
 class _LM:
-    """Levenberg–Marquardt (Marquardt's scaling, Nielsen's damping update, steps capped at
+    """``lm``: Levenberg–Marquardt (Marquardt's scaling, Nielsen's damping update, steps capped at
     ``fit.max_step``) on the residual vector.
 
     One compiled program, the residual and its forward-mode Jacobian at a point, serves every step:
-    a trial point's Jacobian is the next step's if the trial is accepted (most are)."""
+    a trial point's Jacobian is the next step's if the trial is accepted (most are). It also gives
+    the start's loss, the returned values' loss and the intervals.
+
+    A fit method (registered in :data:`FIT_METHODS`) is a class like this one: ``simulation(cfg)``
+    (the config its problem simulates with), ``init``, ``start`` (the start's loss and Jacobian, or
+    None), ``run`` (every step, tracked and checkpointed: the history) and ``end`` (the loss,
+    residual and Jacobian at the returned values; None for the last two without intervals)."""
+
+    @staticmethod
+    def simulation(cfg: Config) -> Config:
+        """The simulation differentiated in forward mode (Jacobians), simulating as ``cfg`` does."""
+        return forward_config(cfg)
 
     def __init__(self, problem: Problem, fit: FitConfig):
         self.fit = fit
@@ -554,6 +556,16 @@ class _LM:
     def init(self, theta):
         r, j = self.evaluate(theta)
         return {"theta": np.asarray(theta), "r": r, "j": j, "mu": self.fit.damping, "nu": 2.0}
+
+    def start(self, theta, state):
+        return float(state["r"] @ state["r"]), state["j"]
+
+    def run(self, theta, state, track: "_Track", fp: str, ckpt: Path | None, saved: dict | None, progress: bool):
+        return _lm_loop(self, theta, state, track, fp, ckpt, saved, progress)
+
+    def end(self, theta):
+        r, j = self.evaluate(theta)
+        return float(r @ r), r, j
 
     def step(self, theta, state, k):
         r, j, mu = state["r"], state["j"], state["mu"]
@@ -595,14 +607,21 @@ class _LM:
 
 
 class _Adam:
-    """Adam steps on minibatches of segments (every group in proportion to its size); the gradient in
-    reverse mode through the config's adjoint, or in forward mode (one tangent per component, cheaper
-    for a few parameters) when the config's ``integrator.adjoint`` is ``forward``."""
+    """``adam``: Adam steps on minibatches of segments (every group in proportion to its size); the
+    gradient in reverse mode through the config's adjoint, or in forward mode (one tangent per
+    component, cheaper for a few parameters) when the config's ``integrator.adjoint`` has no reverse
+    mode (``forward``). With ``fit.intervals``, :class:`_LM`'s program (compiled for that only) gives
+    the start's Jacobian and the intervals."""
+
+    @staticmethod
+    def simulation(cfg: Config) -> Config:
+        return cfg
 
     def __init__(self, problem: Problem, fit: FitConfig):
         import optax
 
         self.problem, self.fit = problem, fit
+        self.jacobians = _LM(_forward(problem), fit) if fit.intervals else None
         self.scale = optax.scale_by_adam(**ADAM)
         total = sum(g.size for g in problem.groups)
         want = total if fit.batch_size is None else min(fit.batch_size, total)
@@ -619,7 +638,7 @@ class _Adam:
             ]
             return sum(sq) / float(sum(weights))
 
-        forward = problem.cfg.integrator.adjoint == "forward"  # the config asks for forward mode: P tangents
+        forward = not GRADIENT_MODES[problem.cfg.integrator.adjoint].reverse  # forward mode only: P tangents
 
         def value_and_grad(theta, coords, bases, batches):
             if forward:
@@ -641,6 +660,14 @@ class _Adam:
     def init(self, theta):
         return self.scale.init(theta)
 
+    def start(self, theta, state):
+        return self.loss(theta), (None if self.jacobians is None else self.jacobians.evaluate(theta)[1])
+
+    def end(self, theta):
+        if self.jacobians is None:
+            return self.loss(theta), None, None
+        return self.jacobians.end(theta)
+
     def loss(self, theta) -> float:
         """The loss on every segment: the step's own program (placed as :meth:`run` places its
         arguments, so it is not compiled again) when a step takes them all."""
@@ -661,8 +688,9 @@ class _Adam:
             self._full = jax.jit(self.problem.loss)
         return float(self._full(theta, self.problem.arguments()))
 
-    def run(self, theta, track: _Track, fp: str, ckpt: Path | None, progress: bool) -> dict:
-        """Adam's steps through :func:`diffmjx.sysid.train.adam_loop` (minibatches, sharding, checkpoints)."""
+    def run(self, theta, state, track: _Track, fp: str, ckpt: Path | None, saved, progress: bool) -> dict:
+        """Adam's steps through :func:`diffmjx.sysid.train.adam_loop` (minibatches, sharding,
+        checkpoints; it resumes from ``ckpt`` itself, so ``state`` and ``saved`` are unused)."""
         from diffmjx.sysid.train import adam_loop
 
         fit = self.fit
@@ -726,6 +754,10 @@ class _Adam:
             "accepted": [True] * n,
             "wall_s": h["wall_s"],
         }
+
+
+FIT_METHODS.register("lm", _LM)
+FIT_METHODS.register("adam", _Adam)
 
 
 def confidence_intervals(r, jac, labels: Sequence[str], values, level: float = 0.95, segments=None):
