@@ -7,7 +7,10 @@ The problem: choose controls ``u_0 .. u_{H-1}`` (each held for one control perio
 1. linearises the rollout of the current plan (:func:`diffmjx.linearize`: ``A_t``, ``B_t`` in
    tangent coordinates, right through contact, with CFD when the config enables it),
 2. takes the cost's gradient and Hessian at every period's end state and control (``jax.hessian``
-   of the cost through MJX's forward pass),
+   of the cost through MJX's forward pass), the Hessian's negative eigenvalues set to zero
+   (``convex``): a cost with negative curvature (``1 - cos`` of a pole hanging down, a distance
+   through a joint's rotation) makes the quadratic model unbounded below, and its gains rolled the
+   hanging pendulum of the planner suite nowhere (docs/mpc.md),
 3. runs the Riccati backward pass for the feedforward ``k_t`` and feedback ``K_t`` gains, with
    ``Q_uu``'s eigenvalues floored at 0 and raised by the regularisation ``mu`` (so every step is a
    descent direction; or, ``state_regularization``, ``mu`` on the next state's value Hessian:
@@ -88,6 +91,20 @@ def _stage(m, d, cost, cfg: Config, layout):
         return cost(forward_unchecked(m, x, cfg), u)
 
     return running
+
+
+PSD_TOLERANCE = 1e-10
+"""A Hessian whose most negative eigenvalue is within this share of its largest magnitude counts as
+positive semidefinite: the rounding of a convex cost's zero eigenvalues leaves it as it is."""
+
+
+def psd(h):
+    """The symmetric matrix ``h`` with its negative eigenvalues set to zero (the nearest positive
+    semidefinite matrix in the Frobenius norm); ``h`` itself, bit for bit, where none is below
+    ``-PSD_TOLERANCE`` times its largest eigenvalue's magnitude."""
+    lam, vec = jnp.linalg.eigh(0.5 * (h + h.T))
+    negative = lam[0] < -PSD_TOLERANCE * jnp.max(jnp.abs(lam))
+    return jnp.where(negative, (vec * jnp.maximum(lam, 0.0)) @ vec.T, h)
 
 
 def _free_block(Q, free):
@@ -195,6 +212,7 @@ def iteration(
     retries: int = 2,
     state_regularization: bool = False,
     reuse: int = 0,
+    convex: bool = True,
 ) -> tuple[ILQRState, dict]:
     """One iLQR iteration on the plan of ``state`` from ``d``.
 
@@ -228,6 +246,10 @@ def iteration(
             feedback gains are regularised alike), with :data:`CONTROL_FLOOR` ``mu`` on ``Q_uu``
             for controls that move no state within a period; False (default): ``mu`` on ``Q_uu``
             (``planner.ilqr_regularization``).
+        convex: the cost's Hessian at each period with its negative eigenvalues set to zero
+            (:func:`psd`; a convex cost's unchanged), as iLQR's Gauss-Newton model of a least-squares
+            cost is convex by construction (default); False: the exact Hessian
+            (``planner.ilqr_cost_hessian``).
         reuse: after an accepted round, up to this many more rounds on the same Jacobians (a chord
             step, as a simplified Newton method keeps its Jacobian): the cost's derivatives and the
             feedback's reference are taken at the new plan and its rollout, ``A_t``, ``B_t`` stay
@@ -314,6 +336,8 @@ def iteration(
     def expanded(us, ends):  # (gradients, Hessians, summed cost) of the running cost along a nominal
         z = jnp.concatenate([jnp.zeros((us.shape[0], n), us.dtype), us], axis=1)
         h, (c, g) = jax.vmap(jax.jacfwd(derivatives, has_aux=True))(z, *ends)
+        if convex:
+            h = jax.vmap(psd)(h)
         return g, h, jnp.sum(c)
 
     ends = (lin.qpos[1:], lin.qvel[1:], lin.act[1:])  # the plan's state at every period's end

@@ -658,15 +658,19 @@ def _samples(planner: str, iterations) -> float:
 def _knob_key(cfg: mpc.PlannerConfig, base: mpc.PlannerConfig) -> tuple:
     """What a saved closed loop depends on beyond the suite's own overrides: the defaults its kind
     reads that changed since the suite's first run (Adam's learning rate became a fraction of the
-    control range; empty for the kinds that do not read it, whose saved runs stay valid), and the
+    control range; iLQR's cost Hessian became the convexified one; empty for the kinds that read
+    neither, whose saved runs stay valid), and the
     knobs that ``--planner-set`` changed from ``base``. A sweep's run at a value that later becomes
     the default is the default's run."""
     adam = cfg.kind in ("gradient", "hybrid")
     key = ("learning_rate", cfg.learning_rate, "of the control range") if adam else ()
+    if cfg.kind == "ilqr":  # the default became the convexified Hessian
+        key = ("ilqr_cost_hessian", cfg.ilqr_cost_hessian)
+    newer = {"learning_rate"} if adam else {"ilqr_cost_hessian"} if cfg.kind == "ilqr" else set()
     changed = [
         (f.name, getattr(cfg, f.name))
         for f in dataclasses.fields(cfg)
-        if getattr(cfg, f.name) != getattr(base, f.name) and not (adam and f.name == "learning_rate")
+        if getattr(cfg, f.name) != getattr(base, f.name) and f.name not in newer
     ]
     return (*key, *changed)
 
