@@ -118,8 +118,8 @@ class IdlePlanner:
     def init(self, m, d, nominal, cost, key, dt0):
         return nominal, jnp.zeros((0,), nominal.dtype)
 
-    def step(self, m, d, carry, cost, dt0):  # never called: no iterations
-        raise AssertionError("an idle planner takes no steps")
+    def step(self, m, d, carry, cost, dt0):  # traced by plan's scan of length 0, never run
+        return carry, (jnp.zeros((), carry.dtype), jnp.asarray(True))
 
     def finish(self, m, d, carry, cost, dt0):
         return carry, mpc.plan_cost(m, d, carry, cost, self.sim, dt0)[0]
