@@ -10,7 +10,7 @@ place) into an object with ``period(m, d, layout, dt_hint) -> (d, stats, dt_next
 from __future__ import annotations
 
 import functools
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import diffrax
 
@@ -49,9 +49,7 @@ class Method(NamedTuple):
     solver: diffrax.AbstractSolver
     stepsize_controller: diffrax.AbstractStepSizeController
     adjoint: diffrax.AbstractAdjoint
-    cfg: Any = (
-        None  # the diffmjx.Config they were built from (Any: pdoc cannot resolve a NamedTuple's forward reference)
-    )
+    cfg: object = None  # the diffmjx.Config bound (a builtin type: pdoc resolves no project name here)
 
     carries_all_data = False  # a Diffrax period changes only qpos, qvel, act and time
 
