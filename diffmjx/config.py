@@ -87,9 +87,9 @@ ADJOINTS = registry.GRADIENT_MODES  # integrator.adjoint's choices (gradient mod
 STEP_CONTROLS = ("pid", "constant")
 BUDGET_POLICIES = ("flag", "raise")
 GRADIENTS = ("auto", "unroll", "implicit")
-PLANE_BOX_RULES = ("deepest", "mjx")
-PLANE_CYLINDER_RULES = ("deepest", "mjx")
-BOX_BOX_RULES = ("clipped", "mjx")
+PLANE_BOX_RULES = registry.PLANE_BOX_RULES  # collision.*'s choices: the pairs' collision functions
+PLANE_CYLINDER_RULES = registry.PLANE_CYLINDER_RULES
+BOX_BOX_RULES = registry.BOX_BOX_RULES
 
 AUTO_KINK_FACTOR = 10.0
 """``integrator.kink_step=auto`` is ``min(AUTO_KINK_FACTOR * rtol, AUTO_KINK_MAX)`` seconds."""

@@ -1,7 +1,8 @@
 """One registry per choice: the names a config field accepts, each with the properties the library reads.
 
 A config field whose value picks an implementation (``integrator.solver``, ``integrator.adjoint``,
-``planner.kind``, ``fit.method``) takes its choices from a :class:`Registry`, and every module that needs to know
+``planner.kind``, ``fit.method``, ``collision.plane_box``, ``collision.plane_cylinder``, ``collision.box_box``)
+takes its choices from a :class:`Registry`, and every module that needs to know
 something about the choice (is the solver one of MJX's fixed-step integrators? can ``jax.jacfwd``
 differentiate the gradient mode?) asks the registry entry, never the name. Adding a choice is one
 class (the implementation) and one :meth:`Registry.register` call; validation, ``linearize``,
@@ -9,7 +10,8 @@ system identification and the docs' tables follow.
 
 The registries live at the bottom of the layers (the config imports them); the modules that implement
 the entries register them (:mod:`diffmjx.method` the solvers and gradient modes, :mod:`diffmjx.planners`
-the planner kinds, :mod:`diffmjx.sysid.identify` the fit methods), and ``import diffmjx`` imports those before any config is checked.
+the planner kinds, :mod:`diffmjx.sysid.identify` the fit methods, :mod:`diffmjx.collision.driver` the
+collision rules), and ``import diffmjx`` imports those before any config is checked.
 """
 
 from __future__ import annotations
@@ -18,7 +20,19 @@ import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
-__all__ = ["FIT_METHODS", "GRADIENT_MODES", "PLANNERS", "SOLVERS", "GradientModeEntry", "Registry", "SolverEntry"]
+__all__ = [
+    "BOX_BOX_RULES",
+    "FIT_METHODS",
+    "GRADIENT_MODES",
+    "PLANE_BOX_RULES",
+    "PLANE_CYLINDER_RULES",
+    "PLANNERS",
+    "SOLVERS",
+    "CollisionRuleEntry",
+    "GradientModeEntry",
+    "Registry",
+    "SolverEntry",
+]
 
 T = TypeVar("T")
 
@@ -115,6 +129,24 @@ class GradientModeEntry:
     reverse: bool = True
 
 
+@dataclasses.dataclass(frozen=True)
+class CollisionRuleEntry:
+    """A ``collision.plane_box``, ``collision.plane_cylinder`` or ``collision.box_box`` choice: the
+    collision function of that geom-type pair.
+
+    Attributes:
+        build: ``(sharpness, apart) -> collider``: an MJX collider (a function with MJX's collision
+            signature and its contact count ``ncon``, as ``mujoco.mjx``'s ``primitive_collider`` or
+            ``convex_collider`` decorators make them), or None to keep the pair's function of the
+            rest of the table (MJX's own, or its smoothed blend under ``collision.smooth``).
+            ``sharpness`` is ``collision.sharpness`` under ``collision.smooth`` and None without;
+            ``apart`` asks for the contacts that contacts from distance build their rows from
+            (the pair's true distance where the bodies are apart), in the forward's contact layout.
+    """
+
+    build: Callable[..., Any]
+
+
 SOLVERS: Registry[SolverEntry] = Registry("integrator.solver")
 """``integrator.solver`` -> :class:`SolverEntry` (registered by :mod:`diffmjx.method`)."""
 
@@ -128,3 +160,12 @@ PLANNERS: Registry[type] = Registry("planner.kind")
 FIT_METHODS: Registry[type] = Registry("fit.method")
 """``fit.method`` -> the runner class :func:`diffmjx.sysid.identify` drives (registered by
 :mod:`diffmjx.sysid.identify`: ``lm``, ``adam``)."""
+
+PLANE_BOX_RULES: Registry[CollisionRuleEntry] = Registry("collision.plane_box")
+"""``collision.plane_box`` -> :class:`CollisionRuleEntry` (registered by :mod:`diffmjx.collision.driver`)."""
+
+PLANE_CYLINDER_RULES: Registry[CollisionRuleEntry] = Registry("collision.plane_cylinder")
+"""``collision.plane_cylinder`` -> :class:`CollisionRuleEntry` (registered by :mod:`diffmjx.collision.driver`)."""
+
+BOX_BOX_RULES: Registry[CollisionRuleEntry] = Registry("collision.box_box")
+"""``collision.box_box`` -> :class:`CollisionRuleEntry` (registered by :mod:`diffmjx.collision.driver`)."""

@@ -1,4 +1,4 @@
-"""One registry per choice (diffmjx.registry): each config choice list is its registry (solver,
+"""One registry per choice (diffmjx.registry): each config choice list is its registry (solver, collision rule,
 gradient mode, planner kind, sysid fit method), and adding a solver, a gradient mode or a planner is
 one class (or none) plus one ``register`` line, run by name."""
 
@@ -14,9 +14,21 @@ from mujoco import mjx
 
 import diffmjx
 from diffmjx import mpc, registry, sysid
+from diffmjx.collision import detect
 from diffmjx.jacobians import forward_config
 from diffmjx.method import integration_method
-from diffmjx.registry import FIT_METHODS, GRADIENT_MODES, PLANNERS, SOLVERS, GradientModeEntry, SolverEntry
+from diffmjx.registry import (
+    BOX_BOX_RULES,
+    FIT_METHODS,
+    GRADIENT_MODES,
+    PLANE_BOX_RULES,
+    PLANE_CYLINDER_RULES,
+    PLANNERS,
+    SOLVERS,
+    CollisionRuleEntry,
+    GradientModeEntry,
+    SolverEntry,
+)
 
 SLIDER = """
 <mujoco>
@@ -42,6 +54,9 @@ def test_each_config_choice_list_is_its_registry():
     fields = {
         ("integrator", "solver"): SOLVERS,
         ("integrator", "adjoint"): GRADIENT_MODES,
+        ("collision", "plane_box"): PLANE_BOX_RULES,
+        ("collision", "plane_cylinder"): PLANE_CYLINDER_RULES,
+        ("collision", "box_box"): BOX_BOX_RULES,
     }
     for (section, name), reg in fields.items():
         section_cls = type(getattr(diffmjx.Config(), section))
@@ -56,6 +71,40 @@ def test_each_config_choice_list_is_its_registry():
     assert GRADIENT_MODES.where(forward=True) == ("sensitivity", "forward")
     assert GRADIENT_MODES.where(reverse=False) == ("forward",)
     assert tuple(PLANNERS) == ("gradient", "sampling", "hybrid", "ilqr")
+    assert tuple(PLANE_BOX_RULES) == tuple(PLANE_CYLINDER_RULES) == ("deepest", "mjx")
+    assert tuple(BOX_BOX_RULES) == ("clipped", "mjx")
+
+
+def test_a_toy_collision_rule_runs_by_name():
+    """A plane-box rule of one's own (the ``deepest`` rule with every contact 1 cm further away) is
+    one function and one ``register`` line, and the config picks it by name."""
+    deepest = PLANE_BOX_RULES["deepest"]
+
+    def lifted(sharpness, apart):
+        inner = deepest.build(sharpness, apart)
+
+        def collide(m, d, key, geom):
+            dist, pos, frame = inner(m, d, key, geom)
+            return dist + 0.01, pos, frame
+
+        collide.ncon = inner.ncon
+        return collide
+
+    PLANE_BOX_RULES.register("lifted", CollisionRuleEntry(lifted))
+    try:
+        mj = mujoco.MjModel.from_xml_string(
+            '<mujoco><worldbody><geom type="plane" size="1 1 .1"/><body pos="0 0 .2" euler="10 20 0">'
+            '<freejoint/><geom type="box" size=".1 .1 .1"/></body></worldbody></mujoco>'
+        )
+        mx = mjx.put_model(mj)
+        d = mjx.make_data(mx)
+        contacts = jax.jit(detect, static_argnums=2)
+        base = contacts(mx, d, diffmjx.Config().collision)
+        toy = contacts(mx, d, diffmjx.Config().override("collision.plane_box=lifted").collision)
+        assert np.asarray(base.dist).shape == (4,)
+        np.testing.assert_allclose(np.asarray(toy.dist), np.asarray(base.dist) + 0.01, rtol=0, atol=1e-12)
+    finally:
+        PLANE_BOX_RULES.unregister("lifted")
 
 
 def test_a_registry_refuses_a_second_entry_of_a_name_and_names_its_choices():

@@ -34,6 +34,7 @@ from diffmjx.collision.pairs import (
     sphere_cylinder,
 )
 from diffmjx.config import CollisionConfig
+from diffmjx.registry import BOX_BOX_RULES, PLANE_BOX_RULES, PLANE_CYLINDER_RULES, CollisionRuleEntry
 
 __all__ = [
     "BOX_BOX_SLOTS",
@@ -86,6 +87,10 @@ def table(rules: CollisionConfig, apart: bool = False) -> dict:
             rule's eight slots, so the layout is the forward's), which reports the true distance
             of boxes apart where the clipped construction reports only penetrating points.
 
+    The three pair fields pick entries of :data:`diffmjx.registry.PLANE_BOX_RULES`,
+    ``PLANE_CYLINDER_RULES`` and ``BOX_BOX_RULES`` (:class:`~diffmjx.registry.CollisionRuleEntry`):
+    another rule for one of these pairs is one function and one ``register`` line.
+
     Returns:
         ``{(GeomType, GeomType): collider}``, each collider with MJX's signature and contact count.
     """
@@ -106,23 +111,51 @@ def table(rules: CollisionConfig, apart: bool = False) -> dict:
     # MJX's sphere-box and capsule-box report distance 1 for any separated pose: no contacts from distance
     out[(_G.SPHERE, _G.BOX)] = _mjx.primitive_collider(ncon=1)(functools.partial(sphere_box, sharpness=sharpness))
     out[(_G.CAPSULE, _G.BOX)] = _mjx.convex_collider(ncon=2)(functools.partial(capsule_box, sharpness=sharpness))
-    if rules.plane_box == "deepest":
-        out[(_G.PLANE, _G.BOX)] = _mjx.convex_collider(ncon=4)(plane_box_deepest)
-    if rules.plane_cylinder == "deepest":
-        fn = functools.partial(plane_cylinder_deepest, sharpness=sharpness)
-        out[(_G.PLANE, _G.CYLINDER)] = _mjx.primitive_collider(ncon=3)(fn)
-    if rules.box_box == "clipped":
-        # the C engine keeps every point of the clipped polygon, up to eight: so many slots per box
-        # pair; under smoothing the same construction with its hand-overs widened by the sharpness
-        fn = functools.partial(box_box_clipped, sharpness=sharpness)
-        if apart and sharpness is not None:
-            fn = _padded(functools.partial(box_box, sharpness=sharpness))
-        out[(_G.BOX, _G.BOX)] = _mjx.convex_collider(ncon=BOX_BOX_SLOTS)(fn)
+    for types, choices, name in _RULES:  # the pairs whose function a config field picks
+        fn = choices[getattr(rules, name)].build(sharpness, apart)
+        if fn is not None:
+            out[types] = fn
     return out
 
 
 BOX_BOX_SLOTS = SLOTS
 """Contacts per box pair under ``collision.box_box=clipped``: the C engine's most (an octagon)."""
+
+
+def _keep(sharpness, apart):
+    return None  # the rest of the table's function: MJX's, or its blend under collision.smooth
+
+
+def _plane_box_deepest(sharpness, apart):
+    return _mjx.convex_collider(ncon=4)(plane_box_deepest)
+
+
+def _plane_cylinder_deepest(sharpness, apart):
+    return _mjx.primitive_collider(ncon=3)(functools.partial(plane_cylinder_deepest, sharpness=sharpness))
+
+
+def _box_box_clipped(sharpness, apart):
+    # the C engine keeps every point of the clipped polygon, up to eight: so many slots per box pair;
+    # under smoothing the same construction with its hand-overs widened by the sharpness
+    fn = functools.partial(box_box_clipped, sharpness=sharpness)
+    if apart and sharpness is not None:
+        fn = _padded(functools.partial(box_box, sharpness=sharpness))
+    return _mjx.convex_collider(ncon=BOX_BOX_SLOTS)(fn)
+
+
+PLANE_BOX_RULES.register("deepest", CollisionRuleEntry(_plane_box_deepest))
+PLANE_BOX_RULES.register("mjx", CollisionRuleEntry(_keep))
+PLANE_CYLINDER_RULES.register("deepest", CollisionRuleEntry(_plane_cylinder_deepest))
+PLANE_CYLINDER_RULES.register("mjx", CollisionRuleEntry(_keep))
+BOX_BOX_RULES.register("clipped", CollisionRuleEntry(_box_box_clipped))
+BOX_BOX_RULES.register("mjx", CollisionRuleEntry(_keep))
+
+# (geom types, the registry of their rules, the collision config field that picks one)
+_RULES = (
+    ((_G.PLANE, _G.BOX), PLANE_BOX_RULES, "plane_box"),
+    ((_G.PLANE, _G.CYLINDER), PLANE_CYLINDER_RULES, "plane_cylinder"),
+    ((_G.BOX, _G.BOX), BOX_BOX_RULES, "box_box"),
+)
 
 
 def contact_dims(m, rules: CollisionConfig):
