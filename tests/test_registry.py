@@ -29,6 +29,7 @@ from diffmjx.registry import (
     GradientModeEntry,
     SolverEntry,
 )
+from diffmjx.sysid import ties
 
 SLIDER = """
 <mujoco>
@@ -191,3 +192,43 @@ def test_a_toy_planner_is_one_class_and_one_register_line():
         PLANNERS.unregister("idle")
     with pytest.raises(ValueError, match="planner.kind='idle' is not allowed"):
         mpc.PlannerConfig(kind="idle")
+
+
+TWO_HINGES = """<mujoco><option timestep="0.002"/><worldbody>
+<body name="a" pos="0 0 1"><joint name="j1" axis="0 1 0" damping="0.4"/>
+<geom type="capsule" fromto="0 0 0 .3 0 0" size=".03" mass="1" contype="0" conaffinity="0"/>
+<body name="b" pos=".3 0 0"><joint name="j2" axis="0 1 0" damping="0.4"/>
+<geom type="capsule" fromto="0 0 0 .3 0 0" size=".03" mass="1" contype="0" conaffinity="0"/></body></body>
+</worldbody></mujoco>"""
+
+
+class _EveryDofDamping(sysid.FieldKind):
+    """A toy field kind: one damping written into every degree of freedom (no element named)."""
+
+    def place(self, m, key, field, flat, elements, columns):
+        every = np.arange(m.nv)[:, None]
+        return [ties.Write("dof_damping", every, 1.0, (0,))], np.full((1, 1), m.dof_damping[0])
+
+
+def test_a_toy_parameter_field_is_one_class_and_one_register_line():
+    """A parameter field of one's own, registered by name, is resolved, written into the model and
+    fitted by :func:`diffmjx.sysid.identify` like the built-in ones."""
+    sysid.FIELDS.register("toy_damping", _EveryDofDamping(None, 1, (0.0,), (np.inf,)))
+    try:
+        m = mujoco.MjModel.from_xml_string(TWO_HINGES)
+        ps = sysid.ParameterSet(m, [sysid.Parameter("toy_damping")])
+        assert ps.labels == ("toy_damping",) and ps.start.tolist() == [0.4]
+        np.testing.assert_array_equal(ps.write(np.array([0.9])).dof_damping, [0.9, 0.9])
+        rec = sysid.Recording.simulate(m, np.zeros((20, 0)), 0.01, qpos0=[1.0, -0.5], qvel0=[0.0, 0.0], step=1e-4)
+        start = TWO_HINGES.replace('damping="0.4"', 'damping="0.55"')
+        fit = sysid.identify(
+            mujoco.MjModel.from_xml_string(start),
+            [sysid.Parameter("toy_damping")],
+            rec,
+            fit=sysid.FitConfig(horizon=5, tolerance_check=None),
+            progress=False,
+        )
+        assert fit.values["toy_damping"] == pytest.approx(0.4, rel=1e-3)
+        np.testing.assert_allclose(fit.model.dof_damping, fit.values["toy_damping"])
+    finally:
+        sysid.FIELDS.unregister("toy_damping")

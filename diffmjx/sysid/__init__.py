@@ -45,6 +45,7 @@ from diffmjx.sysid.data import (
     toss_recordings,
 )
 from diffmjx.sysid.evaluate import pad_tosses, rollout_tosses, trajectory_error
+from diffmjx.sysid.fields import FIELDS, FieldKind
 from diffmjx.sysid.identify import (
     METHODS,
     FitConfig,
@@ -75,7 +76,7 @@ from diffmjx.sysid.model import (
     from_unconstrained,
     to_unconstrained,
 )
-from diffmjx.sysid.parameter import FIELDS, Parameter, ParameterError, ParameterSet, Transform
+from diffmjx.sysid.parameter import Parameter, ParameterError, ParameterSet, Transform
 from diffmjx.sysid.params import (
     OPTION_KEYS,
     PARAMS_JSON_KEYS,
@@ -105,6 +106,7 @@ __all__ = [
     "CubeParams",
     "DataConfig",
     "DataError",
+    "FieldKind",
     "FitConfig",
     "FittedParams",
     "History",

@@ -35,7 +35,10 @@ dimension; ``uniform=True`` for one value over them) model the measurement
 Bounds are enforced by the coordinates (:class:`Transform`): both ends finite, a logistic map;
 one end, ``lower + (start - lower) exp(z)`` (relative steps); none, ``start + scale z``.
 
-Why one file of this length: :class:`Parameter`, the field table :data:`FIELDS`, resolution against a
+The fields a parameter may name are data (:data:`FIELDS`, :mod:`diffmjx.sysid.fields`): each kind
+knows its rows, start values and where it writes; resolution here asks the kind.
+
+Why one file of this length: :class:`Parameter`, resolution against a
 model, :class:`ParameterSet`'s traced map and the mass ties implement one contract (a parameter list
 resolved once, then mapped under ``jit``) and share private record types; split, those records would
 become public with no second user.
@@ -58,8 +61,8 @@ import mujoco
 import numpy as np
 
 from diffmjx import constants
-from diffmjx.impedance import MAXIMP, MINIMP
 from diffmjx.sysid import ties
+from diffmjx.sysid.fields import DELAY_START, FIELDS, PRIMITIVE_COLUMNS
 from diffmjx.sysid.ties import ParameterError
 
 __all__ = ["DELAY_START", "FIELDS", "Parameter", "ParameterError", "ParameterSet", "Transform"]
@@ -83,113 +86,8 @@ class Transform(enum.Enum):
 
 
 _INF = math.inf
-DELAY_START = 1e-4
-"""The start of a ``sensor_delay`` parameter in seconds (a delay has no value in the model)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class _Field:
-    """What a field is: the element kind its names refer to, its columns and their legal ranges."""
-
-    obj: Any  # mujoco.mjtObj of the names, or None (opt.*: no element)
-    width: int  # columns per element (0: per element, see _columns)
-    lo: tuple[float, ...]  # legal range per column (repeated when shorter than the row)
-    hi: tuple[float, ...]
-    lo_open: bool = False  # the lower end excluded
-    hi_open: bool = False
-    leaf: str | None = None  # the mjx.Model leaf written (default: the field's name)
-    doc: str = ""
-
-
 _BODY, _GEOM, _JOINT = mujoco.mjtObj.mjOBJ_BODY, mujoco.mjtObj.mjOBJ_GEOM, mujoco.mjtObj.mjOBJ_JOINT
 _ACT, _TENDON, _SENSOR = mujoco.mjtObj.mjOBJ_ACTUATOR, mujoco.mjtObj.mjOBJ_TENDON, mujoco.mjtObj.mjOBJ_SENSOR
-_POS, _ANY, _NONNEG = ((0.0,), (_INF,)), ((-_INF,), (_INF,)), ((0.0,), (_INF,))
-
-FIELDS: dict[str, _Field] = {
-    "body_mass": _Field(_BODY, 1, *_POS, lo_open=True, doc="kg"),
-    "body_inertia": _Field(_BODY, 3, *_POS, lo_open=True, doc="principal moments, kg m^2"),
-    "body_ipos": _Field(_BODY, 3, *_ANY, doc="centre of mass in the body frame, m"),
-    "body_inertial": _Field(
-        _BODY, 10, *_ANY, leaf="", doc="mass, centre of mass (3), inertia about it (xx yy zz xy xz yz)"
-    ),
-    "geom_friction": _Field(_GEOM, 3, *_NONNEG, doc="sliding, torsional, rolling"),
-    "geom_solref": _Field(_GEOM, 2, *_ANY, doc="timeconst, dampratio (or -stiffness, -damping)"),
-    "geom_solimp": _Field(
-        _GEOM,
-        5,
-        (MINIMP, MINIMP, 0.0, MINIMP, 1.0),
-        (MAXIMP, MAXIMP, _INF, MAXIMP, _INF),
-        doc="d0, dwidth, width, midpoint, power",
-    ),
-    "geom_size": _Field(_GEOM, 3, *_POS, lo_open=True, doc="primitive sizes (half sizes, radius, half length), m"),
-    "geom_pos": _Field(_GEOM, 3, *_ANY, doc="m, in the body frame"),
-    "geom_margin": _Field(_GEOM, 1, *_NONNEG, doc="m"),
-    "dof_damping": _Field(_JOINT, 0, *_NONNEG, doc="per dof of the joint"),
-    "dof_armature": _Field(_JOINT, 0, *_NONNEG, doc="per dof of the joint"),
-    "dof_frictionloss": _Field(_JOINT, 0, *_NONNEG, doc="per dof of the joint"),
-    "jnt_stiffness": _Field(_JOINT, 1, *_NONNEG, doc="N m/rad or N/m"),
-    "jnt_range": _Field(_JOINT, 2, *_ANY, doc="lower, upper"),
-    "jnt_solref": _Field(_JOINT, 2, *_ANY, doc="of the joint's limit"),
-    "jnt_solimp": _Field(_JOINT, 5, (MINIMP, MINIMP, 0.0, MINIMP, 1.0), (MAXIMP, MAXIMP, _INF, MAXIMP, _INF)),
-    "actuator_gainprm": _Field(_ACT, 10, *_ANY),
-    "actuator_biasprm": _Field(_ACT, 10, *_ANY),
-    "actuator_dynprm": _Field(_ACT, 10, *_ANY),
-    "actuator_gear": _Field(_ACT, 6, *_ANY),
-    "actuator_kp": _Field(
-        _ACT, 1, *_POS, lo_open=True, leaf="", doc="a <position> / <intvelocity> servo's kp: gainprm[0] and -biasprm[1]"
-    ),
-    "actuator_kv": _Field(
-        _ACT,
-        1,
-        *_POS,
-        lo_open=True,
-        leaf="",
-        doc="a <velocity> servo's kv (gainprm[0] and -biasprm[2]) or a <position> servo's (-biasprm[2])",
-    ),
-    "tendon_stiffness": _Field(_TENDON, 1, *_NONNEG),
-    "tendon_damping": _Field(_TENDON, 1, *_NONNEG),
-    "tendon_frictionloss": _Field(_TENDON, 1, *_NONNEG),
-    "tendon_armature": _Field(_TENDON, 1, *_NONNEG),
-    "tendon_lengthspring": _Field(_TENDON, 2, *_ANY),
-    "opt.gravity": _Field(None, 3, *_ANY, doc="m/s^2"),
-    "opt.wind": _Field(None, 3, *_ANY, doc="m/s"),
-    "opt.magnetic": _Field(None, 3, *_ANY),
-    "opt.density": _Field(None, 1, *_NONNEG, doc="kg/m^3"),
-    "opt.viscosity": _Field(None, 1, *_NONNEG, doc="Pa s"),
-    "opt.impratio": _Field(None, 1, *_POS, lo_open=True),
-    "sensor_gain": _Field(_SENSOR, 0, *_ANY, leaf="", doc="measured = gain * simulated + bias"),
-    "sensor_bias": _Field(_SENSOR, 0, *_ANY, leaf="", doc="measured = gain * simulated + bias"),
-    "sensor_delay": _Field(
-        _SENSOR,
-        0,
-        *_POS,
-        lo_open=True,
-        leaf="",
-        doc="s: measured(t) = simulated(t - delay), up to one sample; starts at 0.1 ms",
-    ),
-}
-"""The fields a :class:`Parameter` may name, with their element kinds and legal ranges."""
-
-# fields whose change moves what mj_setConst or the compiler derives (masses, geometry, transmissions)
-_CONST_FIELDS = {
-    "body_mass",
-    "body_inertia",
-    "body_ipos",
-    "body_inertial",
-    "geom_size",
-    "geom_pos",
-    "dof_armature",
-    "actuator_gear",
-    "tendon_armature",
-    "jnt_range",
-}
-_PRIMITIVE_COLUMNS = {
-    mujoco.mjtGeom.mjGEOM_SPHERE: (0,),
-    mujoco.mjtGeom.mjGEOM_CAPSULE: (0, 1),
-    mujoco.mjtGeom.mjGEOM_CYLINDER: (0, 1),
-    mujoco.mjtGeom.mjGEOM_ELLIPSOID: (0, 1, 2),
-    mujoco.mjtGeom.mjGEOM_BOX: (0, 1, 2),
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -260,10 +158,10 @@ class Parameter:
                 f"Parameter({self.field!r}): transform={self.transform!r} is invalid; expected a "
                 f"diffmjx.sysid.Transform ({', '.join(t.name for t in Transform)})"
             )
-        if self.field == "body_inertial" and (self.index is not None or self.bounds is not None or self.uniform):
+        if FIELDS[self.field].whole and (self.index is not None or self.bounds is not None or self.uniform):
             raise ParameterError(
-                "Parameter('body_inertial'): the 10 mass properties are one unit; index, bounds and "
-                "uniform do not apply"
+                f"Parameter({self.field!r}): the {FIELDS[self.field].width} values are one unit "
+                f"({FIELDS[self.field].doc}); index, bounds and uniform do not apply"
             )
 
     @property
@@ -301,36 +199,6 @@ def _element(m: mujoco.MjModel, p: Parameter, name: str) -> int:
     return i
 
 
-def _row(m: mujoco.MjModel, field: str, i: int) -> tuple[np.ndarray, tuple[int, ...]]:
-    """(flat indices of element ``i``'s row in the field's leaf, the row's usable columns)."""
-    f = FIELDS[field]
-    if field.startswith("dof_"):
-        n = {0: 6, 1: 3, 2: 1, 3: 1}[int(m.jnt_type[i])]
-        adr = int(m.jnt_dofadr[i])
-        return np.arange(adr, adr + n), tuple(range(n))
-    if field.startswith("sensor_"):
-        adr, n = int(m.sensor_adr[i]), int(m.sensor_dim[i])
-        return np.arange(adr, adr + n), tuple(range(n))
-    if field == "geom_size":
-        cols = _PRIMITIVE_COLUMNS.get(int(m.geom_type[i]))
-        if cols is None:
-            kind = mujoco.mjtGeom(int(m.geom_type[i])).name.removeprefix("mjGEOM_").lower()
-            raise ParameterError(
-                f"geom_size: geom {mujoco.mj_id2name(m, _GEOM, i)!r} is a {kind}; only primitive "
-                "geoms (sphere, capsule, cylinder, ellipsoid, box) have sizes to identify"
-            )
-        return i * 3 + np.arange(3), cols
-    if f.obj is None:
-        return np.arange(f.width), tuple(range(f.width))
-    return i * f.width + np.arange(f.width), tuple(range(f.width))
-
-
-def _leaf_values(m: mujoco.MjModel, field: str) -> np.ndarray:
-    if field.startswith("opt."):
-        return np.atleast_1d(np.asarray(getattr(m.opt, field[4:]), np.float64)).ravel()
-    return np.asarray(getattr(m, field), np.float64).ravel()
-
-
 @dataclasses.dataclass(frozen=True)
 class _Resolved:
     """A parameter resolved against a model: where its components go and how they are reached."""
@@ -351,17 +219,9 @@ class _Resolved:
         return len(self.start)
 
 
-def _legal(f: _Field, col: int, start: float, field: str) -> tuple[float, float, bool, bool]:
-    lo, hi = f.lo[min(col, len(f.lo) - 1)], f.hi[min(col, len(f.hi) - 1)]
-    lo_open, hi_open = f.lo_open, f.hi_open
-    if field.endswith("_solref"):  # standard (timeconst > 0, dampratio > 0) or direct (both < 0) form
-        lo, hi, lo_open, hi_open = (0.0, _INF, True, False) if start > 0 else (-_INF, 0.0, False, True)
-    return lo, hi, lo_open, hi_open
-
-
 def _resolve(m: mujoco.MjModel, p: Parameter) -> _Resolved:
     f = FIELDS[p.field]
-    if p.field == "body_inertial":
+    if f.whole:  # body_inertial: ten mass properties in log-Cholesky coordinates (the mass ties write them)
         (i,) = (_element(m, p, n) for n in p.names) if len(p.names) == 1 else (None,)
         if i is None:
             raise ParameterError(f"{p.key}: body_inertial takes one body")
@@ -381,9 +241,9 @@ def _resolve(m: mujoco.MjModel, p: Parameter) -> _Resolved:
             labels,
         )
     elements = tuple(_element(m, p, n) for n in p.names) if p.names else ()
-    if p.field.startswith("body_") and 0 in elements:
+    if f.obj == _BODY and 0 in elements:
         raise ParameterError(f"{p.key}: the world body has no mass properties to identify")
-    rows = [_row(m, p.field, i) for i in (elements or (0,))]
+    rows = [f.row(m, p.field, i) for i in (elements or (0,))]
     usable = rows[0][1]
     for (_, cols), i in zip(rows[1:], elements[1:]):
         if cols != usable:
@@ -403,21 +263,7 @@ def _resolve(m: mujoco.MjModel, p: Parameter) -> _Resolved:
                 )
     flat = np.array([[r[0][c] for c in columns] for r in rows], int)
     ties.check(m, p.key, p.field, elements, columns)
-    values = _leaf_values(m, p.field) if f.leaf != "" else None
-    writes: list[ties.Write] = []
-    if f.leaf != "":
-        writes = [ties.Write(p.field if f.leaf is None else f.leaf, flat, 1.0, tuple(range(len(columns))))]
-        writes += ties.tie_writes(m, p.field, elements, columns)
-    if p.field in ("actuator_kp", "actuator_kv"):
-        writes, start_all = ties.servo_writes(m, p.key, p.field, elements)
-    elif p.field == "sensor_gain":
-        start_all = np.ones(flat.shape)
-    elif p.field == "sensor_bias":
-        start_all = np.zeros(flat.shape)
-    elif p.field == "sensor_delay":
-        start_all = np.full(flat.shape, DELAY_START)  # inside (0, inf): relative steps from a tenth of a millisecond
-    else:
-        start_all = values[flat]
+    writes, start_all = f.place(m, p.key, p.field, flat, elements, columns)
     if not np.allclose(start_all, start_all[:1], rtol=0, atol=0) and len(elements) > 1:
         first = start_all[0]
         k = int(np.argmax(np.any(start_all != first, axis=1)))
@@ -450,7 +296,7 @@ def _resolve(m: mujoco.MjModel, p: Parameter) -> _Resolved:
         except ValueError:
             raise ParameterError(f"{p.key}: bounds={given!r} do not match its {k} component(s)") from None
     for j, c in enumerate(cols_k):
-        llo, lhi, lo_open, hi_open = _legal(f, c, start[j], p.field)
+        llo, lhi, lo_open, hi_open = f.legal(c, start[j])
         a, b = llo, lhi
         if given is not None:
             a, b = float(glo[j]), float(ghi[j])
@@ -565,7 +411,7 @@ class ParameterSet:
             self.ties = [
                 _MassTies(mv, res, self._slices, sv) for mv, sv, res in zip(self.models, self.specs, self.resolved)
             ]
-        self.recompute_constants = any(p.field in _CONST_FIELDS for p in params)
+        self.recompute_constants = any(FIELDS[p.field].derived for p in params)
         self.theta0 = self.to_theta(self.start)
 
     @property
@@ -660,7 +506,7 @@ class ParameterSet:
         x = np.asarray(values, np.float64)
         out: dict[str, Any] = {}
         for p, k, (a, b) in zip(self.params, self.keys, zip(self._slices[:-1], self._slices[1:])):
-            if p.field == "body_inertial":
+            if FIELDS[p.field].whole:
                 out[k] = _inertial_numbers(x[a:b])
             else:
                 out[k] = float(x[a]) if b - a == 1 else x[a:b].copy()
@@ -677,7 +523,7 @@ class ParameterSet:
                 v = np.asarray(values[k], np.float64).ravel()
                 if v.size != b - a:
                     raise ParameterError(f"{k}: {v.size} value(s) given; it has {b - a} component(s)")
-                if self.params[self.keys.index(k)].field == "body_inertial":  # physical numbers: to coordinates
+                if FIELDS[self.params[self.keys.index(k)].field].whole:  # physical numbers: to coordinates
                     xx, yy, zz, xy, xz, yz = v[4:]
                     full = np.array([[xx, xy, xz], [xy, yy, yz], [xz, yz, zz]])
                     try:
@@ -719,17 +565,18 @@ class ParameterSet:
         """``(gain, bias, delay)`` per sensordata column (ones, zeros and zeros where no parameter acts)."""
         values = jnp.asarray(values)
         terms = {
-            "sensor_gain": jnp.ones(nsensordata, values.dtype),
-            "sensor_bias": jnp.zeros(nsensordata, values.dtype),
-            "sensor_delay": jnp.zeros(nsensordata, values.dtype),
+            "gain": jnp.ones(nsensordata, values.dtype),
+            "bias": jnp.zeros(nsensordata, values.dtype),
+            "delay": jnp.zeros(nsensordata, values.dtype),
         }
         for r, (a, b) in zip(self.resolved[variant], zip(self._slices[:-1], self._slices[1:])):
-            if r.param.field in terms:
+            term = FIELDS[r.param.field].sensor_term
+            if term is not None:
                 v = values[a:b]
                 if r.param.uniform:
                     v = jnp.broadcast_to(v, (len(r.columns),))
-                terms[r.param.field] = terms[r.param.field].at[r.flat.ravel()].set(jnp.tile(v, r.flat.shape[0]))
-        return terms["sensor_gain"], terms["sensor_bias"], terms["sensor_delay"]
+                terms[term] = terms[term].at[r.flat.ravel()].set(jnp.tile(v, r.flat.shape[0]))
+        return terms["gain"], terms["bias"], terms["delay"]
 
     @functools.cached_property
     def _model_jit(self):
@@ -737,7 +584,7 @@ class ParameterSet:
 
     @property
     def has_sensor_terms(self) -> bool:
-        return any(p.field.startswith("sensor_") for p in self.params)
+        return any(FIELDS[p.field].sensor_term is not None for p in self.params)
 
     def write(self, values, variant: int = 0) -> mujoco.MjModel:
         """A copy of the variant's ``MjModel`` with ``values`` written, ties applied and constants recomputed.
@@ -776,7 +623,7 @@ class ParameterSet:
         allocates it when compiling: known only with the ``MjSpec``) or with one delay per dimension."""
         _, why = self._delays(values, variant)
         for p in self.params:
-            if p.field in ("sensor_gain", "sensor_bias"):
+            if FIELDS[p.field].sensor_term in ("gain", "bias"):
                 why[p.key] = (
                     "MuJoCo has no sensor gain or bias: the measurement model is gain * sensordata + bias, "
                     "with the values in fit.values"
@@ -789,7 +636,7 @@ class ParameterSet:
         m, spec = self.models[variant], self.specs[variant]
         delays, why = {}, {}
         for r, (a, b) in zip(self.resolved[variant], zip(self._slices[:-1], self._slices[1:])):
-            if r.param.field != "sensor_delay":
+            if FIELDS[r.param.field].sensor_term != "delay":
                 continue
             v = x[a:b]
             if len(v) > 1 and not np.all(v == v[0]):
@@ -887,7 +734,7 @@ def _mass_parts(m: mujoco.MjModel, b: int, spec) -> tuple | str:
         masses = []
         for g in geoms:
             sg = spec.geoms[int(g)]
-            prim = int(m.geom_type[g]) in _PRIMITIVE_COLUMNS
+            prim = int(m.geom_type[g]) in PRIMITIVE_COLUMNS
             vol = float(constants.geom_volume(int(m.geom_type[g]), m.geom_size[g])) if prim else math.inf
             masses.append(sg.mass if not np.isnan(sg.mass) else sg.density * vol)
         masses = np.asarray(masses, np.float64)
@@ -896,7 +743,7 @@ def _mass_parts(m: mujoco.MjModel, b: int, spec) -> tuple | str:
     types = [int(m.geom_type[g]) for g in geoms]
     if not len(geoms):
         return "it has no geoms with mass"
-    if any(t not in _PRIMITIVE_COLUMNS for t in types):
+    if any(t not in PRIMITIVE_COLUMNS for t in types):
         return "a geom with mass is not a primitive (a mesh): its inertia does not follow a size"
     if spec is None:
         vols = np.array([float(constants.geom_volume(t, m.geom_size[g])) for t, g in zip(types, geoms)])
@@ -954,7 +801,7 @@ class _MassTies:
                     fields_of.setdefault(e, set()).add(r.param.field)
         for r, a in zip(resolved, slices[:-1]):
             p = r.param
-            if p.field == "body_inertial":
+            if FIELDS[p.field].whole:
                 b = r.elements[0]
                 if fields_of.get(b, set()) - {"body_inertial"}:
                     raise ParameterError(
