@@ -373,6 +373,45 @@ def test_identify_reports_a_parameter_the_data_cannot_determine(pendulum_fit):
         assert np.isfinite(iv.std) and iv.upper - iv.lower < 0.01 * true
 
 
+def test_intervals_carry_the_simulations_own_error():
+    """Recordings simulated by DiffMJX itself at rtol 1e-11, so that the only mismatch is the fit's
+    looser tolerance (1e-4): the tolerance check (``FitConfig.tolerance_check``, on by default)
+    estimates the shift of the values that a tighter simulation implies, which is the ball's radius
+    error (103 % of it measured), and the intervals hold the truth."""
+    m = mujoco.MjModel.from_xml_string(CONTACT)
+    m.opt.timestep = 0.01
+    mx = mjx.put_model(m)
+    tight = diffmjx.Config().override("integrator.rtol=1e-11", "integrator.atol=1e-11")
+    recs = []
+    for seed in range(2):  # the arm swings under random torques, the ball drops and bounces
+        rng = np.random.default_rng(seed)
+        q0 = np.r_[rng.uniform(-0.5, 0.5), 0.5, 0.0, 0.15, 1.0, 0.0, 0.0, 0.0]
+        v0 = np.r_[0.0, rng.uniform(0.3, 1), rng.uniform(-0.5, 0.5), 0.0, 0.0, 0.0, 0.0]
+        ctrl = np.repeat(rng.uniform(-1, 1, (9, 1)), 5, axis=0)[:40]
+        d0 = mjx.make_data(mx).replace(qpos=q0, qvel=v0)
+        _, traj = jax.jit(lambda d, u: diffmjx.rollout(mx, d, u, tight))(d0, ctrl)
+        qpos, qvel = np.r_[q0[None], traj.qpos], np.r_[v0[None], traj.qvel]
+        recs.append(Recording(qpos=qpos, qvel=qvel, ctrl=ctrl, dt=0.01))
+    params = [Parameter("dof_damping", "hinge"), Parameter("geom_size", "ball", index=0)]
+    ps = ParameterSet(m, params)
+    truth = dict(zip(ps.labels, ps.start))
+    loose = diffmjx.Config().override("integrator.rtol=1e-4", "integrator.atol=1e-4")
+    r = sysid.identify(
+        ps.write(ps.start * np.array([1.2, 0.9]), 0),
+        params,
+        recs,
+        cfg=loose,
+        fit=sysid.FitConfig(horizon=5),
+        progress=False,
+    )
+    assert r.converged
+    for key, iv in r.intervals.items():
+        assert iv.lower <= truth[key] <= iv.upper, (key, iv, truth[key])
+    radius = r.intervals["geom_size:ball[0]"]
+    error = truth["geom_size:ball[0]"] - radius.value  # 7.7e-7: the bounce integrated at rtol 1e-4
+    assert abs(error) > 1e-7 and abs(error - radius.bias) < 0.1 * abs(error), (error, radius)
+
+
 def test_identify_with_adam_on_a_quaternion_joint():
     """A spherical pendulum (ball joint) swinging and spinning: its damping from 50 % off, by Adam
     (forward-mode gradients; the reverse-mode adjoints' compile is the study's, not this test's)."""

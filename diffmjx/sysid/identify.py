@@ -56,6 +56,7 @@ __all__ = [
     "identify",
     "load_model",
     "select_fit",
+    "tolerance_bias",
 ]
 
 METHODS = FIT_METHODS  # fit.method's choices: the runners registered below (diffmjx.registry)
@@ -95,6 +96,13 @@ class FitConfig(Section, Preset):
         confidence: level of the reported intervals.
         intervals: compute the intervals and unidentifiable directions (Levenberg–Marquardt always
             has them; Adam compiles the residual's Jacobian for them, which ``false`` skips).
+        tolerance_check: the intervals' check of the simulation's own error: the residual at the
+            returned values is computed again with ``integrator.rtol`` and ``atol`` times this
+            factor (fixed-step solvers: ``substeps`` divided by it), and the shift of the
+            least-squares values that the tighter simulation implies (:attr:`Interval.bias`) widens
+            the intervals. Without it, a fit to accurate data has intervals far narrower than its
+            integration error (on noise-free data they miss the truth). None: no check (one
+            compile and one evaluation less).
     """
 
     _section: ClassVar[str] = "fit"
@@ -121,6 +129,7 @@ class FitConfig(Section, Preset):
     eval_every: int = knob(1, ge=1)
     patience: int | None = knob(None, ge=1)
     confidence: float = knob(0.95, gt=0, lt=1)
+    tolerance_check: float | None = knob(0.01, gt=0, lt=1)
 
     @property
     def weights(self) -> Weights:
@@ -139,12 +148,18 @@ class History(NamedTuple):
 
 
 class Interval(NamedTuple):
-    """A parameter component's estimate and confidence interval (inf where unidentifiable)."""
+    """A parameter component's estimate and confidence interval (inf where unidentifiable).
+
+    ``std`` is the estimate's standard error from the residuals; ``bias`` the shift of the estimate
+    that a tighter simulation implies (``FitConfig.tolerance_check``; 0 without the check). The
+    interval holds ``value`` and ``value + bias``, widened by the t-quantile times ``std`` and by half
+    of ``|bias|`` for the error of that estimate itself."""
 
     value: float
     lower: float
     upper: float
     std: float
+    bias: float = 0.0
 
 
 class IdentifyResult(NamedTuple):
@@ -181,6 +196,9 @@ class IdentifyResult(NamedTuple):
             of ``params.labels``).
         segments: ``(row segment, segment keys, horizon)``, :meth:`Problem.row_segments` and the
             horizon: with ``residual`` and ``jacobian``, what :func:`confidence_intervals` reads.
+        start_s: seconds from the call to the first step (``setup_s`` and the held-out loss at the
+            start, compiled): with ``history.wall_s`` summed, the time at which a step's values
+            were reached.
     """
 
     values: dict[str, Any]
@@ -201,6 +219,7 @@ class IdentifyResult(NamedTuple):
     residual: np.ndarray | None
     jacobian: np.ndarray | None
     segments: tuple | None
+    start_s: float = math.nan
 
 
 def select_fit(fits):
@@ -351,6 +370,7 @@ def identify(
     if jac0 is not None:
         _warn_no_effect(np.asarray(jac0), ps)
     track = _Track(ps, fit, held_fn, float(held_fn(theta)) if held_fn else math.inf)
+    start_s = time.perf_counter() - start
     hist = runner.run(theta, state, track, fp, ckpt, saved, progress)
     best = track.best
     values = np.asarray(best[2], np.float64)
@@ -365,7 +385,16 @@ def identify(
         _, dx = jax.jvp(ps.to_values, (theta_best,), (jnp.ones_like(theta_best),))
         jacobian = jac / np.asarray(dx)[None, :]
         segments = (*problem.row_segments(), problem.horizon)
-        intervals, unident = confidence_intervals(residual, jacobian, ps.labels, values, fit.confidence, segments)
+        bias = None
+        if fit.tolerance_check is not None:
+            tight = Problem(
+                ps, recs, fit.horizon, stride, _tightened(cfg, fit.tolerance_check), fit.weights, fit.batching
+            )
+            r_tight = np.asarray(jax.jit(tight.residuals)(theta_best, tight.arguments()))
+            bias = tolerance_bias(residual, r_tight, jacobian)
+        intervals, unident = confidence_intervals(
+            residual, jacobian, ps.labels, values, fit.confidence, segments, bias=bias
+        )
     held_best = float(held_fn(theta_best)) if held_fn else None
     fitted = [ps.write(values, v) for v in range(len(models))]
     wall = time.perf_counter() - start
@@ -396,6 +425,7 @@ def identify(
         residual=residual,
         jacobian=jacobian,
         segments=segments,
+        start_s=start_s,
     )
 
 
@@ -428,6 +458,44 @@ def forward_config(cfg: Config) -> Config:
         ic, adjoint="forward", rtol=rtol, atol=atol, dto_tighten=1.0, kink_step=ic.kink_step_used()
     )
     return dataclasses.replace(cfg, integrator=fwd)
+
+
+def _tightened(cfg: Config, factor: float) -> Config:
+    """``cfg`` simulating more accurately: ``rtol`` and ``atol`` (as the forward solve uses them)
+    times ``factor``, or, with a fixed-step solver, ``substeps`` divided by it (rounded up)."""
+    ic = cfg.integrator
+    if ic.fixed_step:
+        ic = dataclasses.replace(ic, substeps=math.ceil(ic.substeps / factor))
+    else:
+        rtol, atol = ic.tolerances()
+        ic = dataclasses.replace(ic, rtol=rtol * factor, atol=atol * factor, dto_tighten=1.0)
+    return dataclasses.replace(cfg, integrator=ic)
+
+
+def tolerance_bias(r, r_tight, jac) -> np.ndarray:
+    """The shift of the least-squares values that a more accurate simulation implies: the
+    Gauss–Newton step ``-(J^T J)^+ J^T (r_tight - r)`` from the residual ``r`` to ``r_tight`` of the
+    same data at the same values (their difference is the simulation's own error: the data's noise
+    cancels), with ``jac`` the Jacobian in physical values. Zero along directions the data cannot
+    determine."""
+    r, r_tight, jac = np.asarray(r), np.asarray(r_tight), np.asarray(jac)
+    w, v = np.linalg.eigh(jac.T @ jac)
+    keep = w > 1e-9 * max(float(w[-1]), 1e-300)
+    g = jac.T @ (r_tight - r)
+    return -(v[:, keep] / w[keep]) @ (v[:, keep].T @ g)
+
+
+def _with_bias(intervals: dict[str, Interval], bias) -> dict[str, Interval]:
+    """``intervals`` (in :attr:`ParameterSet.labels` order) widened by the estimate's ``bias`` (see
+    :class:`Interval`): each holds the value and the value plus the bias, and half the bias more."""
+    out = {}
+    for (lab, iv), b in zip(intervals.items(), np.asarray(bias, float)):
+        b = float(b) if math.isfinite(iv.std) else 0.0
+        lo, hi = min(iv.value, iv.value + b), max(iv.value, iv.value + b)
+        out[lab] = Interval(
+            iv.value, lo - (iv.value - iv.lower) - abs(b) / 2, hi + (iv.upper - iv.value) + abs(b) / 2, iv.std, b
+        )
+    return out
 
 
 def _forward(problem: Problem) -> Problem:
@@ -760,7 +828,7 @@ FIT_METHODS.register("lm", _LM)
 FIT_METHODS.register("adam", _Adam)
 
 
-def confidence_intervals(r, jac, labels: Sequence[str], values, level: float = 0.95, segments=None):
+def confidence_intervals(r, jac, labels: Sequence[str], values, level: float = 0.95, segments=None, bias=None):
     """Gauss–Newton confidence intervals and unidentifiable directions from the residual ``r`` and its
     Jacobian ``jac`` in physical values (:attr:`IdentifyResult.residual`, ``.jacobian``,
     ``.segments``): ``({label: Interval}, unidentifiable)`` as :func:`identify` reports them.
@@ -773,7 +841,10 @@ def confidence_intervals(r, jac, labels: Sequence[str], values, level: float = 0
     ``segments`` is None) is too narrow. Each segment's term is ``J_s^T (I - H_s)^-1 r_s`` with its
     leverage ``H_s = J_s A^-1 J_s^T`` taken out (the jackknife-like CR3 form: a few segments that
     carry most of a parameter's information, a contact's bounces, would otherwise shrink their own
-    residuals). Student's t with the segments less the parameters as degrees of freedom."""
+    residuals). Student's t with the segments less the parameters as degrees of freedom.
+
+    ``bias`` (:func:`tolerance_bias`, per component), if given, widens each interval to hold the
+    value and the value plus its bias, and half the bias more (:class:`Interval`)."""
     from scipy import stats
 
     r, jac = np.asarray(r), np.asarray(jac)
@@ -821,6 +892,8 @@ def confidence_intervals(r, jac, labels: Sequence[str], values, level: float = 0
         lab: Interval(float(values[i]), float(values[i] - t * std[i]), float(values[i] + t * std[i]), float(std[i]))
         for i, lab in enumerate(labels)
     }
+    if bias is not None:
+        intervals = _with_bias(intervals, bias)
     unident = []
     for j in np.flatnonzero(null):
         vec = v[:, j]
