@@ -72,6 +72,7 @@ def _finger() -> mujoco.MjSpec:
 
 
 MUSCLES = ("extn", "adabR", "adabL", "mflx", "dflx")
+LEGGED_GEOMS = ("floor", "torso", "front_leg", "front_foot", "back_leg", "back_foot")
 MODELS = {
     "arm": {
         "spec": lambda: mujoco.MjSpec.from_file(str(scenes.path("sysid_arm"))),
@@ -116,6 +117,33 @@ MODELS = {
         "seconds": 2.0,
         "recordings": 2,
     },
+    # contact-rich models of the fair-peer study (experiments.sysid_peer), not of this study's default run
+    "finger_box": {
+        "spec": lambda: mujoco.MjSpec.from_file(str(scenes.path("sysid_finger"))),
+        "params": lambda: [
+            sysid.Parameter("dof_damping", "knuckle"),
+            sysid.Parameter("dof_damping", "joint"),
+            sysid.Parameter("actuator_kp", "knuckle"),
+            sysid.Parameter("actuator_kp", "joint"),
+            sysid.Parameter("body_mass", "box"),
+            sysid.Parameter("geom_friction", ("floor", "proximal", "distal", "box"), index=0),
+        ],
+        "dt": 0.01,
+        "seconds": 1.0,
+        "recordings": 4,  # kp="3" kv="0.3" and kp="2" kv="0.2": pushes and strikes
+    },
+    "legged": {
+        "spec": lambda: mujoco.MjSpec.from_file(str(scenes.path("sysid_legged"))),
+        "params": lambda: [
+            sysid.Parameter("geom_friction", LEGGED_GEOMS, index=0),
+            sysid.Parameter("geom_solref", LEGGED_GEOMS, index=0),
+            sysid.Parameter("body_mass", "torso"),
+            sysid.Parameter("dof_damping", ("front_hip", "back_hip")),
+        ],
+        "dt": 0.01,
+        "seconds": 1.0,
+        "recordings": 3,
+    },
 }
 
 
@@ -141,6 +169,13 @@ def _initial_state(name: str, m: mujoco.MjModel, d: mujoco.MjData, rng: np.rando
     elif name == "ball":
         d.qpos[:3] = [rng.uniform(0.0, 0.3), rng.uniform(-0.2, 0.2), rng.uniform(0.3, 0.6)]
         d.qvel[:] = [rng.uniform(2.0, 3.5), rng.uniform(-0.5, 0.5), rng.uniform(-0.5, 1.5), *rng.uniform(-10, 10, 3)]
+    elif name == "finger_box":  # the finger raised or lowered, the box somewhere under its reach
+        d.qpos[:2] = [rng.uniform(0.0, 1.2), rng.uniform(0.0, 1.5)]
+        d.qpos[2] = rng.uniform(0.09, 0.13)
+    elif name == "legged":  # dropped from 0 to 5 cm with a forward speed, legs apart
+        d.qpos[2] += rng.uniform(0.0, 0.05)
+        d.qpos[7:] = rng.uniform(-0.5, 0.5, 2)
+        d.qvel[0] = rng.uniform(0.5, 1.5)
     else:
         lo, hi = np.asarray(m.jnt_range).T
         lo, hi = np.where(m.jnt_limited, lo, -1.0), np.where(m.jnt_limited, hi, 1.0)
@@ -361,7 +396,7 @@ def plot(summary: Path, png: Path) -> None:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--models", default="arm,box,ball,finger")
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--methods", default="diffmjx_lm,mujoco_sysid")
     p.add_argument("--noise", default="0,1", help="0: noise-free, 1: noisy")

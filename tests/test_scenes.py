@@ -33,6 +33,8 @@ SHIPPED = (
     "sysid_arm",
     "sysid_ball",
     "sysid_box",
+    "sysid_finger",
+    "sysid_legged",
     "tumbling_box",
     "two_balls",
 )

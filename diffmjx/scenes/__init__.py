@@ -15,8 +15,9 @@ ContactNets cube as system identification fits it), ``cube_toss`` (the paper's c
 ``sphere_drop`` (a ball thrown onto a plane), ``suite_*`` (the planner suite's tasks:
 ``suite_pendulum``, ``suite_cartpole``, ``suite_double_cartpole``, ``suite_reacher``,
 ``suite_block_push``, ``suite_box_tip``, ``suite_finger_turn``, ``suite_hopper``;
-``experiments/planner_suite.py``), ``sysid_arm``, ``sysid_ball`` and ``sysid_box`` (the
-system-identification recovery study's arm, ball thrown at a wall and thrown box),
+``experiments/planner_suite.py``), ``sysid_arm``, ``sysid_ball``, ``sysid_box``,
+``sysid_finger`` and ``sysid_legged`` (the system-identification studies' arm, ball thrown at a
+wall, thrown box, finger tapping a box on position servos, and two-legged body dropped sliding),
 ``tumbling_box`` (contact-free, three distinct inertias), ``two_balls`` (two balls on a line). The cube toss's initial state and loss
 (:data:`CUBE_TOSS`, :func:`cube_toss_data`, :func:`cube_toss_loss`), its variants with another
 thrown primitive (:func:`primitive`) and its C-engine reference (:func:`c_engine_cube_toss`) are

@@ -1,0 +1,298 @@
+"""Fair-peer study: time to 1 % and to 0.1 % parameter error, DiffMJX against ``mujoco.sysid`` at its best timestep.
+
+    python -m experiments.sysid_peer [--models arm,box,ball,finger,finger_box,legged] [--seeds 2]
+                                     [--euler 1,2,4,8,16,32] [--rk4 1,2,4,8] [--fresh] [--plot-only]
+
+The recovery study's models (:mod:`experiments.sysid_recovery`: the arm, the thrown box, the ball
+thrown at a wall, MyoSuite's muscle-driven finger) and two contact-rich ones: ``finger_box``
+(``diffmjx.scenes.path("sysid_finger")``: a two-link finger on position servos taps and slides a
+free box; both joints' damping, both servos' kp, the box's mass and the shared sliding friction)
+and ``legged`` (``sysid_legged``: a two-legged body dropped onto the floor with a forward speed,
+landing, sliding and kicking; the shared friction and contact time constant, the torso's mass and
+the hips' damping). Noise-free recordings of the "real system" (MuJoCo's C engine at the true values,
+RK4 at 0.1 ms) and starts 30-50 % off, as in the recovery study, so that 0.1 % is reachable by a
+fit whose simulation is accurate enough.
+
+Each method at its best setting:
+
+- ``mujoco_sysid`` (:func:`diffmjx.sysid.identify_mujoco_sysid`: the C engine, finite
+  differences, ``mujoco.minimize``; both cores for its rollouts) is run at the model's own timestep
+  divided by each of ``--euler`` (the model's integrator, semi-implicit Euler) and, with MuJoCo's
+  RK4, by each of ``--rk4``. Its error falls with the timestep and its cost grows: its time to an
+  error is that of its fastest setting that reaches it (its best setting), and where none reaches
+  it, the error is out of its reach at the settings it can afford.
+- ``diffmjx_lm`` (:func:`diffmjx.sysid.identify`, ``FitConfig`` defaults with the recovery study's
+  segments, adaptive Tsit5 at each of ``--tolerances`` for rtol = atol): its time to an error is
+  the time from the call (compilation included: ``IdentifyResult.start_s``) to the end of the
+  first Levenberg–Marquardt step whose values are within it, at its fastest setting that reaches it.
+
+Writes ``docs/results/sysid_peer.csv`` (one row per fit: method, timestep, error, wall time, time to
+1 % and to 0.1 %), ``sysid_peer_summary.csv`` (per model: each method's median time to each error,
+the peer's best timestep, the ratio) and ``sysid_peer.png``. Each fit is cached
+(``~/.cache/diffmjx/stages``); ``--fresh`` refits, ``--plot-only`` redraws from the CSVs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import csv
+import functools
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+import diffmjx
+from diffmjx import sysid
+from experiments import common
+from experiments.sysid_recovery import HORIZON, MODELS, STRIDE, perturbed, record
+
+THRESHOLDS = (0.01, 0.001)
+DEFAULT_MODELS = "arm,box,ball,finger,finger_box,legged"
+
+
+def _case(name: str, seed: int):
+    spec = MODELS[name]["spec"]()
+    truth = spec.compile()
+    params = MODELS[name]["params"]()
+    ps = sysid.ParameterSet(truth, params, spec=spec)
+    recs = [record(name, truth, 100 * seed + k, False) for k in range(MODELS[name]["recordings"])]
+    return truth, params, ps, recs, ps.write(perturbed(ps, seed))
+
+
+def _errors(values: np.ndarray, truth: np.ndarray) -> np.ndarray:
+    """Largest relative error of each row of ``values``."""
+    return np.max(np.abs(np.asarray(values) / truth - 1), axis=-1)
+
+
+def _time_to(errors: np.ndarray, times: np.ndarray, threshold: float) -> float:
+    hit = np.flatnonzero(errors <= threshold)
+    return float(times[hit[0]]) if hit.size else math.nan
+
+
+def run_diffmjx(name: str, seed: int, cfg: diffmjx.Config, fit: sysid.FitConfig) -> dict:
+    """DiffMJX's fit: its final error and the times at which each error was first reached."""
+    _, params, ps, recs, start = _case(name, seed)
+    t = time.perf_counter()
+    res = sysid.identify(start, params, recs, cfg=cfg, fit=fit, progress=False)
+    wall = time.perf_counter() - t
+    errors = _errors(res.history.values, ps.start)
+    times = res.start_s + np.cumsum(res.history.wall_s)
+    final = float(_errors(sysid.ParameterSet(res.model, params).start, ps.start))
+    return {
+        "model": name,
+        "seed": seed,
+        "method": "diffmjx_lm",
+        "integrator": f"tsit5 rtol {cfg.integrator.rtol:g}",
+        "timestep": float(start.opt.timestep),
+        "max_rel_error": final,
+        "wall_s": wall,
+        "setup_s": res.start_s,
+        "iterations": len(res.history.step),
+        **{f"time_to_{thr:g}": _time_to(errors, times, thr) for thr in THRESHOLDS},
+    }
+
+
+def run_peer(name: str, seed: int, integrator: str, divisor: int, fit: sysid.FitConfig) -> dict:
+    """``mujoco.sysid``'s fit with ``integrator`` (``euler``: the model's own; ``rk4``) at the model's
+    timestep divided by ``divisor``."""
+    import mujoco
+
+    _, params, ps, recs, start = _case(name, seed)
+    start = copy.deepcopy(start)
+    start.opt.timestep = start.opt.timestep / divisor
+    if integrator == "rk4":
+        start.opt.integrator = mujoco.mjtIntegrator.mjINT_RK4
+    t = time.perf_counter()
+    res = sysid.identify_mujoco_sysid(start, params, recs, fit=fit, n_threads=2)
+    wall = time.perf_counter() - t
+    final = float(_errors(sysid.ParameterSet(res.model, params).start, ps.start))
+    return {
+        "model": name,
+        "seed": seed,
+        "method": "mujoco_sysid",
+        "integrator": integrator,
+        "timestep": float(start.opt.timestep),
+        "max_rel_error": final,
+        "wall_s": wall,
+        "setup_s": math.nan,
+        "iterations": res.iterations,
+        # no per-iteration values: the whole fit's time where its final values are within the error
+        **{f"time_to_{thr:g}": (wall if final <= thr else math.nan) for thr in THRESHOLDS},
+    }
+
+
+def _best(rows: list[dict], key: str) -> dict | None:
+    """The fastest of ``rows`` (one method's settings on one data set) that reached the error ``key``."""
+    reached = [r for r in rows if math.isfinite(float(r[key]))]
+    return min(reached, key=lambda r: float(r[key])) if reached else None
+
+
+def _setting(r: dict | None) -> str:
+    if r is None:
+        return "none"
+    if r["method"] == "mujoco_sysid":
+        return f"{r['integrator']} {float(r['timestep']) * 1e3:g} ms"
+    return r["integrator"].removeprefix("tsit5 ")
+
+
+def summary(rows: list[dict]) -> list[dict]:
+    """Per model and error: each method's median time over seeds at its best setting per seed (the
+    fastest that reaches the error), those settings and DiffMJX's time ratio."""
+    out = []
+    for model in dict.fromkeys(r["model"] for r in rows):
+        mine = [r for r in rows if r["model"] == model]
+        seeds = sorted({int(r["seed"]) for r in mine})
+        for thr in THRESHOLDS:
+            key = f"time_to_{thr:g}"
+            best = {
+                method: [_best([r for r in mine if int(r["seed"]) == s and r["method"] == method], key) for s in seeds]
+                for method in ("diffmjx_lm", "mujoco_sysid")
+            }
+            times = {m: [float(b[key]) if b else math.nan for b in bs] for m, bs in best.items()}
+            ours_m = _median_or_nan(times["diffmjx_lm"])
+            peer_m = _median_or_nan(times["mujoco_sysid"])
+            out.append(
+                {
+                    "model": model,
+                    "error": thr,
+                    "seeds": len(seeds),
+                    "diffmjx_reached": sum(b is not None for b in best["diffmjx_lm"]),
+                    "diffmjx_median_s": ours_m,
+                    "diffmjx_best_settings": "; ".join(_setting(b) for b in best["diffmjx_lm"]),
+                    "peer_reached": sum(b is not None for b in best["mujoco_sysid"]),
+                    "peer_median_s": peer_m,
+                    "peer_best_settings": "; ".join(_setting(b) for b in best["mujoco_sysid"]),
+                    "ratio": ours_m / peer_m if math.isfinite(ours_m) and math.isfinite(peer_m) else math.nan,
+                }
+            )
+    return out
+
+
+def _median_or_nan(xs) -> float:
+    xs = [x for x in xs if math.isfinite(x)]
+    return float(np.median(xs)) if xs else math.nan
+
+
+def plot(rows: list[dict], png: Path) -> None:
+    """Per model: each fit's final error against its wall time (the peer at each timestep, DiffMJX's
+    time to each error as its path), with the 1 % and 0.1 % lines."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import LogLocator, NullFormatter
+
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    cols = 3
+    fig, axes = plt.subplots(math.ceil(len(models) / cols), cols, figsize=(12, 3.4 * math.ceil(len(models) / cols)))
+    axes = np.atleast_1d(axes).ravel()
+    for ax, model in zip(axes, models):
+        mine = [r for r in rows if r["model"] == model]
+        peer = [r for r in mine if r["method"] == "mujoco_sysid"]
+        for integ, marker, color in (("euler", "s", "tab:orange"), ("rk4", "D", "tab:red")):
+            sel = [r for r in peer if r["integrator"] == integ]
+            if not sel:
+                continue
+            ax.scatter(
+                [float(r["wall_s"]) for r in sel],
+                [max(float(r["max_rel_error"]), 1e-9) for r in sel],
+                color=color,
+                marker=marker,
+                s=24,
+                alpha=0.8,
+                label=f"mujoco.sysid, {integ} (timestep swept)",
+            )
+        ours = [r for r in mine if r["method"] == "diffmjx_lm"]
+        ax.scatter(
+            [float(r["wall_s"]) for r in ours],
+            [max(float(r["max_rel_error"]), 1e-9) for r in ours],
+            color="tab:blue",
+            marker="o",
+            s=30,
+            label="DiffMJX (LM), end of fit",
+        )
+        for thr in THRESHOLDS:
+            t = [float(r[f"time_to_{thr:g}"]) for r in ours]
+            ax.scatter(t, [thr] * len(t), color="tab:blue", marker="|", s=120, label=None)
+            ax.axhline(thr, color="0.6", lw=0.8, ls="--")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_minor_formatter(NullFormatter())  # 1, 2, 5 per decade: minor labels overlap on short ranges
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.set_title(model, fontsize=10)
+        ax.set_xlabel("wall time (s)", fontsize=8.5)
+        ax.set_ylabel("largest relative error", fontsize=8.5)
+        ax.grid(alpha=0.3, which="major")
+        ax.legend(fontsize=6.5, loc="best")
+    for ax in axes[len(models) :]:
+        ax.axis("off")
+    fig.suptitle(
+        "Final parameter error against wall time, noise-free recordings (bars: DiffMJX's time to 1 % and 0.1 %)",
+        fontsize=10,
+    )
+    common.save_figure(fig, png)
+
+
+def _read(path: Path) -> list[dict]:
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", default=DEFAULT_MODELS)
+    p.add_argument("--seeds", type=int, default=2)
+    p.add_argument("--euler", default="1,2,4,8,16,32", help="the peer's timestep divisors, the model's integrator")
+    p.add_argument("--rk4", default="1,2,4,8", help="the peer's timestep divisors with MuJoCo's RK4")
+    p.add_argument("--tolerances", default="1e-5,1e-7", help="DiffMJX's integrator.rtol = atol settings")
+    p.add_argument("--out", type=Path, default=common.RESULTS)
+    p.add_argument("--fresh", action="store_true")
+    p.add_argument("--cached-only", action="store_true", help="summarise the fits already cached, run none")
+    p.add_argument("--plot-only", action="store_true")
+    args = p.parse_args(argv)
+    csv_path, summary_path, png = (
+        args.out / "sysid_peer.csv",
+        args.out / "sysid_peer_summary.csv",
+        args.out / "sysid_peer.png",
+    )
+    if args.plot_only:
+        rows = _read(csv_path)
+        plot(rows, png)
+        return
+    diffmjx.enable_compilation_cache()
+    cfgs = [
+        diffmjx.Config().override(f"integrator.rtol={t}", f"integrator.atol={t}") for t in args.tolerances.split(",")
+    ]
+    fit = sysid.FitConfig(horizon=HORIZON, stride=STRIDE, steps=30)
+    settings = [("euler", int(x)) for x in args.euler.split(",") if x] + [
+        ("rk4", int(x)) for x in args.rk4.split(",") if x
+    ]
+    from tqdm.auto import tqdm
+
+    cases = [(m, s) for m in args.models.split(",") for s in range(args.seeds)]
+    rows: list[dict] = []
+    for name, seed in tqdm(cases, desc="sysid peer"):
+        for cfg in cfgs:
+            key = (name, seed, cfg.to_dict(), fit.to_dict())
+            if args.cached_only and not common.stage_path("sysid_peer_diffmjx", key).exists():
+                continue
+            run = functools.partial(run_diffmjx, name, seed, cfg, fit)
+            row = common.stage("sysid_peer_diffmjx", key, run, args.fresh)
+            rows.append({**row, "integrator": f"tsit5 rtol {cfg.integrator.rtol:g}"})  # the setting, by name
+        for integ, div in settings:
+            key = (name, seed, integ, div, fit.to_dict())
+            if args.cached_only and not common.stage_path("sysid_peer_mujoco", key).exists():
+                continue
+            run = functools.partial(run_peer, name, seed, integ, div, fit)
+            rows.append(common.stage("sysid_peer_mujoco", key, run, args.fresh))
+        common.write_csv(csv_path, rows)
+    table = summary(rows)
+    common.write_csv(summary_path, table)
+    plot(rows, png)
+    for r in table:
+        print(r)
+
+
+if __name__ == "__main__":
+    main()
