@@ -412,6 +412,19 @@ def test_intervals_carry_the_simulations_own_error():
     assert abs(error) > 1e-7 and abs(error - radius.bias) < 0.1 * abs(error), (error, radius)
 
 
+def test_a_time_constant_that_refsafe_clamps_at_the_sample_period_is_named():
+    """identify simulates a recording at its sample period, where MuJoCo's refsafe clamps a contact
+    time constant below twice that period (the model at its own 2 ms step clamps only below 4 ms):
+    such a start is warned of by name before anything is compiled."""
+    m = mujoco.MjModel.from_xml_string(CONTACT)
+    qpos0 = np.r_[0.4, 0.5, 0.0, 0.0499, 1.0, 0.0, 0.0, 0.0]
+    rec = record(m, qpos0, np.zeros(m.nv), np.zeros((3, 1)), 0.02)  # clamp at 0.04 s; the start is 0.02 s
+    contact = Parameter("geom_solref", ("floor", "ball"), index=0)
+    with pytest.warns(UserWarning, match=r"^geom_solref:floor\+ball\[0\]: the time constant 0.02 s is below"):
+        with pytest.raises(ValueError, match="no recording holds a segment"):  # stops before compiling
+            sysid.identify(m, [contact], rec, fit=sysid.FitConfig(horizon=10), progress=False)
+
+
 def test_identify_with_adam_on_a_quaternion_joint():
     """A spherical pendulum (ball joint) swinging and spinning: its damping from 50 % off, by Adam
     (forward-mode gradients; the reverse-mode adjoints' compile is the study's, not this test's)."""

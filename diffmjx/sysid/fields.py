@@ -62,6 +62,8 @@ class FieldKind:
             ``gain * simulated(t - delay) + bias``, not a field of the model.
         whole: the row is one unit (``body_inertial``'s ten mass properties): no ``index``,
             ``bounds`` or ``uniform``.
+        time_constant: the column MuJoCo's ``refsafe`` flag clamps to at least twice the
+            timestep (a ``solref``'s time constant), or None.
     """
 
     obj: Any
@@ -75,6 +77,7 @@ class FieldKind:
     derived: bool = False
     sensor_term: str | None = None
     whole: bool = False
+    time_constant: int | None = None
 
     def row(self, m: mujoco.MjModel, field: str, i: int) -> tuple[np.ndarray, tuple[int, ...]]:
         """``(flat indices of element i's row in the leaf, the row's usable columns)``."""
@@ -173,7 +176,7 @@ for _name, _kind in {
         whole=True,
     ),
     "geom_friction": FieldKind(_GEOM, 3, *_NONNEG, doc="sliding, torsional, rolling"),
-    "geom_solref": _SolrefKind(_GEOM, 2, *_ANY, doc="timeconst, dampratio (or -stiffness, -damping)"),
+    "geom_solref": _SolrefKind(_GEOM, 2, *_ANY, doc="timeconst, dampratio (or -stiffness, -damping)", time_constant=0),
     "geom_solimp": FieldKind(_GEOM, 5, _IMP_LO, _IMP_HI, doc="d0, dwidth, width, midpoint, power"),
     "geom_size": _GeomSizeKind(
         _GEOM, 3, *_POS, lo_open=True, doc="primitive sizes (half sizes, radius, half length), m", derived=True
@@ -185,7 +188,7 @@ for _name, _kind in {
     "dof_frictionloss": _DofKind(_JOINT, 0, *_NONNEG, doc="per dof of the joint"),
     "jnt_stiffness": FieldKind(_JOINT, 1, *_NONNEG, doc="N m/rad or N/m"),
     "jnt_range": FieldKind(_JOINT, 2, *_ANY, doc="lower, upper", derived=True),
-    "jnt_solref": _SolrefKind(_JOINT, 2, *_ANY, doc="of the joint's limit"),
+    "jnt_solref": _SolrefKind(_JOINT, 2, *_ANY, doc="of the joint's limit", time_constant=0),
     "jnt_solimp": FieldKind(_JOINT, 5, _IMP_LO, _IMP_HI),
     "actuator_gainprm": FieldKind(_ACT, 10, *_ANY),
     "actuator_biasprm": FieldKind(_ACT, 10, *_ANY),

@@ -42,6 +42,7 @@ import numpy as np
 from diffmjx import checkpoint
 from diffmjx.config import Config, Preset, Section, knob
 from diffmjx.registry import FIT_METHODS, GRADIENT_MODES
+from diffmjx.sysid.fields import FIELDS
 from diffmjx.sysid.parameter import Parameter, ParameterSet
 from diffmjx.sysid.problem import BATCHINGS, ORIENTATIONS, Problem, Weights
 from diffmjx.sysid.recording import Recording
@@ -345,6 +346,7 @@ def identify(
     if not recs:
         raise ValueError("no recordings given")
     held = _check_recordings(held_out, models, "held_out")
+    _warn_refsafe(ps, models, recs)
     stride = fit.stride or fit.horizon
     runner_cls = FIT_METHODS[fit.method]  # the one place the method is read
     problem = Problem(ps, recs, fit.horizon, stride, runner_cls.simulation(cfg), fit.weights, fit.batching)
@@ -427,6 +429,33 @@ def identify(
         segments=segments,
         start_s=start_s,
     )
+
+
+def _warn_refsafe(ps: ParameterSet, models, recs) -> None:
+    """Warn, naming it, of a fitted contact time constant that MuJoCo's ``refsafe`` clamps in the
+    simulation ``identify`` runs but not in the user's model: DiffMJX simulates a recording with the
+    model's timestep set to its sample period, and ``refsafe`` clamps ``solref[0]`` to at least
+    twice the timestep, so below twice the sample period the parameter cannot move the simulation."""
+    for v, m in enumerate(models):
+        dts = [r.dt for r in recs if r.variant == v]
+        if not dts or m.opt.disableflags & mujoco.mjtDisableBit.mjDSBL_REFSAFE:
+            continue
+        clamp, own = 2.0 * max(dts), 2.0 * float(m.opt.timestep)
+        for r in ps.resolved[v]:
+            col = FIELDS[r.param.field].time_constant
+            if col is None or col not in r.columns:
+                continue
+            j = 0 if r.param.uniform else r.columns.index(col)
+            start = float(r.start[j])
+            if 0.0 < start < clamp:
+                warnings.warn(
+                    f"{r.labels[j]}: the time constant {start:g} s is below twice the recordings' sample "
+                    f"period ({clamp:g} s). identify simulates at the sample period, where MuJoCo's refsafe "
+                    f"clamps it to {clamp:g} s, so the fit cannot move it (the model at its own timestep "
+                    f"clamps only below {own:g} s). Disable refsafe in the model "
+                    '(<option><flag refsafe="disable"/></option>) or start it above the clamp',
+                    stacklevel=3,
+                )
 
 
 def _warn_no_effect(jac: np.ndarray, ps: ParameterSet) -> None:
