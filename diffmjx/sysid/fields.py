@@ -99,9 +99,9 @@ class FieldKind:
         """``(writes, start)``: where a parameter's value goes (:class:`diffmjx.sysid.ties.Write`: the
         field's own leaf, then the fields MuJoCo stores it in again) and its ``(elements, columns)``
         start values at the rows' ``flat`` indices (the model's)."""
-        start = self.values(m, field)[flat] if self.leaf != "" else np.zeros(flat.shape)
-        if self.leaf == "":
-            return [], start
+        if self.leaf == "":  # the value acts elsewhere (a subclass's place says where)
+            return [], np.zeros(flat.shape)
+        start = self.values(m, field)[flat]
         own = ties.Write(field if self.leaf is None else self.leaf, flat, 1.0, tuple(range(len(columns))))
         return [own, *ties.tie_writes(m, field, elements, columns)], start
 

@@ -508,10 +508,16 @@ def tolerance_bias(r, r_tight, jac) -> np.ndarray:
     cancels), with ``jac`` the Jacobian in physical values. Zero along directions the data cannot
     determine."""
     r, r_tight, jac = np.asarray(r), np.asarray(r_tight), np.asarray(jac)
+    *_, inv = _gauss_newton(jac)
+    return -inv @ (jac.T @ (r_tight - r))
+
+
+def _gauss_newton(jac: np.ndarray):
+    """``(eigenvalues, eigenvectors, null, pseudo-inverse)`` of ``J^T J``: directions with an
+    eigenvalue below 1e-9 of the largest are the null ones the data cannot determine."""
     w, v = np.linalg.eigh(jac.T @ jac)
-    keep = w > 1e-9 * max(float(w[-1]), 1e-300)
-    g = jac.T @ (r_tight - r)
-    return -(v[:, keep] / w[keep]) @ (v[:, keep].T @ g)
+    null = w < 1e-9 * max(float(w[-1]), 1e-300)
+    return w, v, null, (v[:, ~null] / w[~null]) @ v[:, ~null].T
 
 
 def _with_bias(intervals: dict[str, Interval], bias) -> dict[str, Interval]:
@@ -878,11 +884,8 @@ def confidence_intervals(r, jac, labels: Sequence[str], values, level: float = 0
 
     r, jac = np.asarray(r), np.asarray(jac)
     n, p = jac.shape
-    jtj = jac.T @ jac
-    w, v = np.linalg.eigh(jtj)
+    w, v, null, inv = _gauss_newton(jac)
     top = max(float(w[-1]), 1e-300)
-    null = w < 1e-9 * top
-    inv = (v[:, ~null] / w[~null]) @ v[:, ~null].T
     if segments is None or len(segments[0]) != n:
         dof = max(n - p, 1)
         cov = inv * (float(r @ r) / dof)
