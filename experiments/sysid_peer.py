@@ -29,7 +29,9 @@ Each method at its best setting:
 Writes ``docs/results/sysid_peer.csv`` (one row per fit: method, timestep, error, wall time, time to
 1 % and to 0.1 %), ``sysid_peer_summary.csv`` (per model: each method's median time to each error,
 the peer's best timestep, the ratio) and ``sysid_peer.png``. Each fit is cached
-(``~/.cache/diffmjx/stages``); ``--fresh`` refits, ``--plot-only`` redraws from the CSVs.
+(``~/.cache/diffmjx/stages``); ``--fresh`` refits, ``--plot-only`` redraws from the CSVs. A run
+of some models (``--models``), seeds or methods (``--methods diffmjx_lm``) replaces those fits' rows
+of the CSV and keeps its others.
 """
 
 from __future__ import annotations
@@ -239,6 +241,18 @@ def _read(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+def _key(r: dict) -> tuple:
+    return r["model"], int(r["seed"]), r["method"], r["integrator"], round(float(r["timestep"]), 12)
+
+
+def merged(old: list[dict], new: list[dict]) -> list[dict]:
+    """``old`` rows (the CSV's) with the fits of ``new`` in their place, and ``new``'s others appended:
+    a run of some models, seeds or methods leaves the CSV's other fits as they were."""
+    fresh = {_key(r): r for r in new}
+    out = [fresh.pop(_key(r), r) for r in old]
+    return out + list(fresh.values())
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default=DEFAULT_MODELS)
@@ -250,7 +264,13 @@ def main(argv=None) -> None:
     p.add_argument("--fresh", action="store_true")
     p.add_argument("--cached-only", action="store_true", help="summarise the fits already cached, run none")
     p.add_argument("--plot-only", action="store_true")
+    p.add_argument(
+        "--methods", default="diffmjx_lm,mujoco_sysid", help="the methods to run (the CSV's other rows are kept)"
+    )
     args = p.parse_args(argv)
+    methods = args.methods.split(",")
+    if unknown := sorted(set(methods) - {"diffmjx_lm", "mujoco_sysid"}):
+        p.error(f"--methods: {', '.join(unknown)} unknown; choose from diffmjx_lm, mujoco_sysid")
     csv_path, summary_path, png = (
         args.out / "sysid_peer.csv",
         args.out / "sysid_peer_summary.csv",
@@ -273,20 +293,21 @@ def main(argv=None) -> None:
     cases = [(m, s) for m in args.models.split(",") for s in range(args.seeds)]
     rows: list[dict] = []
     for name, seed in tqdm(cases, desc="sysid peer"):
-        for cfg in cfgs:
+        for cfg in cfgs if "diffmjx_lm" in methods else ():
             key = (name, seed, cfg.to_dict(), fit.to_dict())
             if args.cached_only and not common.stage_path("sysid_peer_diffmjx", key).exists():
                 continue
             run = functools.partial(run_diffmjx, name, seed, cfg, fit)
             row = common.stage("sysid_peer_diffmjx", key, run, args.fresh)
             rows.append({**row, "integrator": f"tsit5 rtol {cfg.integrator.rtol:g}"})  # the setting, by name
-        for integ, div in settings:
+        for integ, div in settings if "mujoco_sysid" in methods else ():
             key = (name, seed, integ, div, fit.to_dict())
             if args.cached_only and not common.stage_path("sysid_peer_mujoco", key).exists():
                 continue
             run = functools.partial(run_peer, name, seed, integ, div, fit)
             rows.append(common.stage("sysid_peer_mujoco", key, run, args.fresh))
-        common.write_csv(csv_path, rows)
+        common.write_csv(csv_path, merged(_read(csv_path) if csv_path.exists() else [], rows))
+    rows = merged(_read(csv_path), rows)
     table = summary(rows)
     common.write_csv(summary_path, table)
     plot(rows, png)

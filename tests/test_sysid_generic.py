@@ -412,17 +412,33 @@ def test_intervals_carry_the_simulations_own_error():
     assert abs(error) > 1e-7 and abs(error - radius.bias) < 0.1 * abs(error), (error, radius)
 
 
-def test_a_time_constant_that_refsafe_clamps_at_the_sample_period_is_named():
-    """identify simulates a recording at its sample period, where MuJoCo's refsafe clamps a contact
-    time constant below twice that period (the model at its own 2 ms step clamps only below 4 ms):
-    such a start is warned of by name before anything is compiled."""
+def test_a_time_constant_that_the_models_refsafe_clamps_is_named():
+    """A contact time constant that starts below twice the model's own timestep (2 ms here), where
+    MuJoCo's refsafe raises it, is warned of by name before anything is compiled."""
     m = mujoco.MjModel.from_xml_string(CONTACT)
     qpos0 = np.r_[0.4, 0.5, 0.0, 0.0499, 1.0, 0.0, 0.0, 0.0]
-    rec = record(m, qpos0, np.zeros(m.nv), np.zeros((3, 1)), 0.02)  # clamp at 0.04 s; the start is 0.02 s
+    rec = record(m, qpos0, np.zeros(m.nv), np.zeros((3, 1)), 0.02)
     contact = Parameter("geom_solref", ("floor", "ball"), index=0)
-    with pytest.warns(UserWarning, match=r"^geom_solref:floor\+ball\[0\]: the time constant 0.02 s is below"):
+    start = sysid.ParameterSet(m, [contact]).write(np.array([0.003]))
+    with pytest.warns(UserWarning, match=r"^geom_solref:floor\+ball\[0\]: the time constant 0.003 s is below"):
         with pytest.raises(ValueError, match="no recording holds a segment"):  # stops before compiling
-            sysid.identify(m, [contact], rec, fit=sysid.FitConfig(horizon=10), progress=False)
+            sysid.identify(start, [contact], rec, fit=sysid.FitConfig(horizon=10), progress=False)
+
+
+def test_refsafe_clamps_at_the_models_timestep_not_the_sample_period():
+    """A segment is simulated (adaptive Tsit5, the default) with the timestep set to its 20 ms sample
+    period, yet a contact time constant clamps as in the model at its own 2 ms step: 10 ms and 15 ms (below twice the sample
+    period) give different residuals, 1 ms and 3 ms (both below 4 ms) the same."""
+    m = mujoco.MjModel.from_xml_string(CONTACT)
+    qpos0 = np.r_[0.4, 0.5, 0.0, 0.049, 1.0, 0.0, 0.0, 0.0]  # the ball pressed 1 mm into the floor
+    rec = record(m, qpos0, np.zeros(m.nv), np.zeros((3, 1)), 0.02).check(m)
+    ps = sysid.ParameterSet(m, [Parameter("geom_solref", ("floor", "ball"), index=0)])
+    problem = sysid.problem.Problem(ps, [rec], horizon=2, stride=1, cfg=diffmjx.Config())  # adaptive
+    base, arrays = problem.arguments()[1][0]
+    residual = jax.jit(lambda v: problem.group_residuals(v, 0, base, arrays))
+    r = {tc: np.asarray(residual(jax.numpy.array([tc]))) for tc in (0.001, 0.003, 0.01, 0.015)}
+    np.testing.assert_array_equal(r[0.001], r[0.003])
+    assert np.max(np.abs(r[0.01] - r[0.015])) > 1e-3 * np.max(np.abs(r[0.01])), r
 
 
 def test_identify_with_adam_on_a_quaternion_joint():

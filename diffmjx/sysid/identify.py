@@ -44,7 +44,7 @@ from diffmjx.config import Config, Preset, Section, knob
 from diffmjx.registry import FIT_METHODS, GRADIENT_MODES
 from diffmjx.sysid.fields import FIELDS
 from diffmjx.sysid.parameter import Parameter, ParameterSet
-from diffmjx.sysid.problem import BATCHINGS, ORIENTATIONS, Problem, Weights
+from diffmjx.sysid.problem import BATCHINGS, ORIENTATIONS, Problem, Weights, refsafe_floor
 from diffmjx.sysid.recording import Recording
 
 __all__ = [
@@ -432,28 +432,26 @@ def identify(
 
 
 def _warn_refsafe(ps: ParameterSet, models, recs) -> None:
-    """Warn, naming it, of a fitted contact time constant that MuJoCo's ``refsafe`` clamps in the
-    simulation ``identify`` runs but not in the user's model: DiffMJX simulates a recording with the
-    model's timestep set to its sample period, and ``refsafe`` clamps ``solref[0]`` to at least
-    twice the timestep, so below twice the sample period the parameter cannot move the simulation."""
+    """Warn, naming it, of a fitted contact time constant that starts where MuJoCo's ``refsafe``
+    clamps it in the user's model: below twice the model's own timestep the model simulates with
+    that instead, so the parameter cannot move the simulation (a zero Jacobian column). The sample
+    period does not matter: :mod:`.problem` clamps as the model at its own timestep does."""
     for v, m in enumerate(models):
-        dts = [r.dt for r in recs if r.variant == v]
-        if not dts or m.opt.disableflags & mujoco.mjtDisableBit.mjDSBL_REFSAFE:
+        floor = refsafe_floor(m)
+        if floor is None or not any(r.variant == v for r in recs):
             continue
-        clamp, own = 2.0 * max(dts), 2.0 * float(m.opt.timestep)
         for r in ps.resolved[v]:
             col = FIELDS[r.param.field].time_constant
             if col is None or col not in r.columns:
                 continue
             j = 0 if r.param.uniform else r.columns.index(col)
             start = float(r.start[j])
-            if 0.0 < start < clamp:
+            if 0.0 < start < floor:
                 warnings.warn(
-                    f"{r.labels[j]}: the time constant {start:g} s is below twice the recordings' sample "
-                    f"period ({clamp:g} s). identify simulates at the sample period, where MuJoCo's refsafe "
-                    f"clamps it to {clamp:g} s, so the fit cannot move it (the model at its own timestep "
-                    f"clamps only below {own:g} s). Disable refsafe in the model "
-                    '(<option><flag refsafe="disable"/></option>) or start it above the clamp',
+                    f"{r.labels[j]}: the time constant {start:g} s is below twice the model's timestep "
+                    f"({floor:g} s), where MuJoCo's refsafe raises it to {floor:g} s, so the fit cannot move it. "
+                    'Disable refsafe in the model (<option><flag refsafe="disable"/></option>), or give it a '
+                    "smaller timestep, or start it above the clamp",
                     stacklevel=3,
                 )
 

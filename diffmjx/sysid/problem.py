@@ -54,9 +54,11 @@ __all__ = [
     "predict",
     "quat_log",
     "quat_mat",
+    "refsafe_floor",
     "resolve_batching",
     "sensor_model",
     "state_residuals",
+    "with_refsafe",
 ]
 
 ORIENTATIONS = ("geodesic", "matrix")
@@ -291,12 +293,57 @@ def predict(m, base, qpos0, qvel0, act0, ctrl, cfg: Config, *, batching: str = "
     return map_segments(one, xs, resolve_batching(batching, cfg), chunks)
 
 
+SOLREF_FIELDS = (
+    "geom_solref",
+    "pair_solref",
+    "pair_solreffriction",
+    "eq_solref",
+    "jnt_solref",
+    "dof_solref",
+    "tendon_solref_lim",
+    "tendon_solref_fri",
+)
+"""The model fields whose ``[..., 0]`` is a constraint's time constant (MuJoCo's ``refsafe`` clamps it)."""
+
+
+def refsafe_floor(model: mujoco.MjModel) -> float | None:
+    """The least ``solref`` time constant ``model`` simulates with at its own timestep: twice the
+    timestep where its ``refsafe`` flag is on (MuJoCo raises every positive time constant below it to
+    it); None where the flag is off."""
+    if model.opt.disableflags & mujoco.mjtDisableBit.mjDSBL_REFSAFE:
+        return None
+    return 2.0 * float(model.opt.timestep)
+
+
+def with_refsafe(m, floor: float):
+    """``m`` (an ``mjx.Model``, traced or not) with every positive ``solref`` time constant raised to
+    ``floor``: MuJoCo's ``refsafe`` at the model's own timestep, applied to the fields.
+
+    A segment is simulated with ``opt.timestep`` set to its sample period, where MJX's ``refsafe``
+    would clamp at twice that period instead (a 10 ms contact time constant of a 2 ms model recorded
+    at 10 ms would be raised to 20 ms: another model, and a zero Jacobian column). So :func:`_base`
+    turns the flag off and this applies the model's own clamp. MuJoCo clamps a contact's time
+    constant after mixing its two geoms' ``solref`` (by ``solmix``); here each geom's is clamped
+    before: the same where both are on one side of ``floor``."""
+    edits = {}
+    for f in SOLREF_FIELDS:
+        s = getattr(m, f, None)
+        if s is None or not np.size(s):
+            continue
+        s = jnp.asarray(s)
+        tc = s[..., 0]
+        edits[f] = s.at[..., 0].set(jnp.where(tc > 0, jnp.maximum(tc, floor), tc))
+    return m.tree_replace(edits) if edits else m
+
+
 def _base(model: mujoco.MjModel, dt: float):
-    """``mjx.put_model`` of ``model`` with the control period ``dt`` (the model's own is not changed)."""
+    """``mjx.put_model`` of ``model`` with the control period ``dt`` (the model's own is not changed)
+    and ``refsafe`` off: :func:`with_refsafe` applies the model's own clamp to the written model."""
     import copy
 
     m = copy.deepcopy(model)
     m.opt.timestep = dt
+    m.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_REFSAFE
     return mjx.put_model(m, device=jax.local_devices()[0])
 
 
@@ -362,10 +409,12 @@ class Problem:
         layout = self.layouts[g.variant]
         sensors = g.sensordata is not None
         variant = g.variant
+        floor = refsafe_floor(ps.models[variant])
 
         def residuals(values, base, arrays):
             qpos0, qvel0, act0, ctrl, qpos, qvel, sens, sens_w, sens_ctrl = arrays
             m = ps.model(values, base, variant)
+            m = m if floor is None else with_refsafe(m, floor)
             pq, pv, pa = predict(m, base, qpos0, qvel0, act0, ctrl, cfg, batching=batching)
             r = state_residuals(layout, pq, pv, qpos, qvel, w)  # (B, N, k)
             if not sensors:
