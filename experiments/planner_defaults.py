@@ -1,6 +1,9 @@
-"""Adam's default learning rate, chosen from the planner suite's distribution rather than one task.
+"""A planner's default knob, chosen from the planner suite's distribution rather than one task.
 
     python -m experiments.planner_defaults [--rates 0.03 0.1 0.3] [--seeds 10] [--starts 1]
+    python -m experiments.planner_defaults --planner ilqr_cfd --knob ilqr_reuse --values 0 2 [--tasks ...]
+
+By default, Adam's learning rate.
 
 Runs :mod:`experiments.planner_suite`'s gradient planner with contacts from distance
 (``gradient_cfd``: Adam, the time budget of each task, the task's horizon, nothing else changed)
@@ -11,49 +14,54 @@ is a fraction of each actuator's control range (:class:`diffmjx.mpc.PlannerConfi
 Writes ``docs/results/planner_defaults.csv`` (one row per task, rate and start: success, score,
 iterations per plan step) and ``planner_defaults.png`` (successes and median score per rate,
 summed over the tasks and per task). The chosen default is the rate with the most successes over
-all tasks, ties broken by the lowest median score.
+all tasks, ties broken by the lowest median score. Any other knob of
+:class:`diffmjx.mpc.PlannerConfig` is swept the same way with ``--planner`` (a suite planner),
+``--knob`` and ``--values``, into ``planner_defaults_<knob>.csv`` and ``.png``; ``--budgets-from
+docs/results/planner_suite.csv`` runs it at the suite table's budgets instead of calibrating them again.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from diffmjx import mpc
 from diffmjx.config import DEFAULT_PRESET
 from experiments import common, planner_suite
 
 PLANNER = "gradient_cfd"
 
 
-def choose(rows: list[dict]) -> float:
-    """The rate with the most successes over all tasks and starts, then the lowest median score."""
-    rates = sorted({r["learning_rate"] for r in rows})
+def choose(rows: list[dict], knob: str = "learning_rate"):
+    """The value with the most successes over all tasks and starts, then the lowest median score."""
+    rates = sorted({r[knob] for r in rows})
     tally = lambda a: (
-        sum(r["success"] for r in rows if r["learning_rate"] == a),
-        -np.median([r["score"] for r in rows if r["learning_rate"] == a]),
+        sum(r["success"] for r in rows if r[knob] == a),
+        -np.median([r["score"] for r in rows if r[knob] == a]),
     )
     return max(rates, key=tally)
 
 
-def plot(rows: list[dict], out) -> None:
+def plot(rows: list[dict], out, knob: str = "learning_rate", planner: str = PLANNER) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rates = sorted({r["learning_rate"] for r in rows})
+    rates = sorted({r[knob] for r in rows})
     tasks = list(dict.fromkeys(r["task"] for r in rows))
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     x = np.arange(len(rates))
-    wins = [sum(r["success"] for r in rows if r["learning_rate"] == a) for a in rates]
-    n = len([r for r in rows if r["learning_rate"] == rates[0]])
+    wins = [sum(r["success"] for r in rows if r[knob] == a) for a in rates]
+    n = len([r for r in rows if r[knob] == rates[0]])
+    label = "learning_rate (fraction of the control range)" if knob == "learning_rate" else knob
     axes[0].bar(x, wins, 0.6, color="C0")
     axes[0].set_xticks(x, [f"{a:g}" for a in rates])
-    axes[0].set_xlabel("learning_rate (fraction of the control range)")
+    axes[0].set_xlabel(label)
     axes[0].set_ylabel(f"successes of {n} closed loops")
     axes[0].set_ylim(0, max(n, 1))
-    axes[0].set_title("all suite tasks, gradient + CFD, equal time", fontsize=9)
+    axes[0].set_title(f"{'all suite tasks' if len(tasks) == 9 else 'suite tasks'}, {planner}, equal time", fontsize=9)
     for k, task in enumerate(tasks):
-        med = [np.median([r["score"] for r in rows if (r["task"], r["learning_rate"]) == (task, a)]) for a in rates]
+        med = [np.median([r["score"] for r in rows if (r["task"], r[knob]) == (task, a)]) for a in rates]
         axes[1].plot(x + (k - len(tasks) / 2) * 0.03, med, "o-", color=f"C{k}", label=task, ms=4, lw=0.8)
     axes[1].axhline(1.0, color="0.5", lw=0.8, ls="--")
     axes[1].set_yscale("log")
@@ -63,11 +71,15 @@ def plot(rows: list[dict], out) -> None:
     axes[1].set_yticks(ticks, [f"{t:g}" for t in ticks])
     axes[1].minorticks_off()
     axes[1].set_xticks(x, [f"{a:g}" for a in rates])
-    axes[1].set_xlabel("learning_rate (fraction of the control range)")
+    axes[1].set_xlabel(label)
     axes[1].set_ylabel("median score (success below 1)")
     axes[1].set_title("per task", fontsize=9)
     axes[1].legend(fontsize=7, ncol=2, frameon=False)
-    common.save_figure(fig, out / "planner_defaults.png")
+    common.save_figure(fig, out / f"{_name(knob)}.png")
+
+
+def _name(knob: str) -> str:
+    return "planner_defaults" if knob == "learning_rate" else f"planner_defaults_{knob}"
 
 
 def main(argv=None) -> None:
@@ -76,29 +88,40 @@ def main(argv=None) -> None:
         DEFAULT_PRESET,
         argv,
         extra=(
-            ("--rates", {"type": float, "nargs": "+", "default": [0.03, 0.1, 0.3]}),
+            ("--rates", {"type": float, "nargs": "+", "default": [0.03, 0.1, 0.3], "help": "learning rates"}),
+            ("--planner", {"choices": list(planner_suite.PLANNERS), "default": PLANNER}),
+            ("--knob", {"default": "learning_rate", "help": "the PlannerConfig knob swept"}),
+            ("--values", {"nargs": "+", "help": "the knob's values (--rates for the learning rate)"}),
+            (
+                "--budgets-from",
+                {"help": "a planner-suite CSV whose budgets per plan step are used instead of calibrating again"},
+            ),
             ("--tasks", {"nargs": "+", "choices": list(planner_suite.TASKS), "default": list(planner_suite.TASKS)}),
             ("--seeds", {"type": int, "default": 10, "help": "the first start's seed"}),
             ("--starts", {"type": int, "default": 1, "help": "random starts per task and rate"}),
         ),
     )
     seeds = range(args.seeds, args.seeds + (1 if args.quick else args.starts))
+    knob = args.knob
+    values = args.values if args.values else args.rates if knob == "learning_rate" else None
+    if not values:
+        raise SystemExit(f"--values: give the values of {knob} to sweep")
+    # each value as PlannerConfig parses it (a bad knob or value is refused here, naming it)
+    parsed = [getattr(mpc.PlannerConfig().override(f"{knob}={v}"), knob) for v in values]
+    budgets = planner_suite.saved_budgets(args.budgets_from) if args.budgets_from else None
     rows = []
-    for rate in args.rates:
+    for value in parsed:
         got, _ = planner_suite.closed_loops(
-            args.tasks, [PLANNER], seeds, args.quick, (f"learning_rate={rate}",), args.fresh
+            args.tasks, [args.planner], seeds, args.quick, (f"{knob}={value}",), args.fresh, budgets=budgets
         )
         rows += [
-            {
-                "learning_rate": rate,
-                **{k: r[k] for k in ("task", "seed", "success", "score", "iterations", "time_ratio")},
-            }
+            {knob: value, **{k: r[k] for k in ("task", "seed", "success", "score", "iterations", "time_ratio")}}
             for r in got
         ]
     args.out.mkdir(parents=True, exist_ok=True)
-    common.write_csv(args.out / "planner_defaults.csv", rows)
-    plot(rows, args.out)
-    print("chosen learning_rate:", choose(rows))
+    common.write_csv(args.out / f"{_name(knob)}.csv", rows)
+    plot(rows, args.out, knob, args.planner)
+    print(f"chosen {knob}:", choose(rows, knob))
 
 
 if __name__ == "__main__":

@@ -598,18 +598,50 @@ def calibrate(name: str, fresh: bool) -> tuple[float, int]:
     return round(budget, 4), samples
 
 
-def closed_loops(tasks, planners, seeds, quick: bool = False, extra: tuple = (), fresh: bool = False, rerun=()):
+def saved_budgets(path) -> dict:
+    """``{task: (budget s, 64)}``: the budgets per plan step of a suite CSV (``budget_ms``), for a run
+    at the published budgets without calibrating again."""
+    import csv
+
+    with open(path) as f:
+        return {r["task"]: (float(r["budget_ms"]) / 1e3, 64) for r in csv.DictReader(f)}
+
+
+def _number(x: str):
+    """A CSV cell as it was written: an int, a float, nan, or empty."""
+    if x in ("", "nan"):
+        return np.nan if x else ""
+    return int(x) if x.lstrip("-").isdigit() else float(x)
+
+
+def kept(old: list[dict], new: list[dict]) -> list[dict]:
+    """The rows of a suite CSV (``old``, as read) with the closed loops of ``new`` in their place and
+    the others kept, in the CSV's order: a rerun of some planners leaves the rest as measured."""
+    key = lambda r: (r["task"], r["planner"], int(r["seed"]))
+    fresh = {key(r): r for r in new}
+    typed = lambda r: {
+        **{k: _number(v) if k not in ("task", "planner", "success") else v for k, v in r.items()},
+        "success": r["success"] == "True",
+    }
+    out = [fresh.pop(key(r)) if key(r) in fresh else typed(r) for r in old]
+    return out + list(fresh.values())
+
+
+def closed_loops(
+    tasks, planners, seeds, quick: bool = False, extra: tuple = (), fresh: bool = False, rerun=(), budgets=None
+):
     """Every planner's closed loop on every task from every seed (saved stages reused).
 
     Returns the CSV rows and ``{(task, planner, seed): result}``; ``extra``: planner overrides for
     every planner; ``quick``: two plan steps per loop; ``fresh``: nothing reused; ``rerun``: the
-    planners whose saved closed loops are run again (the budgets kept)."""
+    planners whose saved closed loops are run again (the budgets kept); ``budgets``: ``{task:
+    (budget, samples)}`` in place of :func:`calibrate` (:func:`saved_budgets`)."""
     rows, results = [], {}
     for name in tasks:
         task = TASKS[name]
         steps = 2 * EXECUTE if quick else task.steps
         scene = scenes.path(task.scene).read_text()
-        budget, samples = calibrate(name, fresh)
+        budget, samples = budgets[name] if budgets else calibrate(name, fresh)
         for planner in tqdm(planners, desc=name):
             cfg = planner_config(name, planner, budget, samples, extra)
             for seed in seeds:
@@ -694,17 +726,32 @@ def main(argv=None) -> None:
                 "--planner-set",
                 {"nargs": "+", "default": [], "help": "planner overrides for every planner, e.g. learning_rate=0.1"},
             ),
+            (
+                "--budgets-from",
+                {"help": "a suite CSV whose budgets per plan step are used instead of calibrating again"},
+            ),
+            ("--keep", {"action": "store_true", "help": "keep the CSV's rows of the tasks and planners not run"}),
         ),
     )
     starts = 1 if args.quick else args.starts
     seeds = range(args.first_seed, args.first_seed + starts)
     extra = tuple(args.planner_set)
-    rows, results = closed_loops(args.tasks, args.planners, seeds, args.quick, extra, args.fresh, args.rerun)
+    budgets = saved_budgets(args.budgets_from) if args.budgets_from else None
+    rows, results = closed_loops(args.tasks, args.planners, seeds, args.quick, extra, args.fresh, args.rerun, budgets)
     args.out.mkdir(parents=True, exist_ok=True)
+    partial = args.keep and (args.out / f"{args.name}.csv").exists()
+    if partial:
+        import csv
+
+        with open(args.out / f"{args.name}.csv") as f:
+            rows = kept(list(csv.DictReader(f)), rows)
     common.write_csv(args.out / f"{args.name}.csv", rows)
     common.write_csv(args.out / f"{args.name}_summary.csv", summary(rows))
     plot(rows, args.out, args.name)
-    frames(results, args.out, args.name, args.first_seed)
+    if partial:  # the frame strips need every planner's end states: a partial rerun leaves them
+        print(f"--keep: {args.name}_frames.png not redrawn (it needs every task's and planner's closed loop)")
+    else:
+        frames(results, args.out, args.name, args.first_seed)
     for row in summary(rows):
         print(row)
 
