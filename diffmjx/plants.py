@@ -6,13 +6,14 @@
 
 import copy
 import types
+import warnings
 
 import jax
 import jax.numpy as jnp
 import mujoco
 import numpy as np
 
-from diffmjx.config import Config
+from diffmjx.config import SOLVERS, Config
 from diffmjx.dynamics import forward_unchecked
 
 __all__ = ["CEnginePlant", "contacts_only_with", "filtered_pairs"]
@@ -85,6 +86,44 @@ def contacts_only_with(mj, bodies, among=()):
     return out
 
 
+SOLREF_FIELDS = (
+    "geom_solref",
+    "pair_solref",
+    "pair_solreffriction",
+    "eq_solref",
+    "jnt_solref",
+    "dof_solref",
+    "tendon_solref_lim",
+    "tendon_solref_fri",
+)
+
+
+def _warn_refsafe(plant, m, sim: Config) -> None:
+    """Warn where MuJoCo's ``refsafe`` gives the planner softer constraints than the plant: it raises
+    every ``solref`` time constant below twice the integration step to that, and the planning model
+    steps at its control period (adaptive solvers) or a share of it (fixed-step solvers), the plant
+    at its own, finer step."""
+    if int(m.opt.disableflags) & int(mujoco.mjtDisableBit.mjDSBL_REFSAFE):
+        return
+    step = float(m.opt.timestep)
+    if SOLVERS[sim.integrator.solver].fixed_step:
+        step /= sim.integrator.substeps
+    floor = 2.0 * step
+    if floor <= 2.0 * plant.opt.timestep:
+        return
+    tc = np.concatenate([np.asarray(getattr(plant, f)).reshape(-1, 2)[:, 0] for f in SOLREF_FIELDS])
+    soft = tc[(tc > 0) & (tc < floor)]
+    if soft.size:
+        warnings.warn(
+            f"refsafe: the planning model raises solref time constants below {floor:g} s (twice its "
+            f"integration step, {step:g} s) to that, the C-engine plant at {plant.opt.timestep:g} s only below "
+            f"{2.0 * plant.opt.timestep:g} s, so time constants down to {soft.min():g} s make the planner's "
+            'contacts softer than the plant\'s. Disable refsafe in the model (<option><flag refsafe="disable"/>'
+            "</option>), or plan with a fixed-step solver of a finer step",
+            stacklevel=4,
+        )
+
+
 class CEnginePlant:
     """Execution on MuJoCo's C engine, as :func:`diffmjx.mpc.closed_loop` runs a ``mujoco.MjModel``
     plant: ``(d, u, dt) -> (d, traj)`` like its compiled MJX execution, each control of ``u`` held
@@ -102,6 +141,7 @@ class CEnginePlant:
             )
         self.plant, self.data = plant, mujoco.MjData(plant)
         self.observe = jax.jit(lambda d: cost(forward_unchecked(m, d, sim), d.ctrl))
+        _warn_refsafe(plant, m, sim)
 
     def __call__(self, d, u, dt):
         data, rows = self.data, {"qpos": [], "qvel": [], "act": [], "obs": []}

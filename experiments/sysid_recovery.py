@@ -169,9 +169,15 @@ def _initial_state(name: str, m: mujoco.MjModel, d: mujoco.MjData, rng: np.rando
     elif name == "ball":
         d.qpos[:3] = [rng.uniform(0.0, 0.3), rng.uniform(-0.2, 0.2), rng.uniform(0.3, 0.6)]
         d.qvel[:] = [rng.uniform(2.0, 3.5), rng.uniform(-0.5, 0.5), rng.uniform(-0.5, 1.5), *rng.uniform(-10, 10, 3)]
-    elif name == "finger_box":  # the finger raised or lowered, the box somewhere under its reach
-        d.qpos[:2] = [rng.uniform(0.0, 1.2), rng.uniform(0.0, 1.5)]
-        d.qpos[2] = rng.uniform(0.09, 0.13)
+    elif name == "finger_box":  # the finger raised or lowered, the box somewhere under its reach, apart
+        box = m.body("box").id
+        for _ in range(1000):
+            d.qpos[:2] = [rng.uniform(0.0, 1.2), rng.uniform(0.0, 1.5)]
+            d.qpos[2] = rng.uniform(0.09, 0.13)
+            mujoco.mj_forward(m, d)
+            touching = [{m.geom_bodyid[c.geom1], m.geom_bodyid[c.geom2]} for c in d.contact[: d.ncon]]
+            if all(b == {0, box} for b in touching):  # only the box on the floor: the finger touches nothing yet
+                break
     elif name == "legged":  # dropped from 0 to 5 cm with a forward speed, legs apart
         d.qpos[2] += rng.uniform(0.0, 0.05)
         d.qpos[7:] = rng.uniform(-0.5, 0.5, 2)

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -494,6 +495,21 @@ def test_closed_loop_executes_on_the_c_engine_and_stops_iterating_at_its_time_bu
     with pytest.raises(ValueError, match="must divide"):
         odd = mujoco.MjModel.from_xml_string(SLIDER.replace('"0.05"', '"0.03"'))
         mpc.closed_loop(mx, d0, cost, mpc.make_planner(cfg, SIM), 2, jax.random.PRNGKey(0), progress=False, plant=odd)
+
+
+def test_a_c_engine_plant_warns_where_refsafe_softens_the_planners_contacts(slider):
+    """MuJoCo's refsafe raises a solref time constant below twice the integration step to that: an
+    adaptive planner steps at the 50 ms period (0.02 s raised to 0.1 s), the plant at 10 ms does not
+    raise it. Euler at 10 substeps (5 ms) or refsafe off: no warning."""
+    mx, _ = slider
+    fine = mujoco.MjModel.from_xml_string(SLIDER.replace('"0.05"', '"0.01"'))
+    with pytest.warns(UserWarning, match=r"refsafe: the planning model raises solref time constants below 0.1 s"):
+        plants.CEnginePlant(fine, mx, cost, diffmjx.Config())
+    off = SLIDER.replace('<option timestep="0.05"/>', '<option timestep="0.05"><flag refsafe="disable"/></option>')
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plants.CEnginePlant(fine, mx, cost, SIM.override("integrator.substeps=10"))
+        plants.CEnginePlant(fine, mjx.put_model(mujoco.MjModel.from_xml_string(off)), cost, diffmjx.Config())
 
 
 def test_planner_overrides_are_checked_after_all_are_applied():
