@@ -26,6 +26,7 @@ from diffmjx import _mjx
 from diffmjx.impedance import MAXIMP, MINIMP, mujoco_impedance
 
 __all__ = [
+    "SOLREF_FIELDS",
     "ContactRows",
     "contact_rows",
     "elliptic_friction_rows",
@@ -37,6 +38,20 @@ __all__ = [
     "stiffness_damping",
     "with_impedance_floor",
 ]
+
+
+SOLREF_FIELDS = (
+    "geom_solref",
+    "pair_solref",
+    "pair_solreffriction",
+    "eq_solref",
+    "jnt_solref",
+    "dof_solref",
+    "tendon_solref_lim",
+    "tendon_solref_fri",
+)
+"""The model fields whose ``[..., 0]`` is a constraint's time constant (MuJoCo's ``refsafe`` clamps it,
+:func:`stiffness_damping`)."""
 
 
 class ContactRows(NamedTuple):

@@ -14,6 +14,7 @@ import mujoco
 import numpy as np
 
 from diffmjx.config import SOLVERS, Config
+from diffmjx.constraint import SOLREF_FIELDS
 from diffmjx.dynamics import forward_unchecked
 
 __all__ = ["CEnginePlant", "contacts_only_with", "filtered_pairs"]
@@ -84,18 +85,6 @@ def contacts_only_with(mj, bodies, among=()):
             "model's contype/conaffinity filter excludes; exclude it in the model (<exclude>) first"
         )
     return out
-
-
-SOLREF_FIELDS = (
-    "geom_solref",
-    "pair_solref",
-    "pair_solreffriction",
-    "eq_solref",
-    "jnt_solref",
-    "dof_solref",
-    "tendon_solref_lim",
-    "tendon_solref_fri",
-)
 
 
 def _warn_refsafe(plant, m, sim: Config) -> None:

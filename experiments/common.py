@@ -74,6 +74,14 @@ def typed(value: str):
     return value
 
 
+def replaced_rows(old: list[dict], new: list[dict], key) -> list[dict]:
+    """``old`` rows (a CSV's) with each row of ``new`` in the place of the one of the same ``key(row)``,
+    and ``new``'s others appended: a rerun of part of a study leaves the CSV's other rows as they were."""
+    fresh = {key(r): r for r in new}
+    out = [fresh.pop(key(r), r) for r in old]
+    return out + list(fresh.values())
+
+
 def write_csv(path: Path, rows: list[dict]) -> None:
     """Write ``rows`` (columns: the union of their keys, first seen first) atomically: a run killed
     mid-write leaves the previous file, not a truncated one."""

@@ -617,14 +617,11 @@ def _number(x: str):
 def kept(old: list[dict], new: list[dict]) -> list[dict]:
     """The rows of a suite CSV (``old``, as read) with the closed loops of ``new`` in their place and
     the others kept, in the CSV's order: a rerun of some planners leaves the rest as measured."""
-    key = lambda r: (r["task"], r["planner"], int(r["seed"]))
-    fresh = {key(r): r for r in new}
     typed = lambda r: {
         **{k: _number(v) if k not in ("task", "planner", "success") else v for k, v in r.items()},
         "success": r["success"] == "True",
     }
-    out = [fresh.pop(key(r)) if key(r) in fresh else typed(r) for r in old]
-    return out + list(fresh.values())
+    return common.replaced_rows([typed(r) for r in old], new, lambda r: (r["task"], r["planner"], int(r["seed"])))
 
 
 def closed_loops(

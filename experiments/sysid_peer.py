@@ -248,9 +248,7 @@ def _key(r: dict) -> tuple:
 def merged(old: list[dict], new: list[dict]) -> list[dict]:
     """``old`` rows (the CSV's) with the fits of ``new`` in their place, and ``new``'s others appended:
     a run of some models, seeds or methods leaves the CSV's other fits as they were."""
-    fresh = {_key(r): r for r in new}
-    out = [fresh.pop(_key(r), r) for r in old]
-    return out + list(fresh.values())
+    return common.replaced_rows(old, new, _key)
 
 
 def main(argv=None) -> None:

@@ -37,6 +37,7 @@ import numpy as np
 from diffmjx import manifold
 from diffmjx._mjx import mjx
 from diffmjx.config import Config
+from diffmjx.constraint import SOLREF_FIELDS
 from diffmjx.dynamics import forward_unchecked
 from diffmjx.integrate import rollout
 from diffmjx.manifold import quat_log
@@ -291,19 +292,6 @@ def predict(m, base, qpos0, qvel0, act0, ctrl, cfg: Config, *, batching: str = "
 
     xs = tuple(jnp.asarray(x) for x in (qpos0, qvel0, act0, ctrl))
     return map_segments(one, xs, resolve_batching(batching, cfg), chunks)
-
-
-SOLREF_FIELDS = (
-    "geom_solref",
-    "pair_solref",
-    "pair_solreffriction",
-    "eq_solref",
-    "jnt_solref",
-    "dof_solref",
-    "tendon_solref_lim",
-    "tendon_solref_fri",
-)
-"""The model fields whose ``[..., 0]`` is a constraint's time constant (MuJoCo's ``refsafe`` clamps it)."""
 
 
 def refsafe_floor(model: mujoco.MjModel) -> float | None:
