@@ -18,12 +18,18 @@ all tasks, ties broken by the lowest median score. Any other knob of
 :class:`diffmjx.mpc.PlannerConfig` is swept the same way with ``--planner`` (a suite planner),
 ``--knob`` and ``--values``, into ``planner_defaults_<knob>.csv`` and ``.png``; ``--budgets-from
 docs/results/planner_suite.csv`` runs it at the suite table's budgets instead of calibrating them again.
+A knob of the planning model's :class:`diffmjx.Config` (a dotted name, e.g. ``--knob cfd.solimp
+--values [0,0.01,0.05,1,2] [0,0.01,0.1,1,2]``) is swept the same way, for every planner's model.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+
 import numpy as np
 
+import diffmjx
 from diffmjx import mpc
 from diffmjx.config import DEFAULT_PRESET
 from experiments import common, planner_suite
@@ -55,7 +61,7 @@ def plot(rows: list[dict], out, knob: str = "learning_rate", planner: str = PLAN
     n = len([r for r in rows if r[knob] == rates[0]])
     label = "learning_rate (fraction of the control range)" if knob == "learning_rate" else knob
     axes[0].bar(x, wins, 0.6, color="C0")
-    axes[0].set_xticks(x, [f"{a:g}" for a in rates])
+    axes[0].set_xticks(x, [_label(a) for a in rates])
     axes[0].set_xlabel(label)
     axes[0].set_ylabel(f"successes of {n} closed loops")
     axes[0].set_ylim(0, max(n, 1))
@@ -70,7 +76,7 @@ def plot(rows: list[dict], out, knob: str = "learning_rate", planner: str = PLAN
     ticks = [t for t in grid if min(scores) / 3 <= t <= max(scores) * 3]
     axes[1].set_yticks(ticks, [f"{t:g}" for t in ticks])
     axes[1].minorticks_off()
-    axes[1].set_xticks(x, [f"{a:g}" for a in rates])
+    axes[1].set_xticks(x, [_label(a) for a in rates])
     axes[1].set_xlabel(label)
     axes[1].set_ylabel("median score (success below 1)")
     axes[1].set_title("per task", fontsize=9)
@@ -79,7 +85,22 @@ def plot(rows: list[dict], out, knob: str = "learning_rate", planner: str = PLAN
 
 
 def _name(knob: str) -> str:
-    return "planner_defaults" if knob == "learning_rate" else f"planner_defaults_{knob}"
+    return "planner_defaults" if knob == "learning_rate" else f"planner_defaults_{knob.replace('.', '_')}"
+
+
+def _label(value) -> str:
+    """A swept value as a tick label and CSV cell: ``0.1``, or ``0/0.01/0.1/1/2`` for a tuple."""
+    return "/".join(f"{v:g}" for v in value) if isinstance(value, tuple) else f"{value:g}"
+
+
+def parse(knob: str, values) -> tuple[list, bool]:
+    """Each value as its config parses it (a bad knob or value is refused, naming it), and whether
+    the knob is the planning model's (a section of :class:`diffmjx.Config`, ``cfd.solimp``) rather
+    than the planner's."""
+    sim = knob.split(".")[0] in {f.name for f in dataclasses.fields(diffmjx.Config)}
+    cfg = diffmjx.Config() if sim else mpc.PlannerConfig()
+    get = lambda c: functools.reduce(getattr, knob.split("."), c)
+    return [get(cfg.override(f"{knob}={v}")) for v in values], sim
 
 
 def main(argv=None) -> None:
@@ -106,22 +127,29 @@ def main(argv=None) -> None:
     values = args.values if args.values else args.rates if knob == "learning_rate" else None
     if not values:
         raise SystemExit(f"--values: give the values of {knob} to sweep")
-    # each value as PlannerConfig parses it (a bad knob or value is refused here, naming it)
-    parsed = [getattr(mpc.PlannerConfig().override(f"{knob}={v}"), knob) for v in values]
+    parsed, sim = parse(knob, values)
     budgets = planner_suite.saved_budgets(args.budgets_from) if args.budgets_from else None
     rows = []
     for value in parsed:
+        setting = (f"{knob}={list(value) if isinstance(value, tuple) else value}",)
         got, _ = planner_suite.closed_loops(
-            args.tasks, [args.planner], seeds, args.quick, (f"{knob}={value}",), args.fresh, budgets=budgets
+            args.tasks,
+            [args.planner],
+            seeds,
+            args.quick,
+            () if sim else setting,
+            args.fresh,
+            budgets=budgets,
+            sim_extra=setting if sim else (),
         )
         rows += [
             {knob: value, **{k: r[k] for k in ("task", "seed", "success", "score", "iterations", "time_ratio")}}
             for r in got
         ]
     args.out.mkdir(parents=True, exist_ok=True)
-    common.write_csv(args.out / f"{_name(knob)}.csv", rows)
+    common.write_csv(args.out / f"{_name(knob)}.csv", [{**r, knob: _label(r[knob])} for r in rows])
     plot(rows, args.out, knob, args.planner)
-    print(f"chosen {knob}:", choose(rows, knob))
+    print(f"chosen {knob}:", _label(choose(rows, knob)))
 
 
 if __name__ == "__main__":

@@ -359,12 +359,16 @@ def planner_config(name: str, planner: str, budget: float | None, samples: int =
     return cfg.override(*extra)
 
 
-def run(name: str, planner: str, seed: int, budget: float | None, steps: int, samples: int = 64, extra=()) -> dict:
-    """One closed loop of ``planner`` on task ``name`` from start ``seed``, executed on the C engine."""
+def run(
+    name: str, planner: str, seed: int, budget: float | None, steps: int, samples: int = 64, extra=(), sim_extra=()
+) -> dict:
+    """One closed loop of ``planner`` on task ``name`` from start ``seed``, executed on the C engine;
+    ``extra``: planner overrides, ``sim_extra``: overrides of the planning model's
+    :class:`diffmjx.Config` (after the suite's own)."""
     task = TASKS[name]
     mj, plant = load_task(name)
     mx = common.mjx.put_model(mj)
-    sim = diffmjx.Config().override(*SIM, *(CFD if PLANNERS[planner][1] else ()))
+    sim = diffmjx.Config().override(*SIM, *(CFD if PLANNERS[planner][1] else ()), *sim_extra)
     cfg = planner_config(name, planner, budget, samples, extra)
     qpos, qvel, mocap_pos, mocap_quat = task.start(mj, np.random.default_rng(seed))
     d0 = common.mjx.make_data(mx).replace(qpos=jnp.asarray(qpos), qvel=jnp.asarray(qvel))
@@ -625,14 +629,23 @@ def kept(old: list[dict], new: list[dict]) -> list[dict]:
 
 
 def closed_loops(
-    tasks, planners, seeds, quick: bool = False, extra: tuple = (), fresh: bool = False, rerun=(), budgets=None
+    tasks,
+    planners,
+    seeds,
+    quick: bool = False,
+    extra: tuple = (),
+    fresh: bool = False,
+    rerun=(),
+    budgets=None,
+    sim_extra: tuple = (),
 ):
     """Every planner's closed loop on every task from every seed (saved stages reused).
 
     Returns the CSV rows and ``{(task, planner, seed): result}``; ``extra``: planner overrides for
     every planner; ``quick``: two plan steps per loop; ``fresh``: nothing reused; ``rerun``: the
     planners whose saved closed loops are run again (the budgets kept); ``budgets``: ``{task:
-    (budget, samples)}`` in place of :func:`calibrate` (:func:`saved_budgets`)."""
+    (budget, samples)}`` in place of :func:`calibrate` (:func:`saved_budgets`); ``sim_extra``:
+    overrides of the planning model's config for every planner (e.g. ``cfd.solimp=[...]``)."""
     rows, results = [], {}
     for name in tasks:
         task = TASKS[name]
@@ -645,10 +658,13 @@ def closed_loops(
                 key = (name, planner, seed, steps, budget, samples, SIM, CFD, PLANT_STEP, EXECUTE, EFFORT)
                 key = (*key, PLANNERS[planner], scene, *_knob_key(cfg, planner_config(name, planner, budget, samples)))
                 key = (*key, task.revision) if task.revision else key
+                key = (*key, "sim", *sim_extra) if sim_extra else key
                 r = common.stage(
                     "planner_suite",
                     key,
-                    lambda n=name, p=planner, s=seed, b=budget, k=steps, x=samples: run(n, p, s, b, k, x, extra),
+                    lambda n=name, p=planner, s=seed, b=budget, k=steps, x=samples: run(
+                        n, p, s, b, k, x, extra, sim_extra
+                    ),
                     fresh or planner in rerun,
                 )
                 ms = 1e3 * float(np.median(r["plan_time_s"]))
