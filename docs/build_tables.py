@@ -262,20 +262,21 @@ def planner_choice() -> str:
     return "\n".join(out) + "\n"
 
 
-def planner_defaults(knob: str = "learning_rate", label: str = "lr") -> str:
+def planner_defaults(knob: str = "learning_rate", label: str = "lr", value=float, unit: str = "") -> str:
     """Per task and value of a planner knob swept on the suite (``experiments.planner_defaults``;
     Adam's learning rate by default): successes over the sweep's starts (median score), and the
-    totals."""
-    rows = _rows("planner_defaults.csv" if knob == "learning_rate" else f"planner_defaults_{knob}.csv")
-    rates = sorted({float(r[knob]) for r in rows})
-    out = ["| task | " + " | ".join(f"{label} {a:g}" for a in rates) + " |", "|---|" + "---|" * len(rates)]
+    totals. ``value``: the number a CSV cell stands for (the swept column of a tuple knob)."""
+    name = "planner_defaults.csv" if knob == "learning_rate" else f"planner_defaults_{knob.replace('.', '_')}.csv"
+    rows = [{**r, knob: value(r[knob])} for r in _rows(name)]
+    rates = sorted({r[knob] for r in rows})
+    out = ["| task | " + " | ".join(f"{label} {a:g}{unit}" for a in rates) + " |", "|---|" + "---|" * len(rates)]
     cell = lambda sel: (
         f"{sum(r['success'] == 'True' for r in sel)} of {len(sel)} ({_median([float(r['score']) for r in sel]):.2g})"
     )
     for task in dict.fromkeys(r["task"] for r in rows):
-        sels = [[r for r in rows if r["task"] == task and float(r[knob]) == a] for a in rates]
+        sels = [[r for r in rows if r["task"] == task and r[knob] == a] for a in rates]
         out.append(f"| {task} | " + " | ".join(cell(sel) for sel in sels) + " |")
-    out.append("| **all** | " + " | ".join(cell([r for r in rows if float(r[knob]) == a]) for a in rates) + " |")
+    out.append("| **all** | " + " | ".join(cell([r for r in rows if r[knob] == a]) for a in rates) + " |")
     return "\n".join(out) + "\n"
 
 
@@ -1921,6 +1922,9 @@ TABLES: dict[str, Callable[[], str]] = {
     "planner_suite_time": planner_suite_time,
     "planner_defaults": planner_defaults,
     "planner_defaults_ilqr_reuse": lambda: planner_defaults("ilqr_reuse", "`ilqr_reuse`"),
+    "planner_defaults_cfd_width": lambda: planner_defaults(
+        "cfd.solimp", "width", lambda cell: float(cell.split("/")[2]), " m"
+    ),
     "planner_choice": planner_choice,
     "readme_claims": readme_claims,
     "cube_toss": cube_toss,

@@ -14,7 +14,9 @@ is a fraction of each actuator's control range (:class:`diffmjx.mpc.PlannerConfi
 Writes ``docs/results/planner_defaults.csv`` (one row per task, rate and start: success, score,
 iterations per plan step) and ``planner_defaults.png`` (successes and median score per rate,
 summed over the tasks and per task). The chosen default is the rate with the most successes over
-all tasks, ties broken by the lowest median score. Any other knob of
+all tasks; where several tie, the current default if it is among them (a default changes only for
+more successes: at a tie the medians differ by less than one start's outcome), otherwise the lowest
+median score. Any other knob of
 :class:`diffmjx.mpc.PlannerConfig` is swept the same way with ``--planner`` (a suite planner),
 ``--knob`` and ``--values``, into ``planner_defaults_<knob>.csv`` and ``.png``; ``--budgets-from
 docs/results/planner_suite.csv`` runs it at the suite table's budgets instead of calibrating them again.
@@ -37,14 +39,23 @@ from experiments import common, planner_suite
 PLANNER = "gradient_cfd"
 
 
-def choose(rows: list[dict], knob: str = "learning_rate"):
-    """The value with the most successes over all tasks and starts, then the lowest median score."""
+def choose(rows: list[dict], knob: str = "learning_rate", current=None):
+    """The value with the most successes over all tasks and starts; among values that tie on
+    successes, ``current`` (the knob's present default) if it is one of them, else the lowest
+    median score."""
     rates = sorted({r[knob] for r in rows})
     tally = lambda a: (
         sum(r["success"] for r in rows if r[knob] == a),
+        a == current,
         -np.median([r["score"] for r in rows if r[knob] == a]),
     )
     return max(rates, key=tally)
+
+
+def current_default(knob: str):
+    """The knob's value in ``diffmjx.Config()`` (a dotted model knob) or ``PlannerConfig()``."""
+    sim = knob.split(".")[0] in {f.name for f in dataclasses.fields(diffmjx.Config)}
+    return functools.reduce(getattr, knob.split("."), diffmjx.Config() if sim else mpc.PlannerConfig())
 
 
 def plot(rows: list[dict], out, knob: str = "learning_rate", planner: str = PLANNER) -> None:
@@ -60,8 +71,9 @@ def plot(rows: list[dict], out, knob: str = "learning_rate", planner: str = PLAN
     wins = [sum(r["success"] for r in rows if r[knob] == a) for a in rates]
     n = len([r for r in rows if r[knob] == rates[0]])
     label = "learning_rate (fraction of the control range)" if knob == "learning_rate" else knob
+    xticks, label = _ticks(rates, label)
     axes[0].bar(x, wins, 0.6, color="C0")
-    axes[0].set_xticks(x, [_label(a) for a in rates])
+    axes[0].set_xticks(x, xticks)
     axes[0].set_xlabel(label)
     axes[0].set_ylabel(f"successes of {n} closed loops")
     axes[0].set_ylim(0, max(n, 1))
@@ -76,7 +88,7 @@ def plot(rows: list[dict], out, knob: str = "learning_rate", planner: str = PLAN
     ticks = [t for t in grid if min(scores) / 3 <= t <= max(scores) * 3]
     axes[1].set_yticks(ticks, [f"{t:g}" for t in ticks])
     axes[1].minorticks_off()
-    axes[1].set_xticks(x, [_label(a) for a in rates])
+    axes[1].set_xticks(x, xticks)
     axes[1].set_xlabel(label)
     axes[1].set_ylabel("median score (success below 1)")
     axes[1].set_title("per task", fontsize=9)
@@ -91,6 +103,15 @@ def _name(knob: str) -> str:
 def _label(value) -> str:
     """A swept value as a tick label and CSV cell: ``0.1``, or ``0/0.01/0.1/1/2`` for a tuple."""
     return "/".join(f"{v:g}" for v in value) if isinstance(value, tuple) else f"{value:g}"
+
+
+def _ticks(rates: list, label: str) -> tuple[list[str], str]:
+    """Tick labels and axis label: for tuple values only the entries that differ (``cfd.solimp[2]``)."""
+    if not rates or not isinstance(rates[0], tuple):
+        return [_label(a) for a in rates], label
+    varying = [i for i in range(len(rates[0])) if len({a[i] for a in rates}) > 1]
+    ticks = ["/".join(f"{a[i]:g}" for i in varying) for a in rates]
+    return ticks, f"{label}[{', '.join(map(str, varying))}]"
 
 
 def parse(knob: str, values) -> tuple[list, bool]:
@@ -149,7 +170,12 @@ def main(argv=None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     common.write_csv(args.out / f"{_name(knob)}.csv", [{**r, knob: _label(r[knob])} for r in rows])
     plot(rows, args.out, knob, args.planner)
-    print(f"chosen {knob}:", _label(choose(rows, knob)))
+    current = current_default(knob)
+    best = max(sum(r["success"] for r in rows if r[knob] == a) for a in parsed)
+    tied = [a for a in parsed if sum(r["success"] for r in rows if r[knob] == a) == best]
+    if len(tied) > 1:
+        print(f"tied on {best} successes: {', '.join(_label(a) for a in tied)} (current default {_label(current)})")
+    print(f"chosen {knob}:", _label(choose(rows, knob, current)))
 
 
 if __name__ == "__main__":
