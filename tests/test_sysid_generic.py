@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 import diffmjx
-from diffmjx import constants, sysid
+from diffmjx import sysid
 from diffmjx._mjx import mjx
+from diffmjx.physics import constants
 from diffmjx.sysid import Parameter, ParameterError, ParameterSet, Recording, RecordingError
 
 PENDULUM = """<mujoco><option timestep="0.002"/><worldbody><geom name="floor" type="plane" size="0 0 .05"/>

@@ -26,7 +26,7 @@ from typing import Any
 import mujoco
 import numpy as np
 
-from diffmjx.impedance import MAXIMP, MINIMP
+from diffmjx.physics.impedance import MAXIMP, MINIMP
 from diffmjx.registry import Registry
 from diffmjx.sysid import ties
 from diffmjx.sysid.ties import ParameterError

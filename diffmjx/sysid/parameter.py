@@ -60,7 +60,7 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 
-from diffmjx import constants
+from diffmjx.physics import constants
 from diffmjx.sysid import ties
 from diffmjx.sysid.fields import DELAY_START, FIELDS, PRIMITIVE_COLUMNS
 from diffmjx.sysid.ties import ParameterError
