@@ -2,15 +2,15 @@
 
 The public face of the method, one layer above :mod:`diffmjx` (this package imports ``diffmjx``;
 ``diffmjx`` never imports it). The method itself lives in one library module,
-:mod:`diffmjx.cfd`, which this package re-exports under the same names. Turn CFD on with
+:mod:`diffmjx.physics.cfd`, which this package re-exports under the same names. Turn CFD on with
 ``diffmjx.Config`` (``cfd.enabled=true``, the ``cfd`` section's knobs, or one of the ``cfd_*``
-presets); the forward's constraint solve is then :func:`diffmjx.cfd.accelerations`, which builds
+presets); the forward's constraint solve is then :func:`diffmjx.physics.cfd.accelerations`, which builds
 the rows below and combines them with MJX's by the straight-through trick. The pieces, for
 inspection and reuse:
 
 - :func:`cfd_impedance`, :func:`continuation`, :func:`position_term`: the impedance continued to
   positive distance and the softplus reference-acceleration term, built on MuJoCo's own
-  :func:`mujoco_impedance` and :func:`spline` (:mod:`diffmjx.impedance`);
+  :func:`mujoco_impedance` and :func:`spline` (:mod:`diffmjx.physics.impedance`);
 - :func:`distance_rows`: contact rows out to ``w_c``;
 - :func:`cfd_contacts`: the contacts CFD builds its rows from;
 - :func:`straight_through`: one function's values, another's derivatives;
@@ -19,7 +19,7 @@ inspection and reuse:
 - :func:`accelerations`: the forward's constraint solve under ``cfd.enabled``.
 """
 
-from diffmjx.cfd import (
+from diffmjx.physics.cfd import (
     accelerations,
     cfd_contacts,
     cfd_impedance,
@@ -29,7 +29,7 @@ from diffmjx.cfd import (
     position_term,
     straight_through,
 )
-from diffmjx.impedance import mujoco_impedance, spline
+from diffmjx.physics.impedance import mujoco_impedance, spline
 
 __all__ = [
     "accelerations",

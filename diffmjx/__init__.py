@@ -13,7 +13,6 @@ Layers import one way: ``_mjx`` (MJX internals) and ``config`` at the bottom; ``
 and ``integrate`` (``step`` / ``rollout``) on top. The :mod:`cfd` package sits above ``diffmjx``.
 """
 
-from diffmjx.checks import TouchdownJumpWarning, touchdown_jumps, validate
 from diffmjx.config import (
     CFDConfig,
     CollisionConfig,
@@ -24,11 +23,12 @@ from diffmjx.config import (
     add_cli_arguments,
     config_from_args,
 )
-from diffmjx.constants import set_const
-from diffmjx.dynamics import State, forward
 from diffmjx.gradcheck import GradCheck, Reference, central_differences, converged, gradcheck, reference_gradient
-from diffmjx.integrate import Method, Stats, Trajectory, diffrax_method, rollout, step
+from diffmjx.integration.integrate import Method, Stats, Trajectory, diffrax_method, rollout, step
 from diffmjx.jacobians import Linearization, linearize, tangent_size
+from diffmjx.physics.checks import TouchdownJumpWarning, touchdown_jumps, validate
+from diffmjx.physics.constants import set_const
+from diffmjx.physics.dynamics import State, forward
 from diffmjx.runtime import enable_compilation_cache, enable_gpu
 
 __all__ = [

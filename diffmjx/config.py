@@ -121,9 +121,9 @@ class IntegratorConfig(Section):
         solver: Diffrax tableau, or an ``mjx_*`` fixed-step MJX integrator.
         adjoint: gradient mode: recursive ``checkpoint``, continuous ``backsolve``, continuous
             ``interpolated`` (the state read from the forward solution, the adjoint stepped to
-            the kinks; :class:`diffmjx.integrate.InterpolatedAdjoint`), ``sensitivity`` (the
+            the kinks; :class:`diffmjx.integration.integrate.InterpolatedAdjoint`), ``sensitivity`` (the
             period's Jacobian carried forward on the forward solve's steps, for small models;
-            :class:`diffmjx.integrate.SensitivityAdjoint`), or ``forward`` mode.
+            :class:`diffmjx.integration.integrate.SensitivityAdjoint`), or ``forward`` mode.
         step_control: ``pid`` adaptive step size or ``constant`` steps.
         rtol, atol: relative and absolute error tolerances of the PID controller.
         pcoeff, icoeff, dcoeff: PID controller coefficients.

@@ -3,7 +3,7 @@
 :func:`linearize` returns ``A_t = d x_{t+1} / d x_t`` and ``B_t = d x_{t+1} / d u_t`` for every
 control period ``t`` of a rollout, with the state ``x = (qpos, qvel, act)`` in tangent coordinates
 (size ``2 nv + na``): hinge and slide positions as they are, every free or ball joint's
-orientation as a body-frame rotation vector, as :func:`diffmjx.manifold.difference` and MuJoCo's
+orientation as a body-frame rotation vector, as :func:`diffmjx.physics.manifold.difference` and MuJoCo's
 ``mjd_transitionFD`` write it. So the matrices drop into any controller written for MuJoCo's own
 finite-difference Jacobians, but they differentiate DiffMJX's converged period (adaptive
 integration, kink control, CFD when the config enables it) instead of one fixed time step.
@@ -17,9 +17,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from diffmjx import manifold
 from diffmjx.config import Config
-from diffmjx.integrate import rollout
+from diffmjx.integration.integrate import rollout
+from diffmjx.physics import manifold
 from diffmjx.registry import GRADIENT_MODES
 
 __all__ = [
@@ -70,7 +70,7 @@ def period_map(m, d, cfg: Config | None = None):
     """``f(x, u, state, dt0) -> (qpos', qvel', act')``: one control period from a perturbed state.
 
     ``state = (qpos, qvel, act, time)`` is the nominal start state, ``x`` (size ``2 nv + na``) a
-    tangent perturbation of it (positions by :func:`diffmjx.manifold.retract`), ``u`` the period's
+    tangent perturbation of it (positions by :func:`diffmjx.physics.manifold.retract`), ``u`` the period's
     control and ``dt0`` the solve's first trial step. ``d`` supplies everything else (model inputs
     such as ``mocap_pos``). :func:`linearize` differentiates it; a finite-difference check calls it.
     """

@@ -9,8 +9,8 @@ class (the implementation) and one :meth:`Registry.register` call; validation, `
 system identification and the docs' tables follow.
 
 The registries live at the bottom of the layers (the config imports them); the modules that implement
-the entries register them (:mod:`diffmjx.method` the solvers and gradient modes, :mod:`diffmjx.planners`
-the planner kinds, :mod:`diffmjx.sysid.identify` the fit methods, :mod:`diffmjx.collision.driver` the
+the entries register them (:mod:`diffmjx.integration.method` the solvers and gradient modes, :mod:`diffmjx.mpc.planners`
+the planner kinds, :mod:`diffmjx.sysid.identify` the fit methods, :mod:`diffmjx.physics.collision.driver` the
 collision rules), and ``import diffmjx`` imports those before any config is checked.
 """
 
@@ -97,7 +97,7 @@ class SolverEntry:
     Attributes:
         build: ``(cfg) -> solver``: a Diffrax solver (``cfg`` unused by Diffrax's tableaus), or
             (``fixed_step``) an object with ``period(m, d, layout, dt_hint)`` and ``cfg`` bound,
-            like :class:`diffmjx.fixed_step.FixedStep`.
+            like :class:`diffmjx.integration.fixed_step.FixedStep`.
         fixed_step: one of MJX's fixed-step integrators: no Diffrax objects, no adjoint; its
             derivatives are JAX's own through the steps, in either mode.
         embedded: has an embedded error estimate, so an adaptive step-size controller can drive it.
@@ -148,13 +148,13 @@ class CollisionRuleEntry:
 
 
 SOLVERS: Registry[SolverEntry] = Registry("integrator.solver")
-"""``integrator.solver`` -> :class:`SolverEntry` (registered by :mod:`diffmjx.method`)."""
+"""``integrator.solver`` -> :class:`SolverEntry` (registered by :mod:`diffmjx.integration.method`)."""
 
 GRADIENT_MODES: Registry[GradientModeEntry] = Registry("integrator.adjoint")
-"""``integrator.adjoint`` -> :class:`GradientModeEntry` (registered by :mod:`diffmjx.method`)."""
+"""``integrator.adjoint`` -> :class:`GradientModeEntry` (registered by :mod:`diffmjx.integration.method`)."""
 
 PLANNERS: Registry[type] = Registry("planner.kind")
-"""``planner.kind`` -> its planner class (registered by :mod:`diffmjx.planners`; a class like
+"""``planner.kind`` -> its planner class (registered by :mod:`diffmjx.mpc.planners`; a class like
 :class:`diffmjx.mpc.GradientMethod`, with ``init``, ``step`` and ``finish``)."""
 
 FIT_METHODS: Registry[type] = Registry("fit.method")
@@ -162,10 +162,10 @@ FIT_METHODS: Registry[type] = Registry("fit.method")
 :mod:`diffmjx.sysid.identify`: ``lm``, ``adam``)."""
 
 PLANE_BOX_RULES: Registry[CollisionRuleEntry] = Registry("collision.plane_box")
-"""``collision.plane_box`` -> :class:`CollisionRuleEntry` (registered by :mod:`diffmjx.collision.driver`)."""
+"""``collision.plane_box`` -> :class:`CollisionRuleEntry` (registered by :mod:`diffmjx.physics.collision.driver`)."""
 
 PLANE_CYLINDER_RULES: Registry[CollisionRuleEntry] = Registry("collision.plane_cylinder")
-"""``collision.plane_cylinder`` -> :class:`CollisionRuleEntry` (registered by :mod:`diffmjx.collision.driver`)."""
+"""``collision.plane_cylinder`` -> :class:`CollisionRuleEntry` (registered by :mod:`diffmjx.physics.collision.driver`)."""
 
 BOX_BOX_RULES: Registry[CollisionRuleEntry] = Registry("collision.box_box")
-"""``collision.box_box`` -> :class:`CollisionRuleEntry` (registered by :mod:`diffmjx.collision.driver`)."""
+"""``collision.box_box`` -> :class:`CollisionRuleEntry` (registered by :mod:`diffmjx.physics.collision.driver`)."""

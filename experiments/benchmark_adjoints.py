@@ -4,8 +4,8 @@
 
 The cube toss at ``Config()`` (Tsit5, rtol = atol = 1e-7), differentiated with respect to the
 toss velocity ``u0`` by each gradient mode: ``checkpoint`` (discretise-then-optimise with kink
-control), ``backsolve`` (the default), ``sensitivity`` (:class:`diffmjx.integrate.SensitivityAdjoint`: the
-period Jacobians carried forward by Magnus quadrature on the forward solve's steps) and ``interpolated`` (:class:`diffmjx.integrate.InterpolatedAdjoint`:
+control), ``backsolve`` (the default), ``sensitivity`` (:class:`diffmjx.integration.integrate.SensitivityAdjoint`: the
+period Jacobians carried forward by Magnus quadrature on the forward solve's steps) and ``interpolated`` (:class:`diffmjx.integration.integrate.InterpolatedAdjoint`:
 the state read from the forward solution, the adjoint stepped to the kinks).
 
 - Accuracy: ``N`` shots spread over ``u0 +- 0.2`` (one vmapped gradient per mode), against
@@ -33,8 +33,8 @@ import numpy as np
 from tqdm import tqdm
 
 import diffmjx
-from diffmjx import term
 from diffmjx.gradcheck import relative_errors
+from diffmjx.integration import term
 from diffmjx.scenes import CUBE_TOSS, cube_toss_data, cube_toss_loss, load
 from experiments import common
 

@@ -5,7 +5,7 @@
 The cube toss's backward pass is several times its forward pass with the checkpoint adjoint
 (docs/results/benchmark_pareto.csv), against a target of 4x. Almost all of it is reverse-mode AD through MJX forward
 dynamics, once per Runge-Kutta stage. This module splits one evaluation of
-``diffmjx.dynamics.forward`` into groups of MJX's pipeline stages and times, for the first k groups
+``diffmjx.physics.dynamics.forward`` into groups of MJX's pipeline stages and times, for the first k groups
 (k = 1..8), the forward and the gradient with respect to (qpos, qvel) of a scalar of everything they
 output. A group's cost is the difference to the k-1 prefix. Each figure is the fastest of 20 repeats
 of one compiled program that runs 200 evaluations in a ``fori_loop`` (so the dispatch of a call is
@@ -39,7 +39,7 @@ import numpy as np
 from tqdm import tqdm
 
 import diffmjx
-from diffmjx import dynamics
+from diffmjx.physics import dynamics
 from diffmjx.profiling import thunks
 from experiments import common
 

@@ -94,7 +94,7 @@ TASKS = {  # name -> (starts -> (m, start states, cost, sim, planner knobs))
 
 class StepSearch(mpc.ILQRMethod):
     """iLQR as it was before the regularisation search: step lengths ``1, 1/2, ...`` at one ``mu``,
-    halved after an accepted iteration (:func:`diffmjx.ilqr.iteration` with ``search_mu=False``)."""
+    halved after an accepted iteration (:func:`diffmjx.mpc.ilqr.iteration` with ``search_mu=False``)."""
 
     search_mu = False
 

@@ -36,8 +36,9 @@ import numpy as np
 from tqdm import tqdm
 
 import diffmjx
-from diffmjx import manifold, scenes
+from diffmjx import scenes
 from diffmjx.jacobians import period_map, tangent_offset
+from diffmjx.physics import manifold
 from experiments import common
 
 _QUAT = np.array([0.96, 0.2, -0.15, 0.1]) / np.linalg.norm([0.96, 0.2, -0.15, 0.1])

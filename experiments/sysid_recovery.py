@@ -214,7 +214,7 @@ def heldout_error(m: mujoco.MjModel, rec: sysid.Recording, fine: bool = False) -
     """RMS of the position and orientation residual of ``HORIZON``-step predictions by the C engine
     (the model's own timestep, or with ``fine`` the "real system"'s RK4 at ``GEN_STEP``; controls held
     over each sample period) from every ``STRIDE``-th sample."""
-    from diffmjx.manifold import JointLayout
+    from diffmjx.physics.manifold import JointLayout
     from diffmjx.sysid.problem import Weights, state_residuals
 
     if fine:

@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 import diffmjx
 from diffmjx.gradcheck import relative_errors
-from diffmjx.impedance import MINIMP
+from diffmjx.physics.impedance import MINIMP
 from experiments import common
 
 DEFAULT_PRESET = Path(__file__).parent / "configs" / "tossed_primitives.yaml"

@@ -231,7 +231,7 @@ def _box_on_box(target: str, seed: int, n: int = 12):
 def _matches_c_engine(target: str, seed: int, rule: str, sharpness: float | None = None) -> int:
     """At how many poses do the active contacts of ``collision.box_box=rule`` (smoothed at
     ``sharpness`` if given) equal the C engine's (distance and position to 1e-9 m, one to one)?"""
-    from diffmjx.collision import driver
+    from diffmjx.physics.collision import driver
 
     mj, qpos, ref = _box_on_box(target, seed)
     mx = mjx.put_model(mj)
@@ -275,7 +275,7 @@ def test_smoothed_clipped_box_box_converges_to_the_c_engine_as_sharpness_grows()
 def test_smoothed_clipped_box_box_gradients_are_finite_and_match_differences():
     """The smoothed clipped contacts' depth sum, differentiated w.r.t. the pose at the default
     sharpness, on the poses of boxes of one scale: finite, and equal to central differences."""
-    from diffmjx.collision import driver
+    from diffmjx.physics.collision import driver
 
     mj, qpos, _ = _box_on_box("same scale", 1)
     mx = mjx.put_model(mj)
@@ -298,7 +298,7 @@ def test_smoothed_clipped_box_box_gradients_are_finite_and_match_differences():
 def _clipped_sweep(a, b, n=201):
     """Contacts with the clipped box-box of the fidelity family's box-box scene at ``n`` poses
     interpolated from qpos ``a`` to ``b`` (quaternion renormalised)."""
-    from diffmjx.collision import driver
+    from diffmjx.physics.collision import driver
 
     mx = fidelity.model(fidelity.scene("box-box", 0))
     s = np.linspace(0.0, 1.0, n)[:, None]
@@ -316,7 +316,7 @@ def _small_box_on_large_box():
     the clipped rule's contacts of a batch of poses (one program, shared by the tests below)."""
     import mujoco
 
-    from diffmjx.collision import driver
+    from diffmjx.physics.collision import driver
 
     mj = mujoco.MjModel.from_xml_string("""<mujoco><worldbody><geom type="box" size=".15 .15 .05" pos="0 0 .05"/>
       <body><freejoint/><geom type="box" size=".05 .035 .06"/></body></worldbody></mujoco>""")
@@ -425,7 +425,7 @@ def test_slots_keep_every_distinct_polygon_point_up_to_eight():
     turned 45 degrees on another's face; clipping reports each vertex twice) gives eight contacts,
     each point once at its depth; a point that does not penetrate takes no slot, and one that starts
     to enters at zero depth, so the slots' load (total depth and moment) moves continuously."""
-    from diffmjx.collision.box_box import SLOTS, fill_slots
+    from diffmjx.physics.collision.box_box import SLOTS, fill_slots
 
     slots = jax.jit(functools.partial(fill_slots, n=SLOTS))
     angle = np.pi / 8 + np.arange(8) * np.pi / 4
@@ -466,7 +466,7 @@ def test_clipped_box_box_gives_the_c_engines_eight_contacts_where_a_box_lies_tur
     cfg = diffmjx.Config()  # box_box=clipped
     out = jax.jit(lambda d: diffmjx.forward(mx, d, cfg))(mjx.make_data(mx))
     c = _mjx.contact(out)
-    assert c.dist.shape == (diffmjx.collision.BOX_BOX_SLOTS,)
+    assert c.dist.shape == (diffmjx.physics.collision.BOX_BOX_SLOTS,)
     ours = sorted(tuple(np.r_[c.dist[j], c.pos[j]].round(8)) for j in range(c.dist.shape[0]) if c.dist[j] < 0)
     assert len(ours) == 8 and np.abs(np.subtract(ours, ref)).max() < 2e-8  # rounding to 1e-8 m
     euler = cfg.override("integrator.solver=mjx_euler")
@@ -519,7 +519,7 @@ def test_smoothed_edge_point_slides_across_a_face_parallel_to_its_axis():
     that AD does not see (its gradient there had the wrong sign, +0.17 against -0.019). Smoothed,
     the side is blended over a band of the cosine, so the depth-weighted contact position moves by
     small steps; the depths themselves are the support edges' (unchanged)."""
-    from diffmjx.collision import driver
+    from diffmjx.physics.collision import driver
 
     a = np.array([0.005053414695011117, 0.03661311276580245, 0.1301257798435443, 0.9916991445521286,
                   -0.008144671417733796, 0.09740108517527775, 0.08354339967197788])  # fmt: skip

@@ -262,7 +262,8 @@ def test_cfd_rows_fade_out_at_w_c_with_impedance_floor_zero(floor):
     """With solver.impedance_floor = 0 and d_c = 0 a row's impedance goes to 0 as r -> w_c (the
     row switches off continuously); with MuJoCo's floor it stays at 1e-4 up to w_c and jumps."""
     from cfd import distance_rows
-    from diffmjx import _mjx, constraint
+    from diffmjx import _mjx
+    from diffmjx.physics import constraint
     from diffmjx.scenes import primitive
 
     _, mx = primitive("ball")  # radius 0.05

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from mujoco import mjx
 
 import diffmjx
-from diffmjx import _mjx, collision
+from diffmjx import _mjx
+from diffmjx.physics import collision
 from diffmjx.scenes import box_corner_heights, contacts_fn, cube_toss_loss, load, primitive
 
 MODELS = {kind: primitive(kind)[1] for kind in ("cube", "capsule", "cylinder")}
@@ -333,7 +334,7 @@ def test_plane_cylinder_deepest_keeps_its_rim_contacts_still_through_upright():
     beyond three times that tilt they are MJX's own."""
     from types import SimpleNamespace
 
-    from diffmjx.collision.pairs import UPRIGHT_TILT, cylinder_candidates, plane_cylinder_deepest
+    from diffmjx.physics.collision.pairs import UPRIGHT_TILT, cylinder_candidates, plane_cylinder_deepest
 
     radius, half, depth = 0.05, 0.04, 3e-3
     plane = SimpleNamespace(pos=jnp.zeros(3), mat=jnp.eye(3))

@@ -9,7 +9,7 @@ import pytest
 from mujoco import mjx
 
 import diffmjx
-from diffmjx.collision import driver
+from diffmjx.physics.collision import driver
 
 XML = """<mujoco><worldbody>
 <body name="a"><freejoint/><geom type="{t1}" size="{s1}"/></body>

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 from mujoco import mjx
 
-from diffmjx import constants, set_const
+from diffmjx import set_const
+from diffmjx.physics import constants
 
 FREE = """<mujoco><worldbody><geom name="floor" type="plane" size="0 0 .05"/>
 <body name="a" pos="0 0 1"><freejoint/><geom name="a1" type="box" size=".1 .2 .3" pos=".05 0 0" euler="10 20 30"/>

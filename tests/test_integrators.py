@@ -211,7 +211,7 @@ def test_diffrax_args_are_only_the_traced_leaves():
     """The backsolve adjoint integrates an adjoint for every inexact leaf of Diffrax's args, so
     only traced leaves go there: a model the caller's jit closes over stays a constant, a leaf a
     parameter map replaced travels, and unpacking gives the tree back leaf for leaf."""
-    from diffmjx.term import traced_args
+    from diffmjx.integration.term import traced_args
 
     _, mx = load("cube_toss")
     seen = {}

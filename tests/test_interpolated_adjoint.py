@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import diffmjx
-from diffmjx.adjoints import AdjointState, InterpolatedAdjoint, kinks
+from diffmjx.integration.adjoints import AdjointState, InterpolatedAdjoint, kinks
 from diffmjx.scenes import cube_toss_data, load
 
 HORIZON = 15  # through touchdown (about 0.06 s), the first bounce and sliding

@@ -32,32 +32,34 @@ LAYERS = (
         "profiling",
         "checkpoint",
     ),  # MJX internals, typed config, process settings, checkpoint files
-    ("impedance",),  # MuJoCo's solimp spline
-    ("constraint", "solver", "tendon", "manifold"),  # rows, their solve, tendon stage, joint manifold
-    ("constants",),  # derived model constants (a traced mj_setConst)
-    ("collision.soft",),  # smoothed collision, bottom up ...
-    ("collision.frames",),
-    ("collision.pairs", "collision.box_box", "collision.sdf"),
-    ("collision.driver",),
-    ("collision",),  # ... up to its package
-    ("checks",),  # up-front validation
-    ("cfd",),  # contacts from distance
-    ("dynamics",),  # the vector field: forward
-    ("term", "stepsize"),  # one period's Diffrax term; its step-size controller (warm start, kink control)
-    ("adjoints",),  # gradient modes of a period's solve
-    ("period",),  # one Diffrax period
-    ("fixed_step",),  # MJX's fixed-step integrators
-    ("method",),  # config -> integration method
-    ("integrate",),  # step, rollout
+    ("physics",),  # the physics package (its docstring only) ...
+    ("physics.impedance",),  # MuJoCo's solimp spline
+    ("physics.constraint", "physics.solver", "physics.tendon", "physics.manifold"),  # rows, solve, tendons, manifold
+    ("physics.constants",),  # derived model constants (a traced mj_setConst)
+    ("physics.collision.soft",),  # smoothed collision, bottom up ...
+    ("physics.collision.frames",),
+    ("physics.collision.pairs", "physics.collision.box_box", "physics.collision.sdf"),
+    ("physics.collision.driver",),
+    ("physics.collision",),  # ... up to its package
+    ("physics.checks",),  # up-front validation
+    ("physics.cfd",),  # contacts from distance
+    ("physics.dynamics",),  # ... up to the vector field: forward
+    ("integration",),  # the integration package (its docstring only) ...
+    ("integration.term", "integration.stepsize"),  # one period's Diffrax term; its step-size controller
+    ("integration.adjoints",),  # gradient modes of a period's solve
+    ("integration.period",),  # one Diffrax period
+    ("integration.fixed_step",),  # MJX's fixed-step integrators
+    ("integration.method",),  # config -> integration method
+    ("integration.integrate",),  # ... up to step, rollout
     ("jacobians",),  # per-period Jacobians along a rollout (linearize)
-    ("ilqr",),  # iLQR iterations on those Jacobians
     ("gradcheck", "reference"),  # gradient checks, C-engine references
     ("scenes",),  # scenes and their helpers
-    ("planners", "plants"),  # the MPC planner kinds and their knobs; what closed loops plan on and execute on
-    ("mpc", "sysid"),  # applications over the core
+    ("mpc.ilqr",),  # iLQR iterations on the period Jacobians ...
+    ("mpc.planners", "mpc.plants"),  # the MPC planner kinds and their knobs; what closed loops plan on and execute on
+    ("mpc", "sysid"),  # ... the applications over the core
     ("__init__",),  # the public API
 )
-NESTED = ("adjoints", "scenes", "sysid")
+NESTED = ("integration.adjoints", "scenes", "sysid")
 
 
 def _module_name(root: Path, path: Path) -> str:
@@ -154,7 +156,7 @@ def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     return out
 
 
-PUBLIC = ("diffmjx", "cfd", "diffmjx.collision", "diffmjx.scenes", "diffmjx.reference")
+PUBLIC = ("diffmjx", "cfd", "diffmjx.physics.collision", "diffmjx.scenes", "diffmjx.reference")
 
 # One interpreter imports the third-party dependencies (most of an import's seconds), then forks a
 # child per package that imports only that package: each child starts with no project module loaded.
@@ -201,7 +203,7 @@ def test_public_package_imports_in_a_fresh_interpreter(package, fresh_imports):
 
 def test_no_import_cycle_between_project_modules():
     graph = import_graph(ROOT)
-    assert "diffmjx.dynamics" in graph and "diffmjx.constraint" in graph["diffmjx.dynamics"]
+    assert "diffmjx.physics.dynamics" in graph and "diffmjx.physics.constraint" in graph["diffmjx.physics.dynamics"]
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
 
 
@@ -214,8 +216,8 @@ def test_layers_import_one_way():
     assert packages["cfd"] == {"diffmjx"}
     assert "experiments" not in packages["cfd"]
     assert find_cycle(packages) is None
-    assert "diffmjx.collision.box_box" not in graph["diffmjx.collision.pairs"]
-    assert "diffmjx.collision.pairs" not in graph["diffmjx.collision.box_box"]
+    assert "diffmjx.physics.collision.box_box" not in graph["diffmjx.physics.collision.pairs"]
+    assert "diffmjx.physics.collision.pairs" not in graph["diffmjx.physics.collision.box_box"]
 
 
 def test_library_modules_import_down_the_layers():
@@ -224,7 +226,7 @@ def test_library_modules_import_down_the_layers():
     and solve, the collision stage, checks, contacts from distance, the vector field, integration,
     and the applications on top."""
     graph = import_graph(ROOT, ("diffmjx",))
-    assert "diffmjx.cfd" in graph["diffmjx.dynamics"]
+    assert "diffmjx.physics.cfd" in graph["diffmjx.physics.dynamics"]
     problems = layer_violations(graph)
     assert not problems, "\n".join(problems)
 

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from diffmjx import manifold
+from diffmjx.physics import manifold
 from diffmjx.scenes import load
 
 

@@ -16,7 +16,8 @@ import pytest
 from mujoco import mjx
 
 import diffmjx
-from diffmjx import mpc, plants
+from diffmjx import mpc
+from diffmjx.mpc import plants
 
 SLIDER = """
 <mujoco>
@@ -207,7 +208,7 @@ def test_ilqr_retries_a_rejected_round_at_larger_mu_on_the_same_jacobians(slider
     ``1000 mu`` and ``10^6 mu`` and takes exactly the step that an iteration starting from that
     ``mu`` on the same plan (so the same Jacobians) takes, which lowers the cost. (``mu`` on ``Q_uu``,
     whose scale these ``mu`` are chosen for; the retries do not depend on where ``mu`` goes.)"""
-    from diffmjx import ilqr
+    from diffmjx.mpc import ilqr
 
     mx, d0 = slider
     near = lambda d, ctrl: jnp.sqrt((d.qpos[0] - 0.01) ** 2 + 1e-8)
@@ -243,7 +244,7 @@ def _random_lq(rng, H=5, n=4, nu=2):
 def _gains_step(A, B, g, h, mu, state):
     """The controls' step and the states it moves: iLQR's backward pass, then its gains rolled out
     through the linear system from an unperturbed start."""
-    from diffmjx.ilqr import backward_pass
+    from diffmjx.mpc.ilqr import backward_pass
 
     H, n, nu = B.shape
     zero = np.zeros((H, nu))
@@ -325,7 +326,7 @@ def test_psd_zeroes_negative_curvature_and_leaves_a_convex_hessian_bit_for_bit()
     semidefinite one (its eigenvectors, eigenvalues floored at zero); a positive semidefinite one
     with exactly zero eigenvalues (a cost of positions only: no curvature in velocities or
     controls), whose rounding may put them at -1e-17, is returned unchanged, bit for bit."""
-    from diffmjx.ilqr import psd
+    from diffmjx.mpc.ilqr import psd
 
     rng = np.random.default_rng(1)
     V = np.linalg.qr(rng.normal(size=(5, 5)))[0]
@@ -357,7 +358,7 @@ def test_ilqr_pumps_a_hanging_pendulum_whose_cost_curves_downwards():
     pendulum) took steps of 1e-5 per iteration and never swung it. With the convexified Hessian
     (the default) the first iteration lowers the plan's cost by more than a tenth (measured: from
     59.96 to 49.12 over 30 periods, a pump one way then the other)."""
-    from diffmjx import ilqr
+    from diffmjx.mpc import ilqr
 
     mx = mjx.put_model(mujoco.MjModel.from_xml_string(PENDULUM))
     d0 = mjx.make_data(mx).replace(qpos=jnp.asarray([np.pi + 0.1]), qvel=jnp.asarray([0.3]))
@@ -373,7 +374,7 @@ def test_box_qp_meets_the_optimality_conditions_of_its_bounded_qp():
     """iLQR's per-period QP under control bounds (projected Newton): on 64 random convex QPs with
     some controls at a bound, the step stays in its box and meets the KKT conditions: zero gradient
     on the free controls, a gradient pushing outwards on the clamped ones; ``free`` names them."""
-    from diffmjx.ilqr import box_qp
+    from diffmjx.mpc.ilqr import box_qp
 
     rng = np.random.default_rng(0)
     n, count = 6, 64
@@ -565,7 +566,7 @@ def test_planner_config_validates_and_presets_load():
 def test_ilqr_regularization_knob_reaches_the_iteration(monkeypatch, where):
     """``planner.ilqr_regularization`` is what the iLQR planner's iteration gets, as a bool, and
     ``planner.ilqr_reuse`` its chord rounds."""
-    from diffmjx import ilqr
+    from diffmjx.mpc import ilqr
 
     seen = {}
     monkeypatch.setattr(ilqr, "iteration", lambda *a, **kw: (seen.update(kw), (a[2], {"cost": 0.0, "finite": True}))[1])
@@ -584,7 +585,7 @@ def test_ilqr_chord_rounds_are_the_next_iterations_where_the_jacobians_do_not_ch
     iteration exactly: one iteration with ``reuse=2`` ends where three iterations without it end
     (retries off, so a rejected round would end both alike), having linearised once. The cost, a
     smoothed distance, is not quadratic, so every round has work left."""
-    from diffmjx import ilqr
+    from diffmjx.mpc import ilqr
 
     calls = []
     linearize = ilqr.linearize

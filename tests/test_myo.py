@@ -67,7 +67,8 @@ def _check_tendon_stage(mj, mx, poses):
     """DiffMJX's tendon stage equals MJX's and the C engine's, and its derivatives are the moment arms."""
     import mujoco
 
-    from diffmjx import _mjx, tendon
+    from diffmjx import _mjx
+    from diffmjx.physics import tendon
 
     ours = jax.jit(_tendon_outputs(mx, tendon.tendon))
     theirs = jax.jit(_tendon_outputs(mx, _mjx.tendon))
@@ -187,7 +188,7 @@ def test_bionic_tennis_scene_misses_both_hands_and_compiles_for_mjx():
     the MJX model builds (no unsupported cylinder-mesh pairs are left)."""
     import mujoco
 
-    from diffmjx.collision import driver
+    from diffmjx.physics.collision import driver
     from diffmjx.scenes import myo
 
     mj, mx, d0, _ = myo.bionic_tennis(cfd=False)
@@ -218,7 +219,7 @@ def test_die_scene_holds_the_die_in_contact_and_compiles_for_mjx():
     switched off and the MJX model builds."""
     import mujoco
 
-    from diffmjx.collision import driver
+    from diffmjx.physics.collision import driver
     from diffmjx.scenes import myo
 
     mj, mx, d0, cost = myo.die_reorient(cfd=False)
@@ -248,7 +249,7 @@ def test_die_on_a_table_rests_there_clear_of_the_hand():
     reaching it is the planner's job; the MJX model builds."""
     import mujoco
 
-    from diffmjx.collision import driver
+    from diffmjx.physics.collision import driver
     from diffmjx.scenes import myo
 
     mj, mx, d0, cost = myo.die_reorient(cfd=False, on_table=True)

@@ -14,9 +14,9 @@ from mujoco import mjx
 
 import diffmjx
 from diffmjx import mpc, registry, sysid
-from diffmjx.collision import detect
+from diffmjx.integration.method import integration_method
 from diffmjx.jacobians import forward_config
-from diffmjx.method import integration_method
+from diffmjx.physics.collision import detect
 from diffmjx.registry import (
     BOX_BOX_RULES,
     FIT_METHODS,

@@ -13,8 +13,8 @@ import jax.numpy as jnp
 import pytest
 
 import diffmjx
-from diffmjx.adjoints import PeriodSolve, SensitivityAdjoint
-from diffmjx.adjoints.sensitivity import sensitivity_solve
+from diffmjx.integration.adjoints import PeriodSolve, SensitivityAdjoint
+from diffmjx.integration.adjoints.sensitivity import sensitivity_solve
 from diffmjx.scenes import cube_toss_data, load
 
 HORIZON = 15  # through touchdown (about 0.06 s), the first bounce and sliding (as the interpolated adjoint's test)

@@ -104,7 +104,7 @@ def test_default_solve_is_converged(scene):
     scale = np.abs(converged).max()
     np.testing.assert_allclose(ours, converged, rtol=0, atol=1e-8 * scale)
     assert np.abs(one - converged).max() > 1e-2 * scale  # one iteration stops short (9 % measured)
-    assert diffmjx.solver.solve_model(mx, diffmjx.Config().override(*MJX_SOLVE).solver) is mx
+    assert diffmjx.physics.solver.solve_model(mx, diffmjx.Config().override(*MJX_SOLVE).solver) is mx
 
 
 def _touchdown_qacc(mx, d, depth, floor):
@@ -165,7 +165,8 @@ def test_position_stages_compose_to_mjx_fwd_position(scene):
 def test_rematerialised_iterations_give_the_stored_iterations_gradient(scene):
     # solve(..., remat_iterations=True) (the default) recomputes each unrolled iteration in the
     # backward pass instead of storing it: a memory/speed change only, the Jacobian must not move.
-    from diffmjx import _mjx, solver
+    from diffmjx import _mjx
+    from diffmjx.physics import solver
 
     _, mx, d = scene
     pre = jax.jit(

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 import diffmjx
-from diffmjx import constants, sysid
+from diffmjx import sysid
 from diffmjx._mjx import mjx
+from diffmjx.physics import constants
 from diffmjx.sysid import Parameter, ParameterError, ParameterSet, Recording, RecordingError
 
 PENDULUM = """<mujoco><option timestep="0.002"/><worldbody><geom name="floor" type="plane" size="0 0 .05"/>
@@ -577,6 +578,29 @@ def test_fields_mujoco_stores_twice_are_tied_or_refused():
     ):
         with pytest.raises(ParameterError, match=match):
             ParameterSet(m, [bad])
+
+
+def test_parameters_that_set_one_bodys_mass_properties_two_ways_are_refused():
+    """The mass ties read each field's role from its kind (``FieldKind.mass_role``): a mass that
+    scales the inertia beside the inertia, the full mass properties beside a part of them, and a
+    geom's size beside its body's centre of mass are errors naming both; a body's mass beside a geom
+    position is one consistent model. A kind with an unknown role is refused when it is made."""
+    xml = """<mujoco><worldbody><body name="b"><freejoint/>
+      <geom name="g" type="box" size=".1 .1 .1"/><geom name="h" type="sphere" pos=".2 0 0" size=".05"/>
+    </body></worldbody></mujoco>"""
+    m = mujoco.MjModel.from_xml_string(xml)
+    for pair, match in (
+        (("body_mass", "body_inertia"), "body_inertia of the same body is a parameter too; pass scale_inertia=False"),
+        (("body_inertial", "body_mass"), r"other mass parameters \(body_mass\) contradict"),
+        (("geom_size", "body_ipos"), "inertia or centre of mass is a parameter too; pass mass_from_geoms=False"),
+    ):
+        params = [Parameter(f, "g" if f.startswith("geom") else "b") for f in pair]
+        with pytest.raises(ParameterError, match=match):
+            ParameterSet(m, params)
+    ps = ParameterSet(m, [Parameter("geom_pos", "h"), Parameter("body_mass", "b")])
+    assert ps.ties[0].mass and ps.ties[0].geo
+    with pytest.raises(ValueError, match="mass_role must be one of"):
+        sysid.FieldKind(mujoco.mjtObj.mjOBJ_BODY, 1, (0.0,), (1.0,), mass_role="density")
 
 
 def test_a_geom_of_a_body_with_an_explicit_inertial_changes_its_shape_only():

@@ -241,7 +241,7 @@ def test_impedance_gradient_is_finite_and_right_beyond_solimp_width(base):
     """A tilted cube with one edge 3 mm deep, solimp width 1 mm and a non-integer power: every contact
     candidate lies beyond the width, in penetration or in the air. MJX's impedance gave NaN
     derivatives there (side length and all of solimp); DiffMJX differentiates the impedance itself
-    (diffmjx.constraint.make_constraint), and the result equals central differences."""
+    (diffmjx.physics.constraint.make_constraint), and the result equals central differences."""
     p0 = CubeParams(solimp=np.array([0.05, 0.95, 0.001, 0.4, 2.5]))
     # tilted about (1, 0.5, 0): one corner lowest, 0.5 mm deep (inside the width, where the power
     # shapes the impedance); the other candidates are in the air, beyond the width

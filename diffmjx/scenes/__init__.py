@@ -23,7 +23,7 @@ wall, thrown box, finger tapping a box on position servos, and two-legged body d
 thrown primitive (:func:`primitive`) and its C-engine reference (:func:`c_engine_cube_toss`) are
 here too.
 
-Sits above :mod:`diffmjx.integrate` (the loss calls :func:`diffmjx.rollout`); nothing in the core
+Sits above :mod:`diffmjx.integration.integrate` (the loss calls :func:`diffmjx.rollout`); nothing in the core
 imports it.
 """
 
@@ -36,10 +36,10 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 
-from diffmjx import collision
 from diffmjx._mjx import mjx
 from diffmjx.config import CollisionConfig, Config
-from diffmjx.integrate import rollout
+from diffmjx.integration.integrate import rollout
+from diffmjx.physics import collision
 from diffmjx.reference import c_engine_rk4
 
 __all__ = [

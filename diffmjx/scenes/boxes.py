@@ -19,7 +19,7 @@ import numpy as np
 
 from diffmjx._mjx import mjx
 from diffmjx.config import Config
-from diffmjx.integrate import rollout
+from diffmjx.integration.integrate import rollout
 from diffmjx.scenes import contacts_fn
 
 __all__ = ["DROP_PERIODS", "N_POSES", "drop_final_qpos", "random_contact_poses"]

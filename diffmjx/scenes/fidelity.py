@@ -54,7 +54,7 @@ import numpy as np
 from diffmjx._mjx import mjx
 from diffmjx.config import Config
 from diffmjx.gradcheck import central_differences, converged
-from diffmjx.integrate import rollout
+from diffmjx.integration.integrate import rollout
 from diffmjx.scenes import CUBE_TOSS
 from diffmjx.scenes import path as scene_path
 

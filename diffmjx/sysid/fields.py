@@ -26,12 +26,17 @@ from typing import Any
 import mujoco
 import numpy as np
 
-from diffmjx.impedance import MAXIMP, MINIMP
+from diffmjx.physics.impedance import MAXIMP, MINIMP
 from diffmjx.registry import Registry
 from diffmjx.sysid import ties
 from diffmjx.sysid.ties import ParameterError
 
-__all__ = ["DELAY_START", "FIELDS", "PRIMITIVE_COLUMNS", "FieldKind"]
+__all__ = ["BODY_ROLES", "DELAY_START", "FIELDS", "GEOM_ROLES", "PRIMITIVE_COLUMNS", "FieldKind"]
+
+BODY_ROLES = ("mass", "inertia", "com", "inertial")
+"""The parts of a body's mass properties a body field sets (:attr:`FieldKind.mass_role`)."""
+GEOM_ROLES = ("geom_shape", "geom_frame")
+"""A geom field that its body's mass properties follow: its shape (size) or its frame (position)."""
 
 _INF = math.inf
 DELAY_START = 1e-4
@@ -64,6 +69,10 @@ class FieldKind:
             ``bounds`` or ``uniform``.
         time_constant: the column MuJoCo's ``refsafe`` flag clamps to at least twice the
             timestep (a ``solref``'s time constant), or None.
+        mass_role: the part of a body's mass properties the field sets, for the mass ties
+            (:mod:`diffmjx.sysid.mass`): ``mass``, ``inertia``, ``com``, ``inertial`` (all three,
+            :attr:`whole`), or a geom's ``geom_shape`` / ``geom_frame`` (its body's mass
+            properties follow its geoms); None: no part.
     """
 
     obj: Any
@@ -78,6 +87,13 @@ class FieldKind:
     sensor_term: str | None = None
     whole: bool = False
     time_constant: int | None = None
+    mass_role: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.mass_role not in (None, *BODY_ROLES, *GEOM_ROLES):
+            raise ValueError(
+                f"FieldKind.mass_role must be one of {(None, *BODY_ROLES, *GEOM_ROLES)}, got {self.mass_role!r}"
+            )
 
     def row(self, m: mujoco.MjModel, field: str, i: int) -> tuple[np.ndarray, tuple[int, ...]]:
         """``(flat indices of element i's row in the leaf, the row's usable columns)``."""
@@ -163,9 +179,11 @@ FIELDS: Registry[FieldKind] = Registry("Parameter.field")
 """``Parameter.field`` -> :class:`FieldKind`: the fields a :class:`~diffmjx.sysid.Parameter` may name."""
 
 for _name, _kind in {
-    "body_mass": FieldKind(_BODY, 1, *_POS, lo_open=True, doc="kg", derived=True),
-    "body_inertia": FieldKind(_BODY, 3, *_POS, lo_open=True, doc="principal moments, kg m^2", derived=True),
-    "body_ipos": FieldKind(_BODY, 3, *_ANY, doc="centre of mass in the body frame, m", derived=True),
+    "body_mass": FieldKind(_BODY, 1, *_POS, lo_open=True, doc="kg", derived=True, mass_role="mass"),
+    "body_inertia": FieldKind(
+        _BODY, 3, *_POS, lo_open=True, doc="principal moments, kg m^2", derived=True, mass_role="inertia"
+    ),
+    "body_ipos": FieldKind(_BODY, 3, *_ANY, doc="centre of mass in the body frame, m", derived=True, mass_role="com"),
     "body_inertial": FieldKind(
         _BODY,
         10,
@@ -174,14 +192,21 @@ for _name, _kind in {
         doc="mass, centre of mass (3), inertia about it (xx yy zz xy xz yz)",
         derived=True,
         whole=True,
+        mass_role="inertial",
     ),
     "geom_friction": FieldKind(_GEOM, 3, *_NONNEG, doc="sliding, torsional, rolling"),
     "geom_solref": _SolrefKind(_GEOM, 2, *_ANY, doc="timeconst, dampratio (or -stiffness, -damping)", time_constant=0),
     "geom_solimp": FieldKind(_GEOM, 5, _IMP_LO, _IMP_HI, doc="d0, dwidth, width, midpoint, power"),
     "geom_size": _GeomSizeKind(
-        _GEOM, 3, *_POS, lo_open=True, doc="primitive sizes (half sizes, radius, half length), m", derived=True
+        _GEOM,
+        3,
+        *_POS,
+        lo_open=True,
+        doc="primitive sizes (half sizes, radius, half length), m",
+        derived=True,
+        mass_role="geom_shape",
     ),
-    "geom_pos": FieldKind(_GEOM, 3, *_ANY, doc="m, in the body frame", derived=True),
+    "geom_pos": FieldKind(_GEOM, 3, *_ANY, doc="m, in the body frame", derived=True, mass_role="geom_frame"),
     "geom_margin": FieldKind(_GEOM, 1, *_NONNEG, doc="m"),
     "dof_damping": _DofKind(_JOINT, 0, *_NONNEG, doc="per dof of the joint"),
     "dof_armature": _DofKind(_JOINT, 0, *_NONNEG, doc="per dof of the joint", derived=True),

@@ -23,8 +23,8 @@ scaled by ``1 / sqrt(B N)`` so that its sum of squares is :func:`segment_loss`, 
 import jax.numpy as jnp
 import numpy as np
 
-from diffmjx import manifold
 from diffmjx.config import Config
+from diffmjx.physics import manifold
 from diffmjx.sysid import problem
 from diffmjx.sysid.model import CubeParams, cube_mjx_model
 from diffmjx.sysid.problem import BATCHINGS, map_segments, resolve_batching

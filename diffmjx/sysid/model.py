@@ -35,7 +35,7 @@ import mujoco
 import numpy as np
 
 from diffmjx import _mjx, scenes
-from diffmjx.impedance import MAXIMP, MINIMP
+from diffmjx.physics.impedance import MAXIMP, MINIMP
 from diffmjx.sysid.parameter import Parameter, ParameterSet
 
 __all__ = [

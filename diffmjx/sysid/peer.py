@@ -50,7 +50,7 @@ from typing import NamedTuple
 import mujoco
 import numpy as np
 
-from diffmjx.impedance import MAXIMP, MINIMP
+from diffmjx.physics.impedance import MAXIMP, MINIMP
 from diffmjx.sysid.config import FREE_PARAMS, check_free
 from diffmjx.sysid.data import DT
 from diffmjx.sysid.loss import state_residuals
@@ -357,7 +357,7 @@ def identify_mujoco_sysid(
         ImportError: ``mujoco.sysid``'s extras are missing.
         ValueError: a recording period that is not a multiple of the model's timestep.
     """
-    from diffmjx import manifold
+    from diffmjx.physics import manifold
     from diffmjx.sysid.identify import FitConfig, load_model
     from diffmjx.sysid.parameter import ParameterSet
     from diffmjx.sysid.problem import cut, sensor_model, state_residuals

@@ -34,13 +34,13 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 
-from diffmjx import manifold
 from diffmjx._mjx import mjx
 from diffmjx.config import Config
-from diffmjx.constraint import SOLREF_FIELDS
-from diffmjx.dynamics import forward_unchecked
-from diffmjx.integrate import rollout
-from diffmjx.manifold import quat_log
+from diffmjx.integration.integrate import rollout
+from diffmjx.physics import manifold
+from diffmjx.physics.constraint import SOLREF_FIELDS
+from diffmjx.physics.dynamics import forward_unchecked
+from diffmjx.physics.manifold import quat_log
 from diffmjx.sysid.parameter import ParameterSet
 from diffmjx.sysid.recording import Recording
 

@@ -1,0 +1,121 @@
+r"""Step-size control of one control period: Diffrax's PID controller with a warm start and kink control.
+
+:func:`pid_controller` builds the controller a :class:`diffmjx.Config` names; :class:`PeriodPID`
+is what each period's solve runs, holding the warm-start step (:func:`with_first_step`) and, for
+the discretise-then-optimise gradient modes, kink control.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import diffrax
+import jax
+import jax.numpy as jnp
+import optimistix as optx
+
+from diffmjx.config import Config
+
+__all__ = ["SENTINEL_THRESHOLD", "PeriodPID", "first_step", "pid_controller", "with_first_step"]
+
+# |sentinel error| / step above which the constraint state changed within the step: the rate takes
+# values in {-2, -1, 0, 1}, a change moves the estimate by at least min |sum of b - b_hat over a
+# subset of stages| (8e-4 for Tsit5) times the step, and no change leaves only rounding (1e-16).
+SENTINEL_THRESHOLD = 1e-9
+
+
+class PeriodPID(diffrax.PIDController):
+    """Diffrax's PID controller with DiffMJX's warm start and, optionally, kink control.
+
+    Warm start: the first step is ``first_step`` (an array) instead of ``dt0``. Passing a traced
+    ``dt0`` to ``diffeqsolve`` makes Diffrax check its sign at run time with an Equinox error,
+    which compiles to a host callback, and JAX never writes programs with host callbacks to the
+    persistent compilation cache. With ``dt0=None`` and the warm-start step held here there is no
+    such check, so every DiffMJX gradient can be cached across processes.
+
+    Kink control (``kink_step``): the ODE state is ``(State, sentinel)``, where the sentinel's
+    rate is the constraint state (:func:`diffmjx.physics.solver.constraint_state`) at each stage. Its
+    embedded error estimate is zero to rounding when every stage of a step saw the same constraint
+    state (``b - b_hat`` sums to zero over all stages) and not otherwise (for Tsit5 no subset of
+    stages sums to zero; Dopri5 and Dopri8 have stages of zero error weight, where a change seen
+    by those stages alone goes unnoticed), so a step over which the constraint state changes is
+    rejected and shrunk, down to ``kink_step``. The sentinel takes no part in the error norm.
+    """
+
+    first_step: jax.Array | None = None
+    kink_step: float | None = None
+
+    def init(self, terms, t0, t1, y0, dt0, args, func, error_order):
+        dt0 = dt0 if self.first_step is None else self.first_step
+        return super().init(terms, t0, t1, y0, dt0, args, func, error_order)
+
+    def adapt_step_size(self, t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state):
+        if self.kink_step is None:
+            return super().adapt_step_size(t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state)
+        (y0, _), (y1, _), (error, sentinel_error) = y0, y1_candidate, y_error
+        h = t1 - t0
+        changed = jnp.any(jnp.abs(sentinel_error) > SENTINEL_THRESHOLD * h)
+        straddles = changed & (h > 1.5 * self.kink_step)  # a step of kink_step is t1 - t0 up to rounding
+        # an infinite error rejects the step at the controller's least factor, without spoiling
+        # the PID history (Diffrax treats it like a failed implicit step)
+        error = jax.tree.map(lambda e: jnp.where(straddles, jnp.inf, e), error)
+        keep, next_t0, next_t1, jump, state, result = super().adapt_step_size(
+            t0, t1, y0, y1, args, error, error_order, controller_state
+        )
+        next_t1 = jnp.where(straddles, next_t0 + jnp.maximum(next_t1 - next_t0, self.kink_step), next_t1)
+        return keep, next_t0, next_t1, jump, state, result
+
+
+def pid_controller(cfg: Config, *, backsolve: bool, adjoint_solve: bool = False, norm=None):
+    """The step-size controller ``cfg`` names.
+
+    Arguments:
+        cfg: :class:`diffmjx.Config`.
+        backsolve: whether the forward solve is differentiated by an optimise-then-discretise
+            adjoint (its tolerances: :meth:`~diffmjx.config.IntegratorConfig.tolerances`).
+        adjoint_solve: the controller of such an adjoint's own backward solve
+            (``integrator.backsolve_rtol`` / ``backsolve_atol`` where set).
+        norm: the error norm; None: RMS (the forward solve's), or for an adjoint solve Diffrax's
+            seminorm, which skips the parameter adjoints (they only accumulate and would otherwise
+            force tiny steps).
+
+    Returns:
+        ``diffrax.ConstantStepSize`` for ``step_control=constant``, else a ``diffrax.PIDController``.
+    """
+    ic = cfg.integrator
+    if ic.step_control == "constant":
+        return diffrax.ConstantStepSize()
+    rtol, atol = ic.tolerances(backsolve=backsolve)
+    if adjoint_solve:
+        rtol = ic.backsolve_rtol if ic.backsolve_rtol is not None else rtol
+        atol = ic.backsolve_atol if ic.backsolve_atol is not None else atol
+    if norm is None:
+        norm = diffrax.adjoint_rms_seminorm if adjoint_solve else optx.rms_norm
+    return diffrax.PIDController(
+        rtol=rtol,
+        atol=atol,
+        pcoeff=ic.pcoeff,
+        icoeff=ic.icoeff,
+        dcoeff=ic.dcoeff,
+        dtmin=ic.dtmin,
+        dtmax=ic.dtmax,
+        norm=norm,
+    )
+
+
+def with_first_step(controller: diffrax.PIDController, first_step, kink_step=None) -> PeriodPID:
+    """``controller`` as a :class:`PeriodPID` starting from ``first_step``, with kink control down to
+    ``kink_step`` (None: off)."""
+    fields = {f.name: getattr(controller, f.name) for f in dataclasses.fields(controller) if f.init}
+    fields.update(first_step=first_step, kink_step=kink_step)
+    return PeriodPID(**fields)
+
+
+def first_step(controller, period, dt_hint, substeps: int):
+    """A period's first step: ``period / substeps`` for a constant step size, else the warm-start
+    hint capped at the period and at the controller's ``dtmax``."""
+    if isinstance(controller, diffrax.ConstantStepSize):
+        return period / substeps
+    dt0 = jnp.minimum(jax.lax.stop_gradient(dt_hint), period)
+    dtmax = getattr(controller, "dtmax", None)
+    return dt0 if dtmax is None else jnp.minimum(dt0, dtmax)

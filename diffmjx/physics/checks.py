@@ -1,0 +1,228 @@
+"""Up-front checks of a model, a config and Diffrax objects: the one place DiffMJX raises on bad input.
+
+:func:`validate` runs in plain Python before anything is traced, so a bad combination fails with
+a message that names the field and what is allowed, not with an error from deep inside a trace.
+:func:`diffmjx.step`, :func:`diffmjx.rollout` and :func:`diffmjx.forward` call it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import warnings
+
+import diffrax
+import jax
+import numpy as np
+
+from diffmjx import _mjx
+from diffmjx.config import Config
+from diffmjx.physics import collision
+from diffmjx.physics.impedance import MINIMP, MINVAL
+from diffmjx.registry import SOLVERS
+
+__all__ = ["TouchdownJumpWarning", "touchdown_jumps", "validate"]
+
+
+class TouchdownJumpWarning(UserWarning):
+    """A model's contacts start with a force at touchdown, a jump that no gradient sees.
+
+    Shown once per model (per state of the warning filters). Silence it with
+    ``warnings.filterwarnings("ignore", category=diffmjx.TouchdownJumpWarning)``.
+    """
+
+
+def _mixed_solimp0(imp, solmix, priority, g1: int, g2: int) -> float:
+    """``solimp[0]`` of a contact between geoms ``g1`` and ``g2`` as MuJoCo combines them: the
+    higher ``priority`` geom's, else the ``solmix``-weighted mean."""
+    if priority[g1] != priority[g2]:
+        return float(imp[g1] if priority[g1] > priority[g2] else imp[g2])
+    s1, s2 = float(solmix[g1]), float(solmix[g2])
+    if s1 < MINVAL and s2 < MINVAL:
+        mix = 0.5
+    elif s1 < MINVAL or s2 < MINVAL:
+        mix = 0.0 if s1 < MINVAL else 1.0
+    else:
+        mix = s1 / (s1 + s2)
+    return float(mix * imp[g1] + (1.0 - mix) * imp[g2])
+
+
+def touchdown_jumps(m) -> dict[str, float]:
+    """Geoms (and explicit contact pairs) whose contact force jumps at touchdown: ``solimp[0]``,
+    the impedance at zero distance, above MuJoCo's ``mjMINIMP`` (1e-4).
+
+    Such a contact switches on with a finite force the instant the distance crosses zero (MuJoCo's
+    default ``solimp`` starts at 0.9). The integrator steps over the jump and AD, through any
+    adjoint, misses the term it adds to the gradient (the jump times the change of the touchdown
+    time), at every touchdown, at every tolerance: gradients through a touchdown can be tens of
+    percent off (docs/solver.md). ``solimp[0] = 0`` starts the force from zero.
+
+    Only contacts the model can make count: the candidate geom pairs MJX collides (``contype`` /
+    ``conaffinity`` bits, ``<pair>``, ``<exclude>``, no self or parent-child pairs, pairs of types
+    with a collision function), each with its ``solimp`` as MuJoCo combines the two geoms'
+    (``priority``, ``solmix``). A geom that collides with nothing is never listed.
+
+    Arguments:
+        m: ``mjx.Model`` or ``mujoco.MjModel``, with concrete (not traced) arrays.
+
+    Returns:
+        ``{name: solimp[0]}`` for every geom (name, or ``geom <id>`` if unnamed) with its own
+        ``solimp[0]`` above the threshold in a candidate pair whose contact has it above too, and
+        every ``<pair>`` (``pair <id>``) above the threshold; empty if none.
+    """
+    if np.ndim(m.geom_solimp) != 2:  # a batched model: one check per model is not what this answers
+        return {}
+    names = m.names if isinstance(m.names, bytes) else bytes(m.names)
+
+    def name(adr, kind, i):
+        end = names.find(b"\0", int(adr))
+        text = names[int(adr) : end if end >= 0 else None].decode()
+        return text or f"{kind} {i}"
+
+    imp = np.asarray(m.geom_solimp)[:, 0]
+    solmix, priority = np.asarray(m.geom_solmix), np.asarray(m.geom_priority)
+    pair_imp = np.asarray(m.pair_solimp).reshape(-1, 5)[:, 0]
+    types, adr = np.asarray(m.geom_type), np.asarray(m.name_geomadr)
+    geoms, pairs = set(), set()
+    for g1, g2, pair in _mjx.geom_pairs(m):
+        if pair >= 0:
+            if pair_imp[pair] > MINIMP:
+                pairs.add(int(pair))
+        elif _mjx.has_collision_fn(types[g1], types[g2]) and _mixed_solimp0(imp, solmix, priority, g1, g2) > MINIMP:
+            geoms.update(int(g) for g in (g1, g2) if imp[g] > MINIMP)
+    out = {name(adr[g], "geom", g): float(imp[g]) for g in sorted(geoms)}
+    out.update({f"pair {i}": float(pair_imp[i]) for i in sorted(pairs)})
+    return out
+
+
+_JUMPS: dict[str, dict[str, float]] = {}  # model fingerprint -> touchdown_jumps(m)
+_WARNED: dict[tuple, list] = {}  # (model fingerprint, filter list's id, its filters) warned -> that list
+
+
+def _fingerprint(m) -> str:
+    """A hash of the model fields :func:`touchdown_jumps` reads."""
+    h = hashlib.sha256()
+    h.update(m.names if isinstance(m.names, bytes) else bytes(m.names))
+    fields = (
+        "geom_solimp",
+        "geom_solmix",
+        "geom_priority",
+        "geom_type",
+        "geom_contype",
+        "geom_conaffinity",
+        "geom_bodyid",
+        "body_parentid",
+        "body_weldid",
+        "pair_solimp",
+        "pair_geom1",
+        "pair_geom2",
+        "exclude_signature",
+    )
+    for f in fields:
+        a = np.ascontiguousarray(np.asarray(getattr(m, f)))
+        h.update(f"{f}{a.shape}{a.dtype}".encode())
+        h.update(a.tobytes())
+    h.update(str(int(m.opt.disableflags)).encode())
+    return h.hexdigest()
+
+
+def _warn_touchdown_jumps(m, cfg: Config) -> None:
+    if cfg.cfd.enabled:  # contacts from distance: the backward pass uses its own rows by design
+        return
+    fields = (m.geom_solimp, m.geom_contype, m.geom_conaffinity, m.pair_solimp, m.geom_solmix)
+    if any(isinstance(x, jax.core.Tracer) for x in fields):  # a model built inside a trace: values unknown
+        return
+    key = _fingerprint(m)
+    if key not in _JUMPS:
+        _JUMPS[key] = touchdown_jumps(m)
+    jumps = _JUMPS[key]
+    # once per model: tracing, vmap and each rollout call validate the same model again. New warning
+    # filters (a ``catch_warnings`` block, ``pytest.warns``, ``filterwarnings``) show it again; the
+    # list object is kept alive so that its id is never reused by a later block's list.
+    seen = (key, id(warnings.filters), tuple(warnings.filters))
+    if not jumps or seen in _WARNED:
+        return
+    _WARNED[seen] = warnings.filters
+    listed = ", ".join(f"{k!r} ({v:.3g})" for k, v in list(jumps.items())[:6])
+    more = f" and {len(jumps) - 6} more" if len(jumps) > 6 else ""
+    warnings.warn(
+        f"contacts of {listed}{more} start with solimp[0] > 0 (the impedance at touch): their force jumps "
+        "at every touchdown, and no gradient sees that jump, so gradients through a touchdown can be tens "
+        "of percent off at any tolerance. For gradients through contact set solimp[0] = 0 "
+        '(e.g. solimp="0 0.95 0.001 0.5 2"); see diffmjx.touchdown_jumps and docs/solver.md. Shown once per '
+        'model; silence it with warnings.filterwarnings("ignore", category=diffmjx.TouchdownJumpWarning)',
+        TouchdownJumpWarning,
+        stacklevel=_caller_level(),
+    )
+
+
+# modules whose frames a warning skips: this package and the tracing machinery between it and the
+# user's call (jit, vmap, grad, Equinox's and Diffrax's wrappers)
+_INTERNAL = ("diffmjx", "cfd", "jax", "jaxlib", "equinox", "diffrax", "lineax", "optimistix", "functools", "contextlib")
+
+
+def _caller_level() -> int:
+    """``stacklevel`` of the first frame of the user's code, seen from the function calling this:
+    frames of this package and of JAX's tracing machinery are skipped."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and str(frame.f_globals.get("__name__", "")).split(".")[0] in _INTERNAL:
+        frame, level = frame.f_back, level + 1
+    return level if frame is not None else 1
+
+
+def _check_objects(cfg: Config, solver, stepsize_controller, adjoint) -> None:
+    given = {"solver": solver, "stepsize_controller": stepsize_controller, "adjoint": adjoint}
+    kinds = {
+        "solver": diffrax.AbstractSolver,
+        "stepsize_controller": diffrax.AbstractStepSizeController,
+        "adjoint": diffrax.AbstractAdjoint,
+    }
+    for name, obj in given.items():
+        if obj is not None and not isinstance(obj, kinds[name]):
+            raise ValueError(f"{name}={obj!r} is not a diffrax.{kinds[name].__name__}")
+    passed = [k for k, v in given.items() if v is not None]
+    if passed and cfg.integrator.fixed_step:
+        raise ValueError(
+            f"integrator.solver={cfg.integrator.solver!r} is one of MJX's fixed-step integrators, which take no "
+            f"Diffrax {', '.join(passed)}; choose a Diffrax integrator.solver or drop the objects"
+        )
+
+
+def validate(m, cfg: Config, *, solver=None, stepsize_controller=None, adjoint=None) -> None:
+    """Raise ``ValueError`` for a model / config / Diffrax-object combination DiffMJX cannot run.
+
+    Arguments:
+        m: ``mjx.Model`` (or ``mujoco.MjModel``).
+        cfg: :class:`diffmjx.Config`; each section already validated its own fields.
+        solver, stepsize_controller, adjoint: Diffrax objects that replace the config's
+            ``integrator.solver``, ``integrator.step_control`` (with its tolerances) and
+            ``integrator.adjoint``; None keeps the config's.
+
+    Raises:
+        ValueError: naming the field (or argument) and what is allowed.
+    """
+    if not isinstance(cfg, Config):
+        raise ValueError(f"cfg must be a diffmjx.Config, got {type(cfg).__name__}")
+    _check_objects(cfg, solver, stepsize_controller, adjoint)
+    ic = cfg.integrator
+    adaptive = (
+        isinstance(stepsize_controller, diffrax.AbstractAdaptiveStepSizeController)
+        if stepsize_controller is not None
+        else ic.step_control == "pid"
+    )
+    embedded = isinstance(solver, diffrax.AbstractAdaptiveSolver) if solver is not None else SOLVERS[ic.solver].embedded
+    if adaptive and embedded is False and not ic.fixed_step:
+        what = f"solver={solver!r}" if solver is not None else f"integrator.solver={ic.solver!r}"
+        raise ValueError(
+            f"an adaptive step-size controller (integrator.step_control='pid') needs an embedded error estimate, "
+            f"which {what} lacks; choose integrator.step_control='constant' (or pass "
+            "stepsize_controller=diffrax.ConstantStepSize()) or another solver"
+        )
+    pyramidal = m.opt.cone == _mjx.ConeType.PYRAMIDAL
+    if cfg.solver.gradient == "implicit" and not pyramidal:
+        raise ValueError(
+            "solver.gradient='implicit' supports cone='pyramidal' only; use solver.gradient='unroll' for elliptic cones"
+        )
+    if cfg.collision.smooth:
+        collision.check_model(m)
+    _warn_touchdown_jumps(m, cfg)
