@@ -16,9 +16,9 @@ def test_docs_site_builds_without_warnings(tmp_path):
     assert "0 warnings" in run.stdout
     for page in ("index.html", "getting-started/index.html", "sysid/index.html", "mpc/index.html"):
         assert (tmp_path / page).is_file(), page
-    for page in ("diffmjx.html", "cfd.html", "diffmjx/integrate.html", "diffmjx/constraint.html"):
+    for page in ("diffmjx.html", "cfd.html", "diffmjx/integration/integrate.html", "diffmjx/physics/constraint.html"):
         assert (tmp_path / "api" / page).is_file(), page
-    rollout = (tmp_path / "api" / "diffmjx" / "integrate.html").read_text()
+    rollout = (tmp_path / "api" / "diffmjx" / "integration" / "integrate.html").read_text()
     assert "stepsize_controller" in rollout and "Returns" in rollout
     # the nav's link to the reference resolves inside the site
     assert 'href="api/index.html"' in (tmp_path / "index.html").read_text()

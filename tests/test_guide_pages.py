@@ -121,10 +121,9 @@ def test_troubleshooting_page_shows_the_librarys_messages(tmp_path):
     assert "integrator.solver='foo' is not allowed; choose one of: tsit5" in out
     assert "gradient at the target: [nan nan nan]" in out and "FloatingPointError: invalid value (nan)" in out
     page = (DOCS / "troubleshooting.md").read_text()
-    quoted = [ROOT / "diffmjx" / "sysid" / name for name in ("identify.py", "train.py", "parameter.py")]
-    for module in quoted:
-        parts = _warning_parts(module)
-        assert parts, module
+    quoted = {module: _warning_parts(module) for module in sorted((ROOT / "diffmjx" / "sysid").glob("*.py"))}
+    assert sum(map(bool, quoted.values())) >= 3, "the sysid modules' warnings were not found"
+    for module, parts in quoted.items():
         for part in parts:
             assert part in page, f"troubleshooting.md does not quote {module.name}'s warning text {part!r}"
 
