@@ -58,7 +58,7 @@ NOT_MEASURED = {
     ("docs/mpc.md", "| field | default | quick preset | meaning |"),
     # the toy's contact models: their equations and closed-form constants, not measurements
     ("docs/toy_point_mass.md", "| model | step | true continuous-time `q(T)` |"),
-    # the study index: a command per row; its figures summarise the studies' pages, whose tables are written
+    # the study index: a command per row, what it measures, its run time and outputs (no results: those are the studies' pages' written tables)
     ("docs/index.md", "| command | what it shows | outputs |"),
     # the sysid parameters: which MjModel fields, which element names them, how many columns each has
     ("docs/sysid.md", "| field | element | columns |"),

@@ -383,14 +383,14 @@ def test_intervals_carry_the_simulations_own_error():
     m.opt.timestep = 0.01
     mx = mjx.put_model(m)
     tight = diffmjx.Config().override("integrator.rtol=1e-11", "integrator.atol=1e-11")
-    recs = []
+    recs, simulate = [], jax.jit(lambda d, u: diffmjx.rollout(mx, d, u, tight))  # one program for both
     for seed in range(2):  # the arm swings under random torques, the ball drops and bounces
         rng = np.random.default_rng(seed)
         q0 = np.r_[rng.uniform(-0.5, 0.5), 0.5, 0.0, 0.15, 1.0, 0.0, 0.0, 0.0]
         v0 = np.r_[0.0, rng.uniform(0.3, 1), rng.uniform(-0.5, 0.5), 0.0, 0.0, 0.0, 0.0]
         ctrl = np.repeat(rng.uniform(-1, 1, (9, 1)), 5, axis=0)[:40]
         d0 = mjx.make_data(mx).replace(qpos=q0, qvel=v0)
-        _, traj = jax.jit(lambda d, u: diffmjx.rollout(mx, d, u, tight))(d0, ctrl)
+        _, traj = simulate(d0, ctrl)
         qpos, qvel = np.r_[q0[None], traj.qpos], np.r_[v0[None], traj.qvel]
         recs.append(Recording(qpos=qpos, qvel=qvel, ctrl=ctrl, dt=0.01))
     params = [Parameter("dof_damping", "hinge"), Parameter("geom_size", "ball", index=0)]
