@@ -269,7 +269,8 @@ def planner_defaults(knob: str = "learning_rate", label: str = "lr", value=float
     name = "planner_defaults.csv" if knob == "learning_rate" else f"planner_defaults_{knob.replace('.', '_')}.csv"
     rows = [{**r, knob: value(r[knob])} for r in _rows(name)]
     rates = sorted({r[knob] for r in rows})
-    out = ["| task | " + " | ".join(f"{label} {a:g}{unit}" for a in rates) + " |", "|---|" + "---|" * len(rates)]
+    show = lambda a: a if isinstance(a, str) else f"{a:g}"
+    out = ["| task | " + " | ".join(f"{label} {show(a)}{unit}" for a in rates) + " |", "|---|" + "---|" * len(rates)]
     cell = lambda sel: (
         f"{sum(r['success'] == 'True' for r in sel)} of {len(sel)} ({_median([float(r['score']) for r in sel]):.2g})"
     )
@@ -1922,6 +1923,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "planner_suite_time": planner_suite_time,
     "planner_defaults": planner_defaults,
     "planner_defaults_ilqr_reuse": lambda: planner_defaults("ilqr_reuse", "`ilqr_reuse`"),
+    "planner_defaults_ilqr_jacobian": lambda: planner_defaults("ilqr_jacobian", "`ilqr_jacobian`", str),
     "planner_defaults_cfd_width": lambda: planner_defaults(
         "cfd.solimp", "width", lambda cell: float(cell.split("/")[2]), " m"
     ),

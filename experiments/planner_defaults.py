@@ -102,7 +102,9 @@ def _name(knob: str) -> str:
 
 def _label(value) -> str:
     """A swept value as a tick label and CSV cell: ``0.1``, or ``0/0.01/0.1/1/2`` for a tuple."""
-    return "/".join(f"{v:g}" for v in value) if isinstance(value, tuple) else f"{value:g}"
+    if isinstance(value, tuple):
+        return "/".join(f"{v:g}" for v in value)
+    return str(value) if isinstance(value, str) else f"{value:g}"
 
 
 def _ticks(rates: list, label: str) -> tuple[list[str], str]:

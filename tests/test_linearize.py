@@ -108,3 +108,28 @@ def test_bad_inputs_name_the_argument(model):
     )
     with pytest.raises(ValueError, match="no actuators"):
         diffmjx.linearize(passive, mjx.make_data(passive), np.zeros((1, 0)))
+    with pytest.raises(ValueError, match="jacobian='bad' is not allowed; choose one of: period, substep"):
+        diffmjx.linearize(mx, d, np.zeros((1, 2)), jacobian="bad")
+    with pytest.raises(ValueError, match="jacobian='substep' needs a fixed-step solver.*'tsit5'"):
+        diffmjx.linearize(mx, d, np.zeros((1, 2)), jacobian="substep")
+
+
+# A damped spring on a slide, driven by a motor: semi-implicit Euler steps it linearly, with one
+# Jacobian at every state, so one substep's Jacobians held over the period are the period's exactly.
+SPRING = """<mujoco><option timestep="0.05"/><worldbody><body><joint name="x" type="slide" stiffness="40"
+damping="0.8"/><geom type="sphere" size=".05" mass="0.5" contype="0" conaffinity="0"/></body></worldbody>
+<actuator><motor joint="x" gear="2"/></actuator></mujoco>"""
+
+
+def test_a_held_substep_is_the_period_on_a_linear_system():
+    mx = mjx.put_model(mujoco.MjModel.from_xml_string(SPRING))
+    d = mjx.make_data(mx).replace(qpos=jnp.array([0.1]), qvel=jnp.array([-0.3]))
+    u = jnp.array([[0.5], [-1.0], [0.2]])
+    cfg = diffmjx.Config().override("integrator.solver=mjx_euler", "integrator.substeps=10")
+    period = diffmjx.linearize(mx, d, u, cfg)
+    held = diffmjx.linearize(mx, d, u, cfg, jacobian="substep")
+    np.testing.assert_allclose(held.A, period.A, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(held.B, period.B, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(held.qvel, period.qvel, rtol=1e-12, atol=1e-14)  # the same nominal states
+    # the spring turns the state within a period: the period's A is far from one substep's
+    assert np.abs(period.A[0] - np.eye(2)).max() > 0.1

@@ -578,6 +578,33 @@ def test_ilqr_regularization_knob_reaches_the_iteration(monkeypatch, where):
     assert seen["convex"] is False
 
 
+def test_ilqr_jacobian_knob_resolves_against_the_planning_model(monkeypatch):
+    """``planner.ilqr_jacobian``: ``auto`` holds a substep where the planning model steps at fixed
+    steps and takes whole periods otherwise; ``substep`` on an adaptive model is refused, naming the knob."""
+    from diffmjx.mpc import ilqr
+
+    seen = {}
+    monkeypatch.setattr(ilqr, "iteration", lambda *a, **kw: (seen.update(kw), (a[2], {"cost": 0.0, "finite": True}))[1])
+    euler = diffmjx.Config().override("integrator.solver=mjx_euler", "integrator.substeps=4")
+    adaptive = diffmjx.Config()
+    for choice, sim, expected in (
+        ("period", euler, "period"),
+        ("auto", euler, "substep"),
+        ("auto", adaptive, "period"),
+        ("substep", euler, "substep"),
+    ):
+        cfg = mpc.PlannerConfig(kind="ilqr", horizon=2, execute=1, ilqr_jacobian=choice)
+        mpc.PLANNERS["ilqr"](cfg, sim).step(None, None, "carry", None, 0.01)
+        assert seen["jacobian"] == expected, (choice, sim.integrator.solver)
+    cfg = mpc.PlannerConfig(kind="ilqr", horizon=2, execute=1, ilqr_jacobian="substep")
+    with pytest.raises(ValueError, match="planner.ilqr_jacobian='substep' needs a fixed-step planning model"):
+        mpc.PLANNERS["ilqr"](cfg, adaptive).step(None, None, "carry", None, 0.01)
+    with pytest.raises(
+        ValueError, match="planner.ilqr_jacobian='held' is not allowed; choose one of: period, substep, auto"
+    ):
+        mpc.PlannerConfig(ilqr_jacobian="held")
+
+
 def test_ilqr_chord_rounds_are_the_next_iterations_where_the_jacobians_do_not_change(monkeypatch):
     """The slider without control limits has linear dynamics (MJX's Euler step of a damped cart:
     ``A_t``, ``B_t`` the same for every plan), so a chord round, which keeps the iteration's Jacobians

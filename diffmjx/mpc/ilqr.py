@@ -213,6 +213,7 @@ def iteration(
     state_regularization: bool = False,
     reuse: int = 0,
     convex: bool = True,
+    jacobian: str = "period",
 ) -> tuple[ILQRState, dict]:
     """One iLQR iteration on the plan of ``state`` from ``d``.
 
@@ -257,6 +258,9 @@ def iteration(
             lowers the cost (whatever ``descent`` says); the first that does not ends the
             iteration. A round costs a backward pass, the rollouts and the cost's Hessians, not a
             :func:`diffmjx.linearize` (``planner.ilqr_reuse``; 0, default: one accepted round).
+        jacobian: :func:`diffmjx.linearize`'s ``jacobian``: ``period`` (default), each period's own
+            Jacobians; ``substep`` (fixed-step ``sim`` only), one substep's held over the period
+            (``planner.ilqr_jacobian``).
 
     Returns:
         ``(state, info)``: the new state and ``info`` with ``cost`` (the cost of the plan this
@@ -272,7 +276,7 @@ def iteration(
     layout = manifold.JointLayout.from_model(m)
     n = tangent_size(m)
     u = state.u
-    lin = linearize(m, d, u, cfg, dt0=dt0)
+    lin = linearize(m, d, u, cfg, dt0=dt0, jacobian=jacobian)
     stage = _stage(m, d, cost, cfg, layout)
 
     def derivatives(z, *end):  # the Hessian by forward mode over the gradient, value and gradient as its aux
