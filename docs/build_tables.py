@@ -262,6 +262,17 @@ def planner_choice() -> str:
     return "\n".join(out) + "\n"
 
 
+def vjp_sources(top: int = 6) -> str:
+    """The MJX or DiffMJX functions that write the most slices into one forward evaluation
+    (``experiments.vjp_sources``), and the total."""
+    rows = [r for r in _rows("vjp_sources.csv") if r["primitive"] == "slice"]
+    out = ["| written by (innermost first) | slices |", "|---|---|"]
+    for r in rows[:top]:
+        out.append(f"| `{r['written_by']}` | {r['count']} |")
+    out.append(f"| **all {len(rows)} call chains** | {sum(int(r['count']) for r in rows)} |")
+    return "\n".join(out) + "\n"
+
+
 def planner_defaults(knob: str = "learning_rate", label: str = "lr", value=float, unit: str = "") -> str:
     """Per task and value of a planner knob swept on the suite (``experiments.planner_defaults``;
     Adam's learning rate by default): successes over the sweep's starts (median score), and the
@@ -1923,6 +1934,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "planner_suite_time": planner_suite_time,
     "planner_defaults": planner_defaults,
     "planner_defaults_ilqr_reuse": lambda: planner_defaults("ilqr_reuse", "`ilqr_reuse`"),
+    "vjp_sources": vjp_sources,
     "planner_defaults_ilqr_jacobian": lambda: planner_defaults("ilqr_jacobian", "`ilqr_jacobian`", str),
     "planner_defaults_cfd_width": lambda: planner_defaults(
         "cfd.solimp", "width", lambda cell: float(cell.split("/")[2]), " m"
