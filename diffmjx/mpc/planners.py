@@ -28,7 +28,7 @@ import optax
 
 from diffmjx.config import Config, Preset, Section, knob
 from diffmjx.integration.integrate import rollout
-from diffmjx.jacobians import forward_config
+from diffmjx.jacobians import JACOBIANS, forward_config
 from diffmjx.mpc import ilqr
 from diffmjx.physics.dynamics import ctrl_bounds
 from diffmjx.registry import PLANNERS
@@ -152,7 +152,7 @@ class PlannerConfig(Section, Preset):
     ilqr_regularization: str = knob("control", choices=("control", "state"))
     ilqr_reuse: int = knob(0, ge=0)
     ilqr_cost_hessian: str = knob("psd", choices=("psd", "exact"))
-    ilqr_jacobian: str = knob("period", choices=("period", "substep", "auto"))
+    ilqr_jacobian: str = knob("period", choices=(*JACOBIANS, "auto"))
     keep_best: bool = knob(True)
     time_budget: float | None = knob(None, gt=0.0)
 
