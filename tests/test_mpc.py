@@ -598,7 +598,7 @@ def test_ilqr_jacobian_knob_resolves_against_the_planning_model(monkeypatch):
         assert seen["jacobian"] == expected, (choice, sim.integrator.solver)
     cfg = mpc.PlannerConfig(kind="ilqr", horizon=2, execute=1, ilqr_jacobian="substep")
     with pytest.raises(ValueError, match="planner.ilqr_jacobian='substep' needs a fixed-step planning model"):
-        mpc.PLANNERS["ilqr"](cfg, adaptive).step(None, None, "carry", None, 0.01)
+        mpc.make_planner(cfg, adaptive)  # when the planner is built, before anything is traced
     with pytest.raises(
         ValueError, match="planner.ilqr_jacobian='held' is not allowed; choose one of: period, substep, auto"
     ):

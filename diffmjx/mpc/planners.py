@@ -424,6 +424,7 @@ class ILQRMethod:
     def __init__(self, cfg: PlannerConfig, sim: Config):
         self.cfg, self.sim = cfg, sim
         self.iterations = cfg.iterations
+        self.jacobian = self._jacobian()  # a substep on an adaptive model is refused here, before any plan
 
     def init(self, m, d, nominal, cost, key, dt0):
         return ilqr.init(nominal, self.cfg.regularization), jnp.zeros((0,), nominal.dtype)
@@ -448,8 +449,7 @@ class ILQRMethod:
         )
         return carry, (info["cost"], info["finite"])
 
-    @property
-    def jacobian(self) -> str:
+    def _jacobian(self) -> str:
         """``planner.ilqr_jacobian`` for this planning model (``auto`` resolved)."""
         choice = self.cfg.ilqr_jacobian
         fixed = self.sim.integrator.fixed_step
