@@ -150,13 +150,16 @@ def linearize(m, d, ctrls, cfg: Config | None = None, *, dt0=None, jacobian: str
         raise ValueError(f"linearize: jacobian={jacobian!r} is not allowed; choose one of: {', '.join(JACOBIANS)}")
     cfg = forward_config(cfg)
     ctrls = jnp.asarray(ctrls)
+    if dt0 is None:
+        dt0 = cfg.integrator.dt0 if cfg.integrator.dt0 is not None else m.opt.timestep
+    first = jnp.asarray(dt0, d.qvel.dtype)
     if jacobian == "substep":
         if not cfg.integrator.fixed_step:
             raise ValueError(
                 f"linearize: jacobian='substep' needs a fixed-step solver (integrator.solver one of the mjx_* "
                 f"or fixed-step ones), got integrator.solver={cfg.integrator.solver!r}; use jacobian='period'"
             )
-        return _held_substep(m, d, ctrls, cfg, dt0)
+        return _held_substep(m, d, ctrls, cfg, first)
     period = _period_map(m, d, cfg)
     layout = manifold.JointLayout.from_model(m)
 
@@ -167,9 +170,6 @@ def linearize(m, d, ctrls, cfg: Config | None = None, *, dt0=None, jacobian: str
 
     jac = jax.jacfwd(offset, argnums=(0, 1), has_aux=True)
     x0 = jnp.zeros(tangent_size(m), dtype=d.qvel.dtype)
-    if dt0 is None:
-        dt0 = cfg.integrator.dt0 if cfg.integrator.dt0 is not None else m.opt.timestep
-    first = jnp.asarray(dt0, d.qvel.dtype)
 
     def body(carry, u):
         # one solve per period gives both the next nominal state (the primal) and its Jacobians
@@ -184,12 +184,13 @@ def linearize(m, d, ctrls, cfg: Config | None = None, *, dt0=None, jacobian: str
     return Linearization(A, B, cat(d.qpos, qpos), cat(d.qvel, qvel), cat(d.act, act), dt0)
 
 
-def _held_substep(m, d, ctrls, cfg: Config, dt0) -> Linearization:
-    """:func:`linearize` with ``jacobian='substep'``: the nominal rollout, then one substep's
-    Jacobians at every period's start (all periods at once), raised to the substeps' power."""
+def _held_substep(m, d, ctrls, cfg: Config, first) -> Linearization:
+    """:func:`linearize` with ``jacobian='substep'``: the nominal rollout (its first step ``first``),
+    then one substep's Jacobians at every period's start (all periods at once), raised to the
+    substeps' power."""
     steps = cfg.integrator.substeps
     layout = manifold.JointLayout.from_model(m)
-    _, traj = rollout(m, d, ctrls, cfg, dt0=dt0)
+    _, traj = rollout(m, d, ctrls, cfg, dt0=first)
     cat = lambda x0, xs: jnp.concatenate([x0[None], xs])
     qpos, qvel, act = cat(d.qpos, traj.qpos), cat(d.qvel, traj.qvel), cat(d.act, traj.act)
     times = jnp.asarray(d.time, d.qvel.dtype) + m.opt.timestep * jnp.arange(ctrls.shape[0], dtype=d.qvel.dtype)
@@ -213,6 +214,4 @@ def _held_substep(m, d, ctrls, cfg: Config, dt0) -> Linearization:
         return a, b
 
     A, B = jax.vmap(held)(A1, B1)
-    first = cfg.integrator.dt0 if cfg.integrator.dt0 is not None else m.opt.timestep
-    first = jnp.asarray(first if dt0 is None else dt0, d.qvel.dtype)
     return Linearization(A, B, qpos, qvel, act, cat(first, traj.dt[:-1].astype(first.dtype)))

@@ -39,23 +39,38 @@ from experiments import common, planner_suite
 PLANNER = "gradient_cfd"
 
 
+def _wins(rows: list[dict], knob: str, value) -> int:
+    """Successes of ``value`` over all tasks and starts."""
+    return sum(r["success"] for r in rows if r[knob] == value)
+
+
 def choose(rows: list[dict], knob: str = "learning_rate", current=None):
     """The value with the most successes over all tasks and starts; among values that tie on
     successes, ``current`` (the knob's present default) if it is one of them, else the lowest
     median score."""
     rates = sorted({r[knob] for r in rows})
     tally = lambda a: (
-        sum(r["success"] for r in rows if r[knob] == a),
+        _wins(rows, knob, a),
         a == current,
         -np.median([r["score"] for r in rows if r[knob] == a]),
     )
     return max(rates, key=tally)
 
 
+def _defaults(knob: str):
+    """``(config, sim)``: ``diffmjx.Config()`` for a knob of the planning model (its first part a
+    section of it, ``cfd.solimp``), else ``PlannerConfig()``; and which of the two it is."""
+    sim = knob.split(".")[0] in {f.name for f in dataclasses.fields(diffmjx.Config)}
+    return (diffmjx.Config() if sim else mpc.PlannerConfig()), sim
+
+
+def _get(cfg, knob: str):
+    return functools.reduce(getattr, knob.split("."), cfg)
+
+
 def current_default(knob: str):
     """The knob's value in ``diffmjx.Config()`` (a dotted model knob) or ``PlannerConfig()``."""
-    sim = knob.split(".")[0] in {f.name for f in dataclasses.fields(diffmjx.Config)}
-    return functools.reduce(getattr, knob.split("."), diffmjx.Config() if sim else mpc.PlannerConfig())
+    return _get(_defaults(knob)[0], knob)
 
 
 def plot(rows: list[dict], out, knob: str = "learning_rate", planner: str = PLANNER) -> None:
@@ -68,7 +83,7 @@ def plot(rows: list[dict], out, knob: str = "learning_rate", planner: str = PLAN
     tasks = list(dict.fromkeys(r["task"] for r in rows))
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     x = np.arange(len(rates))
-    wins = [sum(r["success"] for r in rows if r[knob] == a) for a in rates]
+    wins = [_wins(rows, knob, a) for a in rates]
     n = len([r for r in rows if r[knob] == rates[0]])
     label = "learning_rate (fraction of the control range)" if knob == "learning_rate" else knob
     xticks, label = _ticks(rates, label)
@@ -120,10 +135,8 @@ def parse(knob: str, values) -> tuple[list, bool]:
     """Each value as its config parses it (a bad knob or value is refused, naming it), and whether
     the knob is the planning model's (a section of :class:`diffmjx.Config`, ``cfd.solimp``) rather
     than the planner's."""
-    sim = knob.split(".")[0] in {f.name for f in dataclasses.fields(diffmjx.Config)}
-    cfg = diffmjx.Config() if sim else mpc.PlannerConfig()
-    get = lambda c: functools.reduce(getattr, knob.split("."), c)
-    return [get(cfg.override(f"{knob}={v}")) for v in values], sim
+    cfg, sim = _defaults(knob)
+    return [_get(cfg.override(f"{knob}={v}"), knob) for v in values], sim
 
 
 def main(argv=None) -> None:
@@ -173,8 +186,8 @@ def main(argv=None) -> None:
     common.write_csv(args.out / f"{_name(knob)}.csv", [{**r, knob: _label(r[knob])} for r in rows])
     plot(rows, args.out, knob, args.planner)
     current = current_default(knob)
-    best = max(sum(r["success"] for r in rows if r[knob] == a) for a in parsed)
-    tied = [a for a in parsed if sum(r["success"] for r in rows if r[knob] == a) == best]
+    best = max(_wins(rows, knob, a) for a in parsed)
+    tied = [a for a in parsed if _wins(rows, knob, a) == best]
     if len(tied) > 1:
         print(f"tied on {best} successes: {', '.join(_label(a) for a in tied)} (current default {_label(current)})")
     print(f"chosen {knob}:", _label(choose(rows, knob, current)))
