@@ -133,8 +133,8 @@ def linearize(m, d, ctrls, cfg: Config | None = None, *, dt0=None, jacobian: str
             the fixed-step solvers (``integrator.substeps`` steps of ``timestep / substeps`` per
             period), the Jacobians of one step taken at each period's nominal start and held for
             the whole period (``A = A_1^S``, ``B = (I + A_1 + ... + A_1^{S-1}) B_1``): an
-            approximation that differentiates one step instead of ``S`` (on the planner suite's
-            push, 4x cheaper, ``A`` 6 % and ``B`` 0.07 % off the period's), for planners whose
+            approximation that differentiates one step instead of ``S`` (exact on a linear
+            system, off wherever the dynamics change within the period), for planners whose
             line search judges each step on the real rollout (iLQR's ``ilqr_jacobian``). The
             nominal states are the rollout's either way.
 

@@ -112,7 +112,7 @@ class PlannerConfig(Section, Preset):
         ilqr_jacobian: what iLQR's linearisation differentiates (ilqr; :func:`diffmjx.linearize`'s
             ``jacobian``): ``period``, every control period whole; ``substep``, one substep of a
             fixed-step simulation (``integrator.solver`` ``mjx_*``) at each period's start, held for
-            the period (an approximation; on the planner suite's push 4x cheaper than ``period``);
+            the period (an approximation, one forward-mode step per period instead of ``substeps``);
             ``auto``, ``substep`` where the planning model steps at fixed steps, else ``period``.
             Measured on the planner suite (docs/mpc.md): ``substep`` affords up to 11x the iterations
             but lands 12 of 18 unseen starts against ``period``'s 14, so ``period`` is the default.
