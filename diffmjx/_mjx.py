@@ -72,6 +72,7 @@ __all__ = [
     "jax_backends_initialized",
     "kinematics",
     "make_constraint",
+    "make_data",
     "make_frame",
     "mjx",
     "mjx_advance",
@@ -182,6 +183,16 @@ class Rows(NamedTuple):
     frictionloss: jax.Array  # (nefc,)
     ne: int  # equality rows (first)
     nf: int  # friction-loss rows (next)
+
+
+def make_data(m: Model) -> Data:
+    """MJX's ``make_data`` on this process's first device.
+
+    MJX places it on ``jax.devices()[0]``, which belongs to process 0 when several processes run
+    (``jax.distributed``): traced into a program, that placement would commit the program's output
+    to a device the other processes cannot read. With one process the two devices are the same.
+    """
+    return mjx.make_data(m, device=jax.local_devices()[0])
 
 
 def efc(d: Data) -> Rows:

@@ -2,8 +2,7 @@
 
 The machinery every DiffMJX configuration is built from, in one place: :class:`diffmjx.Config`
 (``integrator``, ``solver``, ``collision``, ``cfd``, ``muscle``), the planner's
-:class:`diffmjx.mpc.PlannerConfig`, and system identification's :class:`diffmjx.sysid.SysidConfig`
-and :class:`diffmjx.sysid.FitConfig`.
+:class:`diffmjx.mpc.PlannerConfig`, and system identification's :class:`diffmjx.sysid.FitConfig`.
 
 - :func:`knob` declares a field with its allowed values or range; :class:`Section` checks every
   field on construction and raises ``ValueError`` naming the dotted field and what is allowed.
@@ -55,11 +54,10 @@ DEFAULT_PRESET = PRESETS / "default.yaml"
 """The defaults written out as YAML, one comment per field."""
 PAPER_PRESET = PRESETS / "paper.yaml"
 """The paper's simulation setting (:meth:`Config.paper`): the one definition of it."""
-PRESET_KINDS = ("config", "planner", "sysid", "fit")
+PRESET_KINDS = ("config", "planner", "fit")
 """The kinds of shipped preset (:func:`preset_names`): a ``config`` preset (:class:`Config`) is
 ``diffmjx/presets/<name>.yaml``, any other kind's ``diffmjx/presets/<kind>_<name>.yaml``: ``planner``
-(:class:`diffmjx.mpc.PlannerConfig`), ``sysid`` (:class:`diffmjx.sysid.SysidConfig`), ``fit``
-(:class:`diffmjx.sysid.FitConfig`)."""
+(:class:`diffmjx.mpc.PlannerConfig`), ``fit`` (:class:`diffmjx.sysid.FitConfig`)."""
 
 
 def knob(
@@ -363,8 +361,8 @@ class Preset:
     A class declares its ``_preset_kind`` (one of :data:`PRESET_KINDS`) and defines ``from_dict``
     (refusing unknown sections and fields), ``to_dict`` and ``override``; this mixin gives it
     :meth:`from_yaml`, :meth:`load` and :meth:`to_yaml`. Used by :class:`Config`,
-    :class:`diffmjx.mpc.PlannerConfig`, :class:`diffmjx.sysid.SysidConfig` and
-    :class:`diffmjx.sysid.FitConfig`.
+    :class:`diffmjx.mpc.PlannerConfig` and :class:`diffmjx.sysid.FitConfig` (and the
+    ContactNets study's ``SysidConfig``, whose presets live with the study).
     """
 
     _preset_kind: ClassVar[str]

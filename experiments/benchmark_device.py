@@ -47,6 +47,7 @@ import time
 from pathlib import Path
 
 from diffmjx.runtime import GPU_XLA_FLAGS
+from experiments import contactnets as cn
 
 VARIANTS = {  # name -> XLA flag sets, the first one this XLA accepts is used
     "default": ("",),
@@ -269,12 +270,11 @@ def section_euler(ctx, emit):
 def section_sysid(ctx, emit, setups=("converged solve", "library setting")):
     import numpy as np
 
-    from diffmjx import sysid
     from experiments.contactnets_sysid import CONVERGED_SOLVE, LIBRARY_SOLVE
 
-    base = sysid.SysidConfig.load("paper", ["sim.cfd.enabled=true", "sim.cfd.friction=distance"])
-    tosses, train_names, _, report = sysid.load_split(base.data)
-    data = sysid.segments(tosses, train_names, base.data.horizon, report)
+    base = cn.SysidConfig.load("paper", ["sim.cfd.enabled=true", "sim.cfd.friction=distance"])
+    tosses, train_names, _, report = cn.load_split(base.data)
+    data = cn.segments(tosses, train_names, base.data.horizon, report)
     # the library setting: the converged solve with the library's plane-box rule (every penetrating corner,
     # not MJX's 1 mm skin whose contact set flickers), as the Fig. 9 study's "library setting" run
     overrides = {"converged solve": CONVERGED_SOLVE, "library setting": LIBRARY_SOLVE, "paper solver": ()}
@@ -288,7 +288,7 @@ def section_sysid(ctx, emit, setups=("converged solve", "library setting")):
             "train.checkpoint_dir=null",
             f"train.inits={{side_length: {SYSID_INIT_M}}}",
         )
-        result = sysid.train(cfg, data, progress=False)
+        result = cn.train(cfg, data, progress=False)
         wall = np.asarray(result.history.wall_s)
         med = float(np.median(wall[1:])) if len(wall) > 1 else float("nan")
         emit(

@@ -134,7 +134,7 @@ def cli(doc: str, preset: Path, argv=None, extra=()) -> tuple[diffmjx.Config, ar
 
 
 def param_key(params) -> tuple:
-    """A stage key of a NamedTuple of parameters (e.g. ``diffmjx.sysid.CubeParams``): every field, every digit."""
+    """A stage key of a NamedTuple of parameters (e.g. ``experiments.contactnets.CubeParams``): every field, every digit."""
     return tuple(tuple(np.atleast_1d(np.asarray(v, np.float64)).tolist()) for v in params)
 
 

@@ -2,20 +2,20 @@
 
     python -m experiments.contactnets_extended [--quick] [--set KEY=VALUE ...] [--fresh] [--store DIR]
 
-Identifies every parameter of ``diffmjx.sysid.CubeParams`` (side length, mass, solref, solimp,
+Identifies every parameter of ``experiments.contactnets.CubeParams`` (side length, mass, solref, solimp,
 friction) from the real ContactNets tosses with DiffMJX + contacts from distance, and publishes
 the fit that predicts whole tosses best. The tosses are split three ways by toss (seeded):
 training (segments), *selection* and *test* (the validation split cut in two by
-``diffmjx.sysid.selection_split``).
+``experiments.contactnets.selection_split``).
 
-- **Adam** (``diffmjx.sysid.train``) on the training segments from the pre-tuned start (the
+- **Adam** (``experiments.contactnets.train``) on the training segments from the pre-tuned start (the
   dataset's cube, ``CubeParams()``) and from seeded random starts (each parameter uniform in
   :data:`RANDOM_RANGES`), for each segment length N in the preset's ``horizons`` (N = 10 is the
   paper's pre-tuned start's), checkpointed after every step so a run stopped anywhere resumes.
-- **The peer table on one footing**: Adam, Levenberg–Marquardt (``diffmjx.sysid.fit_lm``) and
-  MuJoCo's sysid (``diffmjx.sysid.fit_mujoco_sysid``: the C engine, finite differences), each from
+- **The peer table on one footing**: Adam, Levenberg–Marquardt (``experiments.contactnets.fit_lm``) and
+  MuJoCo's sysid (``experiments.contactnets.fit_mujoco_sysid``: the C engine, finite differences), each from
   the pre-tuned start on the *same* fixed subset of N = 4 training segments.
-- **Early stopping and model selection** (``diffmjx.sysid.select``): every fit is judged every
+- **Early stopping and model selection** (``experiments.contactnets.select``): every fit is judged every
   ``every`` optimiser steps (and at its start and end) by the mean position error of whole-toss
   rollouts from each toss's first recorded state on the selection tosses; each fit stops at its
   best snapshot, and the best of those is the winner. Nothing is chosen on the test tosses: the
@@ -27,7 +27,7 @@ selection and test errors), ``contactnets_extended_history.csv`` (every snapshot
 error, and the training loss per step), ``contactnets_extended.png`` (selection error against
 step per fit; test error per fit), ``contactnets_rollouts.png`` (Fig. 11: recorded vs simulated
 trajectories of three test tosses, pre-tuned and published), ``contactnets_params.json`` (the
-winner, same keys as ever: ``diffmjx.sysid.save_params_json``) and
+winner, same keys as ever: ``experiments.contactnets.save_params_json``) and
 ``contactnets_params_record.json`` (how it was chosen: the run, its step, the selection and test
 tosses, their errors per toss, the pre-tuned cube's, the command). Every finished fit and score is
 saved (``experiments.common.stage``), so a rerun resumes; ``--fresh`` redoes them.
@@ -46,9 +46,9 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
-from diffmjx import sysid
 from diffmjx.runtime import stage_path, stage_store
 from experiments import common
+from experiments import contactnets as cn
 
 RANDOM_RANGES = {  # uniform ranges of the random starts (components of solref / solimp in order)
     "side_length": ((0.07, 0.14),),
@@ -63,7 +63,7 @@ FIT_LABELS = ("Adam N=", "Adam on the subset", "Levenberg-Marquardt", "mujoco.sy
 
 
 class Preset(NamedTuple):
-    adam: str  # the sysid preset of the Adam fits (diffmjx/presets/sysid_<adam>.yaml)
+    adam: str  # the sysid preset of the Adam fits (experiments/configs/sysid_<adam>.yaml)
     horizons: tuple[tuple[int, int], ...]  # (segment length N, random starts besides the pre-tuned one) per Adam set
     every: int  # snapshot stride of early stopping, in optimiser steps
     subset: int  # segments of the peer table's common subset
@@ -83,19 +83,19 @@ PRESETS = {
 }
 
 
-def random_start(seed: int) -> sysid.CubeParams:
+def random_start(seed: int) -> cn.CubeParams:
     """Random parameters: every component uniform in :data:`RANDOM_RANGES` (``np.random`` seeded)."""
     rng = np.random.default_rng([seed, 2205])
     vals = {k: np.array([rng.uniform(lo, hi) for lo, hi in r]) for k, r in RANDOM_RANGES.items()}
-    return sysid.CubeParams(**{k: (v[0] if len(v) == 1 else v) for k, v in vals.items()})
+    return cn.CubeParams(**{k: (v[0] if len(v) == 1 else v) for k, v in vals.items()})
 
 
-def inits_override(p: sysid.CubeParams) -> str:
+def inits_override(p: cn.CubeParams) -> str:
     items = ", ".join(f"{k}: {np.asarray(getattr(p, k)).tolist()}" for k in FREE)
     return f"train.inits={{{items}}}"
 
 
-def _param_cols(p: sysid.CubeParams) -> dict:
+def _param_cols(p: cn.CubeParams) -> dict:
     out = {"side_mm": 1e3 * float(p.side_length), "mass_kg": float(p.mass), "friction": float(p.friction)}
     out.update({f"solref{i}": float(v) for i, v in enumerate(np.asarray(p.solref))})
     out.update({f"solimp{i}": float(v) for i, v in enumerate(np.asarray(p.solimp))})
@@ -126,16 +126,16 @@ def run(
     store = Path(store) if store is not None else stage_store()
     # train.batching=vmap: the committed results were made in lock-step (before ecc68fb); "--set
     # train.batching=auto" runs the segments one after another on a CPU, equal to the solve's tolerance, faster
-    cfg = sysid.SysidConfig.load(
+    cfg = cn.SysidConfig.load(
         ps.adam, ("train.batching=vmap", *overrides, *common.PAPER_CFD, f"train.free=[{', '.join(FREE)}]")
     )
-    tosses, train_names, val_names, report = sysid.load_split(cfg.data)
-    sel_names, test_names = (names[: ps.n_judge] for names in sysid.selection_split(val_names))
+    tosses, train_names, val_names, report = cn.load_split(cfg.data)
+    sel_names, test_names = (names[: ps.n_judge] for names in cn.selection_split(val_names))
     sel, test = [tosses[n] for n in sel_names], [tosses[n] for n in test_names]
     by_n = {}
     for n in sorted({4, *(h for h, _ in ps.horizons)}):
         cfg_n = cfg.override(f"data.horizon={n}", f"train.horizon={n}")
-        by_n[n] = (cfg_n, sysid.segments(tosses, train_names, n, report))
+        by_n[n] = (cfg_n, cn.segments(tosses, train_names, n, report))
     cfg4, data4 = by_n[4]
     pick = np.sort(np.random.default_rng(0).choice(len(data4.start), ps.subset, replace=False))
     sub_q, sub_v = np.asarray(data4.qpos)[pick], np.asarray(data4.qvel)[pick]
@@ -143,21 +143,21 @@ def run(
         f"{report}\n{len(train_names)} training tosses ({len(data4.start)} segments of N = 4), "
         f"{len(sel)} selection and {len(test)} test tosses; the peer table fits {ps.subset} segments"
     )
-    base = common.mjx.put_model(sysid.cube_mjmodel(iterations=cfg.iterations))
-    loss_fn = jax.jit(lambda p, q, v: sysid.segment_loss(p, base, q, v, cfg.sim, batching=cfg.train.batching))
+    base = common.mjx.put_model(cn.cube_mjmodel(iterations=cfg.iterations))
+    loss_fn = jax.jit(lambda p, q, v: cn.segment_loss(p, base, q, v, cfg.sim, batching=cfg.train.batching))
     key = (cfg.to_yaml(), preset, pick.tolist())
 
-    def error(p: sysid.CubeParams, split: str) -> float:
+    def error(p: cn.CubeParams, split: str) -> float:
         tosses_ = sel if split == "selection" else test
         return common.stage(
             "sysid-ext-err",
             (cfg.sim.to_yaml(), cfg.iterations, split, sel_names, common.param_key(p)),
-            lambda: sysid.grouped_trajectory_error(p, tosses_, cfg),
+            lambda: cn.grouped_trajectory_error(p, tosses_, cfg),
             fresh,
             store,
         )
 
-    default = sysid.CubeParams()
+    default = cn.CubeParams()
     fits = {}  # name -> dict(method, start, horizon, init, history or None, params, wall, evaluations)
     for n, n_random in ps.horizons:
         cfg_n, data_n = by_n[n]
@@ -175,7 +175,7 @@ def run(
                     continue
 
             def fit(run_cfg=run_cfg, data_n=data_n, label=label):
-                res = sysid.train(run_cfg, data_n, progress=progress, desc=label)
+                res = cn.train(run_cfg, data_n, progress=progress, desc=label)
                 return res, float(np.sum(res.history.wall_s))  # every piece's steps (each piece's first has its JIT)
 
             res, wall = common.stage("sysid-ext-adam", (key, n, start_name), fit, fresh, store)
@@ -200,9 +200,9 @@ def run(
         shutil.rmtree(sub_ckpt, ignore_errors=True)
 
     def fit_adam_subset():
-        res = sysid.train(
+        res = cn.train(
             sub_cfg.override(f"train.checkpoint_dir={sub_ckpt}"),
-            sysid.Segments(sub_q, sub_v, data4.toss[pick], data4.start[pick]),
+            cn.Segments(sub_q, sub_v, data4.toss[pick], data4.start[pick]),
             progress=progress,
             desc="Adam on the subset",
         )
@@ -219,11 +219,11 @@ def run(
     lm_cfg = cfg4 if any(o.startswith("train.batching=") for o in overrides) else cfg4.override("train.batching=auto")
 
     def fit_lm():
-        res = sysid.fit_lm(lm_cfg, sub_q, sub_v, steps=ps.lm_steps, progress=progress, checkpoint=lm_ckpt)
+        res = cn.fit_lm(lm_cfg, sub_q, sub_v, steps=ps.lm_steps, progress=progress, checkpoint=lm_ckpt)
         return res, float(np.sum(res.history.wall_s))
 
     def fit_peer():
-        return sysid.fit_mujoco_sysid(sub_q, sub_v, default, FREE, iterations=cfg.iterations)
+        return cn.fit_mujoco_sysid(sub_q, sub_v, default, FREE, iterations=cfg.iterations)
 
     if only is not None:
         if only in FIT_LABELS[1]:
@@ -233,7 +233,7 @@ def run(
         if only in FIT_LABELS[3]:
             common.stage("sysid-ext-peer", key, fit_peer, fresh, store)
         if only in FIT_LABELS[4]:  # what selection will read: every finished Adam fit's snapshots
-            plan = [p for f in fits.values() for _, p in sysid.snapshots(f["init"], f["history"], ps.every)]
+            plan = [p for f in fits.values() for _, p in cn.snapshots(f["init"], f["history"], ps.every)]
             for p in tqdm(plan, desc=f"selection scores of {len(fits)} finished fits", disable=not progress):
                 error(p, "selection")
             error(default, "selection")
@@ -283,9 +283,7 @@ def run(
 
     # early stopping of every fit and selection among them, on the selection tosses only
     runs = {name: (f["init"], f["history"]) for name, f in fits.items() if f["history"] is not None}
-    best, scored = sysid.select(
-        runs, sel, cfg, every=ps.every, progress=progress, score=lambda p: error(p, "selection")
-    )
+    best, scored = cn.select(runs, sel, cfg, every=ps.every, progress=progress, score=lambda p: error(p, "selection"))
     stopped = {}
     for s in scored:
         if s.run not in stopped or s.error_mm < stopped[s.run].error_mm:
@@ -340,11 +338,11 @@ def run(
     common.write_csv(out / "contactnets_extended.csv", rows)
     common.write_csv(out / "contactnets_extended_history.csv", hist)
     _plot(rows, hist, out / "contactnets_extended.png")
-    options = sysid.model_options(sysid.cube_mjmodel(iterations=cfg.iterations))
-    sysid.save_params_json(out / "contactnets_params.json", best.params, options, sysid.sim_overrides(cfg.sim))
+    options = cn.model_options(cn.cube_mjmodel(iterations=cfg.iterations))
+    cn.save_params_json(out / "contactnets_params.json", best.params, options, cn.sim_overrides(cfg.sim))
     # per toss, one toss per rollout: what a user's own rollout of one toss reproduces
-    test_err, per_toss = sysid.grouped_trajectory_error(best.params, test, cfg, group_size=1, per_toss=True)
-    pre_err, pre_per_toss = sysid.grouped_trajectory_error(default, test, cfg, group_size=1, per_toss=True)
+    test_err, per_toss = cn.grouped_trajectory_error(best.params, test, cfg, group_size=1, per_toss=True)
+    pre_err, pre_per_toss = cn.grouped_trajectory_error(default, test, cfg, group_size=1, per_toss=True)
     record = {
         "fit": best.run,
         "stopped_step": best.step,
@@ -445,9 +443,9 @@ def _plot_rollouts(tosses, params: dict, cfg, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, len(tosses), figsize=(4 * len(tosses), 5.5), squeeze=False)
-    sims = {name: sysid.rollout_tosses(p, tosses, cfg)[0] for name, p in params.items()}
+    sims = {name: cn.rollout_tosses(p, tosses, cfg)[0] for name, p in params.items()}
     for j, t in enumerate(tosses):
-        time_s = np.arange(t.qpos.shape[0]) * sysid.DT
+        time_s = np.arange(t.qpos.shape[0]) * cn.DT
         n = t.qpos.shape[0]
         axes[0, j].plot(time_s, 1e3 * t.qpos[:, 2], "k", lw=2, label="recorded")
         axes[1, j].plot(1e3 * t.qpos[:, 0], 1e3 * t.qpos[:, 1], "k", lw=2, label="recorded")

@@ -4,7 +4,7 @@
 
 The extended study (``experiments.contactnets_extended``) judges its winner on a few *test*
 tosses. This study takes the published file (``docs/results/contactnets_params.json``) and its
-record, and rolls the published and the pre-tuned cube (``diffmjx.sysid.CubeParams()``, the
+record, and rolls the published and the pre-tuned cube (``experiments.contactnets.CubeParams()``, the
 dataset's) out over **every validation toss that the selection did not use**: tosses that were
 neither trained on (their segments are not in the training split) nor used to choose the fit.
 Each toss is simulated from its first recorded state with the file's options and config overrides,
@@ -25,15 +25,15 @@ from pathlib import Path
 
 import numpy as np
 
-from diffmjx import sysid
 from experiments import common
+from experiments import contactnets as cn
 
 ADAM_PRESETS = {"quick": "quick", "paper": "paper"}  # the extended study's preset -> its sysid preset
 
 
-def judged_tosses(record: dict, cfg: sysid.SysidConfig) -> tuple[dict, list[str]]:
+def judged_tosses(record: dict, cfg: cn.SysidConfig) -> tuple[dict, list[str]]:
     """All tosses, and the validation tosses the record's selection did not use (sorted by name)."""
-    tosses, _, val_names, _ = sysid.load_split(cfg.data)
+    tosses, _, val_names, _ = cn.load_split(cfg.data)
     unused = sorted(set(val_names) - set(record["selection_tosses"]))
     missing = set(record["test_tosses"]) - set(unused)
     if missing:
@@ -42,14 +42,14 @@ def judged_tosses(record: dict, cfg: sysid.SysidConfig) -> tuple[dict, list[str]
 
 
 def run(params_path: Path, out: Path, fresh: bool = False) -> dict:
-    fp = sysid.load_params_json(params_path)
+    fp = cn.load_params_json(params_path)
     record = json.loads(params_path.with_name(params_path.stem + "_record.json").read_text())
     preset = record.get("preset", "quick")
     if preset not in ADAM_PRESETS:
         raise ValueError(f"record preset {preset!r} is unknown; allowed: {sorted(ADAM_PRESETS)}")
     # the extended study's simulation (its sysid preset with CFD, and the record's overrides)
-    cfg = sysid.SysidConfig.load(ADAM_PRESETS[preset], (*common.PAPER_CFD, *record.get("overrides", [])))
-    if sysid.sim_overrides(cfg.sim) != fp.config_overrides or cfg.iterations != fp.options["iterations"]:
+    cfg = cn.SysidConfig.load(ADAM_PRESETS[preset], (*common.PAPER_CFD, *record.get("overrides", [])))
+    if cn.sim_overrides(cfg.sim) != fp.config_overrides or cfg.iterations != fp.options["iterations"]:
         raise ValueError(
             f"{params_path}: its config overrides or iterations are not the extended study's preset "
             f"{preset!r} with overrides {record.get('overrides')}"
@@ -61,12 +61,12 @@ def run(params_path: Path, out: Path, fresh: bool = False) -> dict:
     )
     items = [tosses[n] for n in names]
     errs = {}
-    for label, p in (("pretuned", sysid.CubeParams()), ("published", fp.params)):
+    for label, p in (("pretuned", cn.CubeParams()), ("published", fp.params)):
         print(f"rolling out the {label} cube over {len(items)} tosses (minutes)", flush=True)
         _, per = common.stage(
             "generalisation-err",
             (cfg.sim.to_yaml(), cfg.iterations, names, common.param_key(p)),
-            lambda p=p: sysid.grouped_trajectory_error(p, items, cfg, per_toss=True),
+            lambda p=p: cn.grouped_trajectory_error(p, items, cfg, per_toss=True),
             fresh,
         )
         errs[label] = np.asarray(per, np.float64)

@@ -24,8 +24,8 @@ import shutil
 
 import numpy as np
 
-from diffmjx import sysid
 from experiments import common
+from experiments import contactnets as cn
 from experiments.contactnets_extended import FREE, inits_override, random_start
 
 RECORD = common.RESULTS / "contactnets_params_record.json"
@@ -38,11 +38,11 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     common.setup()  # float64 (the published fit's) and the compile cache
     record = json.loads(RECORD.read_text())
-    published = sysid.load_params_json(common.RESULTS / "contactnets_params.json").params
+    published = cn.load_params_json(common.RESULTS / "contactnets_params.json").params
     step = int(record["stopped_step"])
     assert record["fit"] == "Adam, N = 4, random 4" and step <= args.steps, record["fit"]
     # the extended study's configuration of that fit (experiments.contactnets_extended.run)
-    cfg = sysid.SysidConfig.load(
+    cfg = cn.SysidConfig.load(
         "paper",
         (
             "train.batching=vmap",
@@ -54,10 +54,10 @@ def main(argv=None) -> None:
             f"train.steps_per_epoch={args.steps}",
         ),
     )
-    tosses, train_names, val_names, report = sysid.load_split(cfg.data)
-    _, test_names = sysid.selection_split(val_names)
+    tosses, train_names, val_names, report = cn.load_split(cfg.data)
+    _, test_names = cn.selection_split(val_names)
     assert sorted(test_names) == sorted(record["test_tosses"]), "the test tosses differ from the record's"
-    data = sysid.segments(tosses, train_names, 4, report)
+    data = cn.segments(tosses, train_names, 4, report)
 
     # checkpointed after every step, so a run stopped part way resumes where it stopped
     ckpt = common.stage_path("contactnets-generic-ckpt", (cfg.to_yaml(), args.steps, "float64")).with_suffix("")
@@ -66,16 +66,16 @@ def main(argv=None) -> None:
 
     def fit():
         run = cfg.override(f"train.checkpoint_dir={ckpt}")
-        return sysid.train(run, data, desc="Adam N=4 from random 4 (generic path)").history
+        return cn.train(run, data, desc="Adam N=4 from random 4 (generic path)").history
 
     hist = common.stage("contactnets-generic-fit", (cfg.to_yaml(), args.steps, "float64"), fit, args.fresh)
     k = int(np.flatnonzero(hist.step == step)[0])
-    rerun = sysid.CubeParams(**{n: np.asarray(getattr(hist.params, n)[k]) for n in sysid.FREE_PARAMS})
+    rerun = cn.CubeParams(**{n: np.asarray(getattr(hist.params, n)[k]) for n in cn.FREE_PARAMS})
     test = [tosses[n] for n in record["test_tosses"]]
     err = common.stage(
         "contactnets-generic-test",
         (cfg.sim.to_yaml(), cfg.iterations, common.param_key(rerun), "float64"),
-        lambda: sysid.grouped_trajectory_error(rerun, test, cfg),
+        lambda: cn.grouped_trajectory_error(rerun, test, cfg),
         args.fresh,
     )
     rows = [

@@ -5,7 +5,7 @@
 Whole-toss rollouts are what the extended identification scores its snapshots with, and they cost
 far more per simulated second than the cube-toss demo. This study rolls ``K`` held-out tosses (the
 first of the selection half of the validation split) out with the pre-tuned cube
-(``diffmjx.sysid.CubeParams()``) in three simulation settings:
+(``experiments.contactnets.CubeParams()``) in three simulation settings:
 
 - ``paper``: the sysid presets' setting (Tsit5, PID, rtol = atol = 1e-5, the model's 2-iteration
   Newton solve, MJX's plane-box rule and impedance floor) with CFD, as the extended study scores;
@@ -43,8 +43,8 @@ import numpy as np
 from mujoco import mjx
 
 import diffmjx
-from diffmjx import sysid
 from experiments import common
+from experiments import contactnets as cn
 from experiments.contactnets_sysid import LIBRARY_SOLVE
 
 SETTINGS = {  # name -> (overrides of the sysid paper preset, MuJoCo cone)
@@ -83,12 +83,12 @@ def phases(qpos: np.ndarray, qvel: np.ndarray, side: float) -> list[str]:
     return out
 
 
-def c_engine_run(toss: sysid.Toss, periods: int, cone: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def c_engine_run(toss: cn.Toss, periods: int, cone: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The C engine's own rollout (RK4, :data:`C_SUB` steps per period, 100 Newton iterations to
     1e-12): per control period, how often its number of contacts changes, and the state at the
     period's end."""
-    m = sysid.cube_mjmodel(iterations=C_ITERATIONS)
-    m.opt.tolerance, m.opt.integrator, m.opt.timestep = C_TOLERANCE, mujoco.mjtIntegrator.mjINT_RK4, sysid.DT / C_SUB
+    m = cn.cube_mjmodel(iterations=C_ITERATIONS)
+    m.opt.tolerance, m.opt.integrator, m.opt.timestep = C_TOLERANCE, mujoco.mjtIntegrator.mjINT_RK4, cn.DT / C_SUB
     m.opt.cone = cone
     d = mujoco.MjData(m)
     d.qpos[:], d.qvel[:] = toss.qpos[0], toss.qvel[0]
@@ -108,18 +108,18 @@ def c_engine_run(toss: sysid.Toss, periods: int, cone: int) -> tuple[np.ndarray,
 def run(n_tosses: int, out: Path) -> list[dict]:
     from tqdm.auto import tqdm
 
-    base_cfg = sysid.SysidConfig.load("paper", ())
-    tosses, _, val_names, _ = sysid.load_split(base_cfg.data)
-    names = sysid.selection_split(val_names)[0][:n_tosses]
-    p = sysid.CubeParams()
+    base_cfg = cn.SysidConfig.load("paper", ())
+    tosses, _, val_names, _ = cn.load_split(base_cfg.data)
+    names = cn.selection_split(val_names)[0][:n_tosses]
+    p = cn.CubeParams()
     side = float(p.side_length)
     rows = []
     for setting, (overrides, cone) in SETTINGS.items():
-        cfg = sysid.SysidConfig.load("paper", overrides)
-        mm = sysid.cube_mjmodel(iterations=cfg.iterations)
+        cfg = cn.SysidConfig.load("paper", overrides)
+        mm = cn.cube_mjmodel(iterations=cfg.iterations)
         mm.opt.cone = cone
         base = mjx.put_model(mm)
-        m, d0 = sysid.model.cube_mjx_model(p, base), mjx.make_data(base)
+        m, d0 = cn.cube_mjx_model(p, base), mjx.make_data(base)
 
         def roll(q, v, n, m=m, d0=d0, cfg=cfg):
             return diffmjx.rollout(m, d0.replace(qpos=q, qvel=v), jnp.zeros((n, 0)), cfg.sim)[1]
@@ -220,11 +220,11 @@ def _plot(rows, summary, names, path: Path) -> None:
     shade = {"flight": "#e3edf7", "edge or corner": "0.85", "face, sliding": "#f6d7a7", "face, resting": "#cfe8cf"}
     ref = [r for r in lib if r["toss"] == worst]
     for r in ref:
-        a.axvspan((r["period"] - 1) * sysid.DT, r["period"] * sysid.DT, color=shade[r["phase"]], lw=0)
+        a.axvspan((r["period"] - 1) * cn.DT, r["period"] * cn.DT, color=shade[r["phase"]], lw=0)
     for setting, c in colours.items():
         rs = [r for r in rows if r["setting"] == setting and r["toss"] == worst]
         a.step(
-            [r["period"] * sysid.DT for r in rs],
+            [r["period"] * cn.DT for r in rs],
             [r["accepted"] + r["rejected"] for r in rs],
             where="pre",
             color=c,

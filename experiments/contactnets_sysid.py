@@ -4,7 +4,7 @@
                                             [--fresh]
 
 Identifies the cube's side length alone (the other parameters fixed at the defaults of
-``diffmjx.sysid.CubeParams``) from the real ContactNets tosses with ``diffmjx.sysid.train``
+``experiments.contactnets.CubeParams``) from the real ContactNets tosses with ``experiments.contactnets.train``
 (segments of N = 4 predicted states, Adam on the unconstrained side), started at 60, 100 and 140 mm,
 for three simulations:
 
@@ -46,10 +46,10 @@ from pathlib import Path
 
 import numpy as np
 
-from diffmjx import sysid
 from experiments import common
+from experiments import contactnets as cn
 
-TRUE_SIDE_MM = 1e3 * sysid.CubeParams().side_length  # 104.8, the ContactNets cube
+TRUE_SIDE_MM = 1e3 * cn.CubeParams().side_length  # 104.8, the ContactNets cube
 INITS_MM = (60.0, 100.0, 140.0)
 CHECKPOINTS = Path.home() / ".cache" / "diffmjx" / "sysid"
 SIDE_MIN_MM = 60.0  # the smallest start: the reach CFD needs is measured for it
@@ -91,7 +91,7 @@ def required_reach(tosses, names, side: float, touch: float = 1e-3) -> dict:
     touches it (its lowest corner below ``touch``; the table lies about 1.7 mm below z = 0 in the
     data), and the CFD reach that covers the largest gap, rounded up to the centimetre."""
     qpos = np.concatenate([tosses[n].qpos for n in names])
-    touching = lowest_corner(qpos, sysid.CubeParams().side_length) < touch
+    touching = lowest_corner(qpos, cn.CubeParams().side_length) < touch
     gap = lowest_corner(qpos[touching], side)
     return {
         "touching_share": float(touching.mean()),
@@ -102,7 +102,7 @@ def required_reach(tosses, names, side: float, touch: float = 1e-3) -> dict:
     }
 
 
-def _rows(name: str, init_mm: float, result: sysid.TrainResult) -> list[dict]:
+def _rows(name: str, init_mm: float, result: cn.TrainResult) -> list[dict]:
     h = result.history
     side = np.r_[init_mm / 1e3, h.params.side_length]
     loss = np.r_[h.loss, np.nan]
@@ -114,7 +114,7 @@ def _rows(name: str, init_mm: float, result: sysid.TrainResult) -> list[dict]:
 
 
 def run(
-    cfg: sysid.SysidConfig,
+    cfg: cn.SysidConfig,
     out: Path,
     fresh: bool = False,
     progress: bool = True,
@@ -124,8 +124,8 @@ def run(
     """Every configuration (or those named in ``configs``) from every start; writes ``<name>.csv``,
     ``<name>.png`` and ``<name>_params.json`` into ``out``."""
     t_start = time.perf_counter()
-    tosses, train_names, _, report = sysid.load_split(cfg.data)
-    data = sysid.segments(tosses, train_names, cfg.data.horizon, report)
+    tosses, train_names, _, report = cn.load_split(cfg.data)
+    data = cn.segments(tosses, train_names, cfg.data.horizon, report)
     steps = cfg.train.epochs * (cfg.train.steps_per_epoch or len(data.start) // cfg.train.batch_size)
     print(
         f"{report}\n{len(train_names)} training tosses, {len(data.start)} segments of N = {cfg.data.horizon}; "
@@ -146,7 +146,7 @@ def run(
         base = cfg.override(*overrides)
         # one throwaway step compiles the gradient program, so the runs' step times exclude the JIT
         t = time.perf_counter()
-        sysid.train(
+        cn.train(
             base.override("train.epochs=1", "train.steps_per_epoch=1", "train.checkpoint_dir=null"),
             data,
             progress=False,
@@ -158,7 +158,7 @@ def run(
             if fresh and ckpt.exists():
                 shutil.rmtree(ckpt)
             run_cfg = base.override(f"train.inits={{side_length: {init_mm / 1e3}}}", f"train.checkpoint_dir={ckpt}")
-            result = sysid.train(run_cfg, data, progress=progress, desc=f"{config} from {init_mm:g} mm")
+            result = cn.train(run_cfg, data, progress=progress, desc=f"{config} from {init_mm:g} mm")
             results[config, init_mm] = (run_cfg, result)
             rows += _rows(config, init_mm, result)
             step_s += list(result.history.wall_s)
@@ -220,8 +220,8 @@ def _save_params(results: dict, path: Path) -> dict:
         return float(np.mean(h.loss[h.epoch == h.epoch.max()]))
 
     (_, _), (run_cfg, result) = min(runs.items(), key=last_epoch_loss)
-    options = sysid.model_options(sysid.cube_mjmodel(iterations=run_cfg.iterations))
-    return sysid.save_params_json(path, result.params, options, sysid.sim_overrides(run_cfg.sim))
+    options = cn.model_options(cn.cube_mjmodel(iterations=run_cfg.iterations))
+    return cn.save_params_json(path, result.params, options, cn.sim_overrides(run_cfg.sim))
 
 
 def _plot(rows: list[dict], configs: dict, path: Path) -> None:
@@ -257,7 +257,7 @@ def replot(cfg, out: Path, name: str = "contactnets_sysid_side") -> None:
     the data again, which takes a second)."""
     import csv
 
-    tosses, train_names, _, _ = sysid.load_split(cfg.data)
+    tosses, train_names, _, _ = cn.load_split(cfg.data)
     reach = required_reach(tosses, train_names, SIDE_MIN_MM / 1e3)
     with open(out / f"{name}.csv") as f:
         rows = [
@@ -298,7 +298,7 @@ def main(argv=None):
     if configs is not None and (set(configs) - set(configurations(0.0)) or not configs):
         p.error(f"--configs: {args.configs!r}; choose among: {', '.join(configurations(0.0))}")
     common.setup()
-    cfg = sysid.SysidConfig.load(args.preset, args.set)
+    cfg = cn.SysidConfig.load(args.preset, args.set)
     # the quick preset writes the files the docs show first; any other preset gets its name as a suffix
     name = "contactnets_sysid_side" if args.preset == "quick" else f"contactnets_sysid_side_{Path(args.preset).stem}"
     if args.plot_only:

@@ -27,21 +27,6 @@ except ImportError:  # pragma: no cover - hypothesis is a test dependency
     pass
 
 
-def near_table_segments(n: int, horizon: int = 4):
-    """``n`` training segments of the shipped ContactNets data that come within 6 cm of the table
-    while sliding faster than 0.2 m/s (a seeded choice): segments that carry contact information."""
-    import numpy as np
-
-    from diffmjx import sysid
-
-    tosses, train_names, _, _ = sysid.load_split(sysid.DataConfig(horizon=horizon))
-    seg = sysid.segments(tosses, train_names, horizon)
-    near = seg.qpos[:, :, 2].min(1) < 0.06
-    sliding = np.linalg.norm(seg.qvel[:, 0, :2], axis=1) > 0.2
-    idx = np.random.default_rng(0).choice(np.flatnonzero(near & sliding), n, replace=False)
-    return np.asarray(seg.qpos[idx]), np.asarray(seg.qvel[idx])
-
-
 # The heaviest files first (cold seconds, measured), the rest in their usual order: with
 # `--dist loadfile` each worker takes the next file when it is free, so starting with the largest
 # leaves the two workers finishing together instead of one idle while the other runs a late, heavy file.

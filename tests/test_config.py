@@ -188,9 +188,9 @@ def test_cli_arguments(tmp_path: Path) -> None:
 
 
 def test_the_paper_setting_has_one_definition():
-    """``Config.paper()`` is ``diffmjx/presets/paper.yaml`` over a base; the sysid presets name it."""
+    """``Config.paper()`` is ``diffmjx/presets/paper.yaml`` over a base; the ContactNets study's
+    presets (``experiments/configs/sysid_*.yaml``) name it rather than copy it."""
     import diffmjx
-    from diffmjx.sysid import SysidConfig
 
     paper = diffmjx.Config.paper()
     ic, sc, cc = paper.integrator, paper.solver, paper.collision
@@ -201,7 +201,10 @@ def test_the_paper_setting_has_one_definition():
     base = diffmjx.Config().override("integrator.dtmax=0.001", "cfd.enabled=true")
     over = diffmjx.Config.paper(base)
     assert over.integrator.dtmax == 0.001 and over.cfd.enabled and over.integrator.rtol == 1e-5
-    assert SysidConfig.load("paper").sim == SysidConfig.load("quick").sim == paper
+    study = Path(__file__).resolve().parents[1] / "experiments" / "configs"
+    for name in ("sysid_paper.yaml", "sysid_quick.yaml"):
+        assert yaml.safe_load((study / name).read_text())["sim"] == "paper"
+    assert diffmjx.Config.load("paper") == paper
 
 
 def test_discretise_then_optimise_solves_its_forward_tighter():
@@ -248,15 +251,14 @@ def test_kink_step_auto_turns_kink_control_on_for_checkpoint_only():
 def _preset_classes() -> dict[str, type]:
     """The configs with presets, by kind (imported here: the planner and sysid sit above the core)."""
     from diffmjx.mpc import PlannerConfig
-    from diffmjx.sysid import FitConfig, SysidConfig
+    from diffmjx.sysid import FitConfig
 
-    return {"config": Config, "planner": PlannerConfig, "sysid": SysidConfig, "fit": FitConfig}
+    return {"config": Config, "planner": PlannerConfig, "fit": FitConfig}
 
 
 SHIPPED_PRESETS = {
     "config": ("cfd_billiard", "cfd_mpc", "cfd_sysid", "default", "paper"),
     "planner": ("paper", "quick"),
-    "sysid": ("paper", "quick"),
     "fit": ("default",),
 }
 
@@ -298,9 +300,6 @@ def test_config_presets_by_name() -> None:
         ("planner", "planner:\n  rate: 0.1\n", "planner.rate", "planner has: kind, horizon"),
         ("planner", "rate: 0.1\n", "planner.rate", "planner has: kind, horizon"),
         ("planner", "planner:\n  horizon: 8\nmpc:\n  x: 1\n", "'mpc'", "choose one of: planner"),
-        ("sysid", "train:\n  rate: 0.1\n", "train.rate", "train has: learning_rate"),
-        ("sysid", "sim:\n  integrator:\n    rtl: 1.0e-3\n", "integrator.rtl", "integrator has: solver"),
-        ("sysid", "model: {}\n", "'model'", "choose one of: data, train, sim"),
         ("fit", "stepz: 3\n", "fit.stepz", "fit has: method, horizon"),
         ("fit", "fit:\n  stepz: 3\n", "fit.stepz", "fit has: method, horizon"),
     ],

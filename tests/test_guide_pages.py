@@ -122,7 +122,7 @@ def test_troubleshooting_page_shows_the_librarys_messages(tmp_path):
     assert "gradient at the target: [nan nan nan]" in out and "FloatingPointError: invalid value (nan)" in out
     page = (DOCS / "troubleshooting.md").read_text()
     quoted = {module: _warning_parts(module) for module in sorted((ROOT / "diffmjx" / "sysid").glob("*.py"))}
-    assert sum(map(bool, quoted.values())) >= 3, "the sysid modules' warnings were not found"
+    assert sum(map(bool, quoted.values())) >= 2, "the sysid modules' warnings (identify, mass) were not found"
     for module, parts in quoted.items():
         for part in parts:
             assert part in page, f"troubleshooting.md does not quote {module.name}'s warning text {part!r}"

@@ -1,9 +1,10 @@
 """The published cube (docs/results/contactnets_params.json) predicts what its record says it does.
 
-The file is read as a user would read it: its values go into a plain MJCF box on a plane (no
-``diffmjx.sysid`` model code), its ``config_overrides`` into a ``diffmjx.Config``, and whole test
-tosses (named by ``contactnets_params_record.json``, never trained or selected on) are rolled out
-with ``diffmjx.rollout`` from their first recorded state. Their mean position errors must be the
+The file is read as a user would read it, with ``json``: its values go into a plain MJCF box on a
+plane (none of the study's model code), its ``config_overrides`` into a ``diffmjx.Config``, and whole
+test tosses (named by ``contactnets_params_record.json``, never trained or selected on; read from the
+data file as :class:`diffmjx.sysid.Recording` s) are rolled out with ``diffmjx.rollout`` from their
+first recorded state. Their mean position errors must be the
 recorded ones, to within what rounding-level changes of the start move them (measured here).
 """
 
@@ -20,19 +21,21 @@ from mujoco import mjx
 import diffmjx
 from diffmjx import sysid
 
-RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "docs" / "results"
+TOSSES = ROOT / "data" / "contactnets" / "contactnets_cube_tosses.npz"
 N_TOSSES = 2  # the shortest test tosses: the check's cost
 ENSEMBLE = 6  # rollouts per toss: as recorded, and perturbed at rounding level
 _SOLVERS = {"pgs": "PGS", "cg": "CG", "newton": "Newton"}
 
 
-def _box_on_plane(fp: sysid.FittedParams) -> str:
-    p, o = fp.params, fp.options
+def _box_on_plane(fp: dict) -> str:
+    o = fp["options"]
     contact = (
-        f'condim="3" solref="{" ".join(map(repr, np.asarray(p.solref).tolist()))}" '
-        f'solimp="{" ".join(map(repr, np.asarray(p.solimp).tolist()))}" friction="{float(p.friction)!r} 0.005 0.0001"'
+        f'condim="3" solref="{" ".join(map(repr, fp["solref"]))}" '
+        f'solimp="{" ".join(map(repr, fp["solimp"]))}" friction="{float(fp["friction"])!r} 0.005 0.0001"'
     )
-    half = float(p.side_length) / 2
+    half = float(fp["side_length_m"]) / 2
     return f"""
 <mujoco>
   <option timestep="{o["timestep"]!r}" solver="{_SOLVERS[o["solver"]]}"
@@ -42,7 +45,7 @@ def _box_on_plane(fp: sysid.FittedParams) -> str:
     <geom type="plane" size="0 0 0.05" {contact}/>
     <body>
       <freejoint/>
-      <geom type="box" size="{half!r} {half!r} {half!r}" mass="{float(p.mass)!r}" {contact}/>
+      <geom type="box" size="{half!r} {half!r} {half!r}" mass="{float(fp["mass_kg"])!r}" {contact}/>
     </body>
   </worldbody>
 </mujoco>"""
@@ -58,17 +61,21 @@ def _config(overrides: dict) -> diffmjx.Config:
 
 @pytest.mark.slow  # suite budget: experiments.contactnets_generic reruns the fit and its test error
 def test_published_params_reproduce_their_recorded_test_error():
-    fp = sysid.load_params_json(RESULTS / "contactnets_params.json")
+    fp = json.loads((RESULTS / "contactnets_params.json").read_text())
     record = json.loads((RESULTS / "contactnets_params_record.json").read_text())
-    tosses, _ = sysid.load_tosses("")
+    m = mujoco.MjModel.from_xml_string(_box_on_plane(fp))
+    with np.load(TOSSES) as f:
+        tosses = {
+            n: sysid.Recording(qpos=f[n][:, :7], qvel=f[n][:, 7:], dt=1 / 148, name=n).check(m)
+            for n in record["test_tosses"]
+        }
     assert set(record["test_tosses"]).isdisjoint(record["selection_tosses"])
     names = sorted(record["test_tosses"], key=lambda n: (tosses[n].qpos.shape[0], n))[:N_TOSSES]
     length = max(tosses[n].qpos.shape[0] for n in names)
 
-    m = mujoco.MjModel.from_xml_string(_box_on_plane(fp))
-    assert np.isclose(m.geom_size[1, 0] * 2, fp.params.side_length) and np.isclose(m.body_mass[1], fp.params.mass)
+    assert np.isclose(m.geom_size[1, 0] * 2, fp["side_length_m"]) and np.isclose(m.body_mass[1], fp["mass_kg"])
     mx = mjx.put_model(m)
-    cfg = _config(fp.config_overrides)
+    cfg = _config(fp["config_overrides"])
     d0 = mjx.make_data(mx)
 
     # The file's simulation (the paper's 2-iteration Newton solve at rtol 1e-5) makes a whole toss

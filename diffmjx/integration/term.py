@@ -89,7 +89,7 @@ class PeriodTerm:
     def evaluate(self, t, y, args):
         """``(m, (dy, d))``: the model and the vector field with its data at state ``y``."""
         m, inputs = self._unpack(args)
-        d0 = collision.allocate(m, _mjx.mjx.make_data(m), self._cfg.collision).replace(**inputs)
+        d0 = collision.allocate(m, _mjx.make_data(m), self._cfg.collision).replace(**inputs)
         return m, vector_field(m, d0, y, t, self._layout, self._cfg)
 
     def state_code(self, t, y, args):

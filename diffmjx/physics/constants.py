@@ -46,6 +46,7 @@ import mujoco
 import numpy as np
 
 from diffmjx import _mjx
+from diffmjx.physics.manifold import quat_to_mat
 
 __all__ = [
     "WRITTEN_LEAVES",
@@ -57,7 +58,6 @@ __all__ = [
     "log_cholesky_from_mass_properties",
     "mass_properties_from_log_cholesky",
     "principal_axes",
-    "quat_to_mat",
     "set_const",
 ]
 
@@ -160,19 +160,6 @@ def geom_inertia(kind: int, size, mass):
         a, b, c = s[0] ** 2, s[1] ** 2, s[2] ** 2
         return mass * jnp.stack([b + c, a + c, a + b]) / k
     raise ValueError(f"geom type {kind} is not a primitive with an inertia")
-
-
-def quat_to_mat(q):
-    """Rotation matrix of a unit quaternion (w, x, y, z)."""
-    q = q / jnp.linalg.norm(q)
-    w, x, y, z = q[0], q[1], q[2], q[3]
-    return jnp.array(
-        [
-            [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
-            [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
-            [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
-        ]
-    )
 
 
 def _mat_to_quat(r):
@@ -365,7 +352,7 @@ def set_const(m, tendon=None):
     if m.nbody > 1:
         edits["stat.meanmass"] = jnp.mean(jnp.asarray(m.body_mass, dtype)[1:])
 
-    d = _mjx.mjx.make_data(m).replace(qpos=jnp.asarray(m.qpos0, dtype))
+    d = _mjx.make_data(m).replace(qpos=jnp.asarray(m.qpos0, dtype))
     d = _mjx.kinematics(m, d)
     d = _mjx.com_pos(m, d)
     if m.ntendon:

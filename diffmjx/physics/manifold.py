@@ -94,6 +94,19 @@ def quat_exp(phi):
     return jnp.concatenate([jnp.cos(half)[..., None], s[..., None] * phi], axis=-1)
 
 
+def quat_to_mat(q, *, xp=jnp):
+    """Rotation matrices (..., 3, 3) of quaternions (..., 4) (w, x, y, z; normalised first);
+    ``xp``: ``jax.numpy`` (default) or ``numpy``."""
+    q = q / xp.linalg.norm(q, axis=-1, keepdims=True)
+    w, x, y, z = (q[..., i] for i in range(4))
+    rows = (
+        (1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)),
+        (2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)),
+        (2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)),
+    )
+    return xp.stack([xp.stack(r, axis=-1) for r in rows], axis=-2)
+
+
 def quat_log(q, *, xp=jnp):
     """Rotation vector (..., 3) of unit quaternions (..., 4) (w, x, y, z): axis times angle in
     [0, pi], with finite derivatives at the identity (``xp``: ``jax.numpy`` or ``numpy``)."""

@@ -14,41 +14,25 @@ home:
   :func:`map_segments`) and the one residual every fit uses (:class:`Problem`);
 - :mod:`diffmjx.sysid.identify`: :func:`identify` (Levenberg–Marquardt or Adam, held-out early
   stopping, intervals, checkpoints) and :class:`FitConfig`;
-- :mod:`diffmjx.sysid.train`: the Adam loop every fit runs (:func:`~diffmjx.sysid.train.adam_loop`:
+- :mod:`diffmjx.sysid.train`: the Adam loop every Adam fit runs (:func:`~diffmjx.sysid.train.adam_loop`:
   minibatches sharded over devices and processes, checkpoints), :mod:`diffmjx.sysid.distributed`;
 - :mod:`diffmjx.sysid.peer`: the same fits with MuJoCo's own ``mujoco.sysid`` (:func:`identify_mujoco_sysid`).
 
-The ContactNets cube is one instance: :mod:`diffmjx.sysid.model` (:class:`CubeParams`,
-:func:`cube_parameters` on the shipped MJCF), :mod:`diffmjx.sysid.data` (the tosses),
-:mod:`diffmjx.sysid.loss`, :mod:`diffmjx.sysid.config` (:class:`SysidConfig`), :func:`train`,
-:func:`fit_lm`, :mod:`diffmjx.sysid.evaluate` (whole tosses), :mod:`diffmjx.sysid.select`
-(selection on held-out tosses) and :mod:`diffmjx.sysid.params` (the fitted-parameter file).
-This package sits above the core: the core never imports it. Every public name is importable from
-``diffmjx.sysid``.
+One stack: the ContactNets cube study is a user of these (its Parameters on the shipped MJCF
+``contactnets_cube``, its tosses as :class:`Recording` s); its study code (the tosses' loader, the
+whole-toss evaluation and selection, the published-parameter file) lives with the study in the
+repository's ``experiments/contactnets/``, not in the installed package. This package sits above
+the core: the core never imports it. Every public name is importable from ``diffmjx.sysid``.
 """
 
 from diffmjx.sysid import distributed as distributed
 from diffmjx.sysid.adapter import from_mujoco_sysid, to_mujoco_sysid
-from diffmjx.sysid.config import FREE_PARAMS, SysidConfig, TrainConfig, sim_overrides
-from diffmjx.sysid.data import (
-    DT,
-    DataConfig,
-    DataError,
-    LoadReport,
-    Segments,
-    Toss,
-    load_split,
-    load_tosses,
-    segments,
-    shipped_recording,
-    split,
-    toss_recordings,
-)
-from diffmjx.sysid.evaluate import pad_tosses, rollout_tosses, trajectory_error
+from diffmjx.sysid.distributed import batch_sharding
 from diffmjx.sysid.fields import FIELDS, FieldKind
 from diffmjx.sysid.identify import (
     METHODS,
     FitConfig,
+    History,
     IdentifyResult,
     Interval,
     confidence_intervals,
@@ -57,120 +41,43 @@ from diffmjx.sysid.identify import (
     load_model,
     select_fit,
 )
-from diffmjx.sysid.lm import LMHistory, LMResult, fit_lm
-from diffmjx.sysid.loss import (
-    BATCHINGS,
-    map_segments,
-    predict_segments,
-    quat_to_mat,
-    resolve_batching,
-    segment_loss,
-    segment_residuals,
-    state_residuals,
-)
-from diffmjx.sysid.model import (
-    CubeParams,
-    check_params,
-    cube_mjmodel,
-    cube_mjx_model,
-    from_unconstrained,
-    to_unconstrained,
-)
 from diffmjx.sysid.parameter import Parameter, ParameterError, ParameterSet, Transform
-from diffmjx.sysid.params import (
-    OPTION_KEYS,
-    PARAMS_JSON_KEYS,
-    FittedParams,
-    load_params_json,
-    model_options,
-    save_params_json,
-)
-from diffmjx.sysid.peer import PEER_BOUNDS, PeerFit, PeerResult, fit_mujoco_sysid, identify_mujoco_sysid
-from diffmjx.sysid.problem import ORIENTATIONS, Problem, Weights
+from diffmjx.sysid.peer import PeerFit, identify_mujoco_sysid
+from diffmjx.sysid.problem import BATCHINGS, ORIENTATIONS, Problem, Weights, map_segments, resolve_batching
 from diffmjx.sysid.recording import QUAT_TOL, Recording, RecordingError, velocities_from_positions
-from diffmjx.sysid.select import Scored, grouped_trajectory_error, select, selection_split, snapshots
-from diffmjx.sysid.train import ADAM, History, TrainResult, batch_sharding, train
+from diffmjx.sysid.train import ADAM
 
 __all__ = [
     "ADAM",
     "BATCHINGS",
-    "DT",
     "FIELDS",
-    "FREE_PARAMS",
     "METHODS",
-    "OPTION_KEYS",
     "ORIENTATIONS",
-    "PARAMS_JSON_KEYS",
-    "PEER_BOUNDS",
     "QUAT_TOL",
-    "CubeParams",
-    "DataConfig",
-    "DataError",
     "FieldKind",
     "FitConfig",
-    "FittedParams",
     "History",
     "IdentifyResult",
     "Interval",
-    "LMHistory",
-    "LMResult",
-    "LoadReport",
     "Parameter",
     "ParameterError",
     "ParameterSet",
     "PeerFit",
-    "PeerResult",
     "Problem",
     "Recording",
     "RecordingError",
-    "Scored",
-    "Segments",
-    "SysidConfig",
-    "Toss",
-    "TrainConfig",
-    "TrainResult",
     "Transform",
     "Weights",
     "batch_sharding",
-    "check_params",
     "confidence_intervals",
-    "cube_mjmodel",
-    "cube_mjx_model",
-    "fit_lm",
-    "fit_mujoco_sysid",
     "forward_config",
     "from_mujoco_sysid",
-    "from_unconstrained",
-    "grouped_trajectory_error",
     "identify",
     "identify_mujoco_sysid",
     "load_model",
-    "load_params_json",
-    "load_split",
-    "load_tosses",
     "map_segments",
-    "model_options",
-    "pad_tosses",
-    "predict_segments",
-    "quat_to_mat",
     "resolve_batching",
-    "rollout_tosses",
-    "save_params_json",
-    "segment_loss",
-    "segment_residuals",
-    "segments",
-    "select",
     "select_fit",
-    "selection_split",
-    "shipped_recording",
-    "sim_overrides",
-    "snapshots",
-    "split",
-    "state_residuals",
     "to_mujoco_sysid",
-    "to_unconstrained",
-    "toss_recordings",
-    "train",
-    "trajectory_error",
     "velocities_from_positions",
 ]

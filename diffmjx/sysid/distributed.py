@@ -192,9 +192,13 @@ def initialize(
     return Processes(jax.process_index(), jax.process_count(), address)
 
 
-def batch_sharding(batch_size: int, devices: Sequence | None = None) -> tuple[NamedSharding, NamedSharding]:
+def batch_sharding(
+    batch_size: int, devices: Sequence | None = None, *, knob: str = "batch_size"
+) -> tuple[NamedSharding, NamedSharding]:
     """Shardings of a minibatch over ``devices`` (default: all visible, every process's when several
     run, :mod:`diffmjx.sysid.distributed`): a 1-D mesh ``("batch",)``.
+
+    ``knob`` names the setting the batch size came from in the error message.
 
     Returns:
         ``(batch, replicated)``: ``NamedSharding(mesh, P("batch"))`` for arrays whose first axis is
@@ -206,7 +210,7 @@ def batch_sharding(batch_size: int, devices: Sequence | None = None) -> tuple[Na
     devices = list(jax.devices() if devices is None else devices)
     if batch_size % len(devices):
         raise ValueError(
-            f"train.batch_size={batch_size} is not divisible by the {len(devices)} visible devices; minibatches are "
+            f"{knob}={batch_size} is not divisible by the {len(devices)} visible devices; minibatches are "
             f"sharded over the batch axis, so choose a multiple of {len(devices)}"
         )
     mesh = Mesh(np.asarray(devices), ("batch",))

@@ -42,10 +42,12 @@ import numpy as np
 from diffmjx import checkpoint
 from diffmjx.config import Config, Preset, Section, knob
 from diffmjx.registry import FIT_METHODS, GRADIENT_MODES
+from diffmjx.sysid.distributed import batch_sharding, replicate, sharded_rows
 from diffmjx.sysid.fields import FIELDS
 from diffmjx.sysid.parameter import Parameter, ParameterSet
 from diffmjx.sysid.problem import BATCHINGS, ORIENTATIONS, Problem, Weights, refsafe_floor
 from diffmjx.sysid.recording import Recording
+from diffmjx.sysid.train import ADAM, adam_loop
 
 __all__ = [
     "METHODS",
@@ -63,7 +65,6 @@ __all__ = [
 METHODS = FIT_METHODS  # fit.method's choices: the runners registered below (diffmjx.registry)
 """Optimisers of :func:`identify`."""
 
-ADAM = {"b1": 0.5, "b2": 0.9, "eps": 1e-6}  # the paper's App. E.2
 _CKPT_HINT = "delete it or pass another checkpoint_path"
 
 
@@ -755,7 +756,12 @@ class _Adam:
         self._step = jax.jit(step)
         self.groups = groups
         coords, data = problem.arguments()
-        self.coords, self.bases = coords, [base for base, _ in data]
+        # the step's constants on every device its minibatch is sharded over (with several devices
+        # or processes, a jitted step refuses arguments placed on one device beside sharded ones)
+        self.replicated = batch_sharding(ndev)[1]
+        self.coords, self.bases, self.lr = replicate(
+            (coords, [base for base, _ in data], np.float64(fit.learning_rate)), self.replicated
+        )
         self._full = None
 
     def init(self, theta):
@@ -772,27 +778,23 @@ class _Adam:
     def loss(self, theta) -> float:
         """The loss on every segment: the step's own program (placed as :meth:`run` places its
         arguments, so it is not compiled again) when a step takes them all."""
-        from diffmjx.sysid.distributed import batch_sharding, replicate, sharded_rows
-
         if all(n == g.size for g, n in zip(self.groups, self.sizes)):
             placed = []
             for g in self.groups:
-                batch, replicated = batch_sharding(g.size)
+                batch, _ = batch_sharding(g.size)
                 placed.append(
                     tuple(None if a is None else sharded_rows(a, np.arange(g.size), batch) for a in g.arrays())
                 )
-            theta, state = replicate((theta, self.init(theta)), replicated)
-            return float(
-                self._step(theta, state, jnp.asarray(self.fit.learning_rate), self.coords, self.bases, placed)[2]
-            )
+            theta, state = replicate((theta, self.init(theta)), self.replicated)
+            return float(self._step(theta, state, self.lr, self.coords, self.bases, placed)[2])
         if self._full is None:
             self._full = jax.jit(self.problem.loss)
-        return float(self._full(theta, self.problem.arguments()))
+        local = theta.addressable_data(0) if isinstance(theta, jax.Array) else theta  # this process's copy
+        return float(self._full(np.asarray(local), self.problem.arguments()))
 
     def run(self, theta, state, track: _Track, fp: str, ckpt: Path | None, saved, progress: bool) -> dict:
         """Adam's steps through :func:`diffmjx.sysid.train.adam_loop` (minibatches, sharding,
         checkpoints; it resumes from ``ckpt`` itself, so ``state`` and ``saved`` are unused)."""
-        from diffmjx.sysid.train import adam_loop
 
         fit = self.fit
         data = [g.arrays() for g in self.groups]
@@ -809,10 +811,8 @@ class _Adam:
                 out.append(tuple(full))
             return out
 
-        lr = jnp.asarray(fit.learning_rate)
-
         def step(theta, opt_state, batches):
-            return self._step(theta, opt_state, lr, self.coords, self.bases, unpack(batches))
+            return self._step(theta, opt_state, self.lr, self.coords, self.bases, unpack(batches))
 
         per_epoch = min(g.size // n for g, n in zip(self.groups, self.sizes))
         held_log: list[float] = []

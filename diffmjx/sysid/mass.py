@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 
-from diffmjx.physics import constants
+from diffmjx.physics import constants, manifold
 from diffmjx.sysid.fields import BODY_ROLES, FIELDS, GEOM_ROLES, PRIMITIVE_COLUMNS
 from diffmjx.sysid.ties import ParameterError
 
@@ -82,7 +82,7 @@ def _made_of(m, b, geoms, types, masses) -> bool:
         jnp.asarray(m.geom_quat[geoms]),
         jnp.stack([constants.geom_inertia(t, m.geom_size[g], mm) for t, g, mm in zip(types, geoms, masses)]),
     )
-    r = np.asarray(constants.quat_to_mat(jnp.asarray(m.body_iquat[b])))
+    r = np.asarray(manifold.quat_to_mat(jnp.asarray(m.body_iquat[b])))
     want = r @ np.diag(m.body_inertia[b]) @ r.T
     scale = max(float(np.max(np.abs(want))), 1e-12)
     return bool(

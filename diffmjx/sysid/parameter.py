@@ -602,8 +602,9 @@ class ParameterSet:
         src = self.models[variant]
         delays, _ = self._delays(values, variant)
         out = self._with_history(delays, variant) if delays else copy.deepcopy(src)
-        with jax.default_device(jax.local_devices(backend="cpu")[0]):
-            new = self._model_jit(np.asarray(values, np.float64), mjx.put_model(src), variant)
+        cpu = jax.local_devices(backend="cpu")[0]  # this process's (MJX's default is process 0's device)
+        with jax.default_device(cpu):
+            new = self._model_jit(np.asarray(values, np.float64), mjx.put_model(src, device=cpu), variant)
         written = {w.leaf for r in self.resolved[variant] for w in r.writes}
         for leaf in sorted(constants.WRITTEN_LEAVES | written):
             value = np.asarray(_get(new, leaf), np.float64)

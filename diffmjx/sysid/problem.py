@@ -34,13 +34,14 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 
+from diffmjx import _mjx
 from diffmjx._mjx import mjx
 from diffmjx.config import Config
 from diffmjx.integration.integrate import rollout
 from diffmjx.physics import manifold
 from diffmjx.physics.constraint import SOLREF_FIELDS
 from diffmjx.physics.dynamics import forward_unchecked
-from diffmjx.physics.manifold import quat_log
+from diffmjx.physics.manifold import quat_log, quat_to_mat
 from diffmjx.sysid.parameter import ParameterSet
 from diffmjx.sysid.recording import Recording
 
@@ -54,7 +55,6 @@ __all__ = [
     "map_segments",
     "predict",
     "quat_log",
-    "quat_mat",
     "refsafe_floor",
     "resolve_batching",
     "sensor_model",
@@ -141,18 +141,6 @@ def _quat_rel(a, b, xp):
     return xp.concatenate([w, v], axis=-1)
 
 
-def quat_mat(q, xp=jnp):
-    """Rotation matrices (..., 3, 3) of quaternions (..., 4) (w, x, y, z; normalised first)."""
-    q = q / xp.linalg.norm(q, axis=-1, keepdims=True)
-    w, x, y, z = (q[..., i] for i in range(4))
-    rows = (
-        (1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)),
-        (2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)),
-        (2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)),
-    )
-    return xp.stack([xp.stack(r, axis=-1) for r in rows], axis=-2)
-
-
 def state_residuals(layout: manifold.JointLayout, qpos, qvel, qpos_rec, qvel_rec, w: Weights, *, xp=jnp):
     """Residual (..., k) of predicted states against recorded ones (see the module docstring);
     ``xp``: ``jax.numpy`` (default) or ``numpy``."""
@@ -160,7 +148,7 @@ def state_residuals(layout: manifold.JointLayout, qpos, qvel, qpos_rec, qvel_rec
     if layout.quat_q.size:
         q, qr = qpos[..., layout.quat_q], qpos_rec[..., layout.quat_q]  # (..., k, 4)
         if w.orientation_metric == "matrix":
-            d = quat_mat(q, xp) - quat_mat(qr, xp)
+            d = quat_to_mat(q, xp=xp) - quat_to_mat(qr, xp=xp)
             rot = d.reshape(*d.shape[:-3], -1)
         else:
             rot = quat_log(_quat_rel(qr, q, xp), xp=xp).reshape(*q.shape[:-2], -1)
@@ -284,7 +272,7 @@ def predict(m, base, qpos0, qvel0, act0, ctrl, cfg: Config, *, batching: str = "
     Returns:
         ``(qpos, qvel, act)`` of shapes (B, N, nq), (B, N, nv) and (B, N, na).
     """
-    d0 = mjx.make_data(base)
+    d0 = _mjx.make_data(base)
 
     def one(qp, qv, a, u):
         _, traj = rollout(m, d0.replace(qpos=qp, qvel=qv, act=a), u, cfg)
@@ -409,7 +397,7 @@ class Problem:
                 return r
             # sensors at samples 0..N: the recorded first state, then the predicted ones; the residual
             # compares 1..N (sample 0 is what a delay interpolates from)
-            d0 = mjx.make_data(base)
+            d0 = _mjx.make_data(base)
             gain, bias, delay = ps.sensor_terms(values, base.nsensordata, variant)
 
             def sense(q, v, a, c):

@@ -1,7 +1,7 @@
 """ContactNets cube tosses as MuJoCo free-joint states: load, check, split by toss, cut segments.
 
-The file (``data/contactnets/contactnets_cube_tosses.npz``, see its README; an installed
-``diffmjx`` carries it as package data, :func:`shipped_recording`) holds one float64
+The file (``data/contactnets/contactnets_cube_tosses.npz`` of the repository, see its README;
+:func:`shipped_recording`) holds one float64
 array of shape (T, 13) per toss, key ``toss_NNN``: columns 0:7 are a free joint's ``qpos``
 (position in m, quaternion w x y z) and 7:13 its ``qvel`` (linear velocity in the world frame,
 angular velocity in the body frame), sampled every :data:`DT` = 1/148 s.
@@ -14,7 +14,6 @@ segment) is counted in the :class:`LoadReport`.
 """
 
 import dataclasses
-import importlib.resources
 import zipfile
 from pathlib import Path
 from typing import NamedTuple
@@ -46,15 +45,7 @@ RECORDING = "contactnets_cube_tosses.npz"
 
 
 def shipped_recording() -> Path:
-    """The shipped recording: the installed package's copy, else the repository's.
-
-    A built ``diffmjx`` (``pip install .``) carries it as package data, ``diffmjx/sysid/recordings/``,
-    found with ``importlib.resources``; an editable install or a source checkout reads
-    ``data/contactnets/`` of the repository.
-    """
-    packaged = importlib.resources.files("diffmjx.sysid") / "recordings" / RECORDING
-    if isinstance(packaged, Path) and packaged.is_file():
-        return packaged
+    """The repository's recording, ``data/contactnets/`` (beside its ``LICENSE`` and ``README.md``)."""
     return Path(__file__).resolve().parents[2] / "data" / "contactnets" / RECORDING
 
 
@@ -177,7 +168,7 @@ def load_tosses(path: str | Path = "", quat_tol: float = 1e-3) -> tuple[dict[str
 
 def toss_recordings(tosses: dict[str, Toss], names=None) -> list:
     """The tosses as :class:`~diffmjx.sysid.Recording` s of the cube's free joint (no controls, ``dt`` =
-    :data:`DT`), for :func:`diffmjx.sysid.identify` on :func:`diffmjx.sysid.cube_parameters`.
+    :data:`DT`), for :func:`diffmjx.sysid.identify` on :func:`experiments.contactnets.cube_parameters`.
 
     Arguments:
         tosses: from :func:`load_tosses`.

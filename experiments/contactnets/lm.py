@@ -1,14 +1,14 @@
 """Levenberg–Marquardt identification of the cube: optimistix on forward-mode Jacobians.
 
-:func:`fit_lm` fits the same free parameters as :func:`diffmjx.sysid.train` (Adam) to the same
+:func:`fit_lm` fits the same free parameters as :func:`experiments.contactnets.train` (Adam) to the same
 segments and segment loss, but as a nonlinear least-squares problem: the residual vector
-(:func:`~diffmjx.sysid.segment_residuals`, one entry per predicted state and component, scaled so that its
+(:func:`~experiments.contactnets.segment_residuals`, one entry per predicted state and component, scaled so that its
 squared norm *is* the segment loss) goes to :class:`optimistix.LevenbergMarquardt`, whose
 Jacobians are forward-mode (``jax.jacfwd`` through :func:`diffmjx.rollout`, one tangent per free
 coordinate: 10 with every parameter free). Every step uses all the segments it is given (no
 minibatches), so it is meant for a few hundred segments, not all 40 000.
 
-Knobs: the :class:`~diffmjx.sysid.SysidConfig` (``train.free``, ``train.inits``,
+Knobs: the :class:`~experiments.contactnets.SysidConfig` (``train.free``, ``train.inits``,
 ``train.velocity_weight``, ``train.batching``, ``sim``, ``iterations``) plus ``steps``, ``rtol`` and ``atol`` of
 :func:`fit_lm`. The simulation is differentiated in forward mode, so the ``sim`` config's
 ``integrator.adjoint`` is replaced by ``forward`` (a reverse-mode adjoint cannot be pushed
@@ -42,9 +42,9 @@ import numpy as np
 import optimistix as optx
 
 from diffmjx import checkpoint
-from diffmjx.sysid.config import FREE_PARAMS, SysidConfig
-from diffmjx.sysid.loss import segment_residuals
-from diffmjx.sysid.model import CubeParams, from_unconstrained, options_model, to_unconstrained
+from experiments.contactnets.config import FREE_PARAMS, SysidConfig
+from experiments.contactnets.loss import segment_residuals
+from experiments.contactnets.model import CubeParams, from_unconstrained, options_model, to_unconstrained
 
 __all__ = ["LMHistory", "LMResult", "fit_lm"]
 
@@ -116,7 +116,7 @@ def fit_lm(
     """Fit ``cfg.train.free`` to segments with Levenberg–Marquardt (see the module docstring).
 
     Arguments:
-        cfg: the :class:`~diffmjx.sysid.SysidConfig` (free parameters, inits, velocity weight,
+        cfg: the :class:`~experiments.contactnets.SysidConfig` (free parameters, inits, velocity weight,
             simulation, Newton iterations); its ``train`` optimiser knobs are not used.
         qpos, qvel: (B, N + 1, 7) and (B, N + 1, 6) segments (all used in every step).
         steps: most LM steps (accepted or rejected).

@@ -5,7 +5,7 @@ and overridden by the same public machinery (:func:`~diffmjx.config.knob`,
 :func:`~diffmjx.config.section_from_dict`, :func:`~diffmjx.config.apply_overrides`), and
 :class:`SysidConfig` reads and writes presets as :class:`diffmjx.Config` does
 (:class:`~diffmjx.config.Preset`). Text appears only at the edges: YAML presets
-(``diffmjx/presets/sysid_<name>.yaml``, :meth:`SysidConfig.load`) and ``section.field=value``
+(``experiments/configs/sysid_<name>.yaml``, :meth:`SysidConfig.load`) and ``section.field=value``
 overrides (:meth:`SysidConfig.override`); inside the library the sections are typed values changed
 with ``dataclasses.replace``.
 """
@@ -13,19 +13,20 @@ with ``dataclasses.replace``.
 import dataclasses
 import functools
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
 from diffmjx.config import Config, Preset, Section, apply_overrides, knob, section_from_dict, sections_from_dict
-from diffmjx.sysid.data import DataConfig
-from diffmjx.sysid.model import PARAM_SHAPES, CubeParams, check_params
 from diffmjx.sysid.problem import BATCHINGS
+from experiments.contactnets.data import DataConfig
+from experiments.contactnets.model import PARAM_SHAPES, CubeParams, check_params
 
 __all__ = ["FREE_PARAMS", "SysidConfig", "TrainConfig", "check_free", "sim_overrides"]
 
 FREE_PARAMS = CubeParams._fields
-"""Parameters that can be identified (the fields of :class:`~diffmjx.sysid.CubeParams`)."""
+"""Parameters that can be identified (the fields of :class:`~experiments.contactnets.CubeParams`)."""
 
 
 def check_free(key: str, value: Any) -> tuple[str, ...]:
@@ -89,7 +90,7 @@ class TrainConfig(Section):
         steps_per_epoch: minibatches per epoch; None: every full minibatch of the epoch's permutation.
         free: parameters to identify, among ``side_length``, ``mass``, ``solref``, ``solimp`` and
             ``friction``; the others stay at their initial values.
-        inits: initial values overriding :class:`~diffmjx.sysid.CubeParams`'s defaults, e.g.
+        inits: initial values overriding :class:`~experiments.contactnets.CubeParams`'s defaults, e.g.
             ``{side_length: 0.06}`` (each inside its open interval).
         seed: seed of the minibatch order (the split's is ``data.seed``).
         checkpoint_dir: where the state is saved after each step and resumed from; None or empty: nowhere.
@@ -119,7 +120,7 @@ class TrainConfig(Section):
     batching: str = knob("auto", choices=BATCHINGS)
 
     def initial_params(self) -> CubeParams:
-        """:class:`~diffmjx.sysid.CubeParams` defaults with :attr:`inits` applied (NumPy float64)."""
+        """:class:`~experiments.contactnets.CubeParams` defaults with :attr:`inits` applied (NumPy float64)."""
         p = CubeParams()
         return CubeParams(**{n: np.asarray(dict(self.inits).get(n, getattr(p, n)), np.float64) for n in FREE_PARAMS})
 
@@ -130,6 +131,10 @@ class TrainConfig(Section):
         d["inits"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.inits}
         return d
 
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+PRESETS = tuple(sorted(p.stem.removeprefix("sysid_") for p in CONFIGS.glob("sysid_*.yaml")))
+"""The study's presets by name (``experiments/configs/sysid_<name>.yaml``)."""
 
 _SIM_SECTIONS = tuple(f.name for f in dataclasses.fields(Config))
 _OWN_SECTIONS: dict[str, type[Section]] = {"data": DataConfig, "train": TrainConfig}
@@ -147,8 +152,8 @@ class SysidConfig(Preset):
     """Everything a system-identification run reads: ``data``, ``train`` and ``sim`` sections.
 
     ``sim`` is the simulation's :class:`diffmjx.Config` (integrator, solver, collision, CFD).
-    Presets (:meth:`load`): a path, or the name of ``diffmjx/presets/sysid_<name>.yaml``: ``quick``,
-    ``paper``. Overrides are ``data.<field>=v``, ``train.<field>=v`` and ``sim.<section>.<field>=v``; the
+    Presets (:meth:`load`): a path, or the name of the study's ``experiments/configs/sysid_<name>.yaml``:
+    ``quick``, ``paper``. Overrides are ``data.<field>=v``, ``train.<field>=v`` and ``sim.<section>.<field>=v``; the
     DiffMJX sections may also be named without ``sim.`` (``integrator.solver=mjx_euler``).
 
     Attributes:
@@ -158,6 +163,19 @@ class SysidConfig(Preset):
     """
 
     _preset_kind: ClassVar[str] = "sysid"
+
+    @classmethod
+    def load(cls, preset: str | Path | None = None, overrides=()) -> "SysidConfig":
+        """A preset (the study's by name: :data:`PRESETS`, or a path) with ``overrides`` applied.
+
+        Raises:
+            ValueError: an unknown preset name (listing the study's), section, field or value.
+        """
+        if preset is not None and not Path(preset).suffix:
+            if str(preset) not in PRESETS:
+                raise ValueError(f"unknown sysid preset {str(preset)!r}; choose one of: {', '.join(PRESETS)}")
+            preset = CONFIGS / f"sysid_{preset}.yaml"
+        return super().load(preset, overrides)
 
     data: DataConfig = dataclasses.field(default_factory=DataConfig)
     train: TrainConfig = dataclasses.field(default_factory=TrainConfig)

@@ -4,7 +4,7 @@ The training loss scores a fit on segments of a few samples; what a user of the 
 is a model that predicts whole tosses it has never seen. :func:`select` judges every fit at a
 series of its optimiser steps (:func:`snapshots`: the start, every ``every`` steps and the last)
 by the mean position error of whole-toss rollouts on a *selection* split
-(:func:`~diffmjx.sysid.trajectory_error`), stops each run where that error is lowest (early
+(:func:`~experiments.contactnets.trajectory_error`), stops each run where that error is lowest (early
 stopping) and picks the run whose stopped parameters score best (model selection). The figure to
 report is the winner's error on a third split that neither training nor selection saw
 (:func:`selection_split` cuts the validation tosses in two)::
@@ -25,11 +25,11 @@ from typing import NamedTuple
 import numpy as np
 
 from diffmjx.config import Config
-from diffmjx.sysid.config import FREE_PARAMS, SysidConfig
-from diffmjx.sysid.data import Toss, split
-from diffmjx.sysid.evaluate import trajectory_error
-from diffmjx.sysid.model import CubeParams
-from diffmjx.sysid.train import History
+from experiments.contactnets.config import FREE_PARAMS, SysidConfig
+from experiments.contactnets.data import Toss, split
+from experiments.contactnets.evaluate import trajectory_error
+from experiments.contactnets.model import CubeParams
+from experiments.contactnets.train import History
 
 __all__ = ["Scored", "grouped_trajectory_error", "select", "selection_split", "snapshots"]
 
@@ -60,7 +60,7 @@ def snapshots(init: CubeParams, history: History, every: int) -> list[tuple[int,
 
     Arguments:
         init: the run's initial physical parameters.
-        history: its :class:`~diffmjx.sysid.History` (parameters after each step).
+        history: its :class:`~experiments.contactnets.History` (parameters after each step).
         every: stride in optimiser steps (>= 1).
     """
     if every < 1:
@@ -82,7 +82,7 @@ def grouped_trajectory_error(
     workers: int = 2,
     per_toss: bool = False,
 ):
-    """:func:`~diffmjx.sysid.trajectory_error` over groups of tosses of similar length, on threads.
+    """:func:`~experiments.contactnets.trajectory_error` over groups of tosses of similar length, on threads.
 
     One padded, vmapped rollout of every toss runs each lane as long as the longest toss, and every
     control period as long as its stiffest lane: on a CPU, a set of tosses of 80 to 440 samples costs
@@ -127,10 +127,10 @@ def select(
     """Early stopping of every run and selection among them, by whole-toss error on ``tosses``.
 
     Arguments:
-        runs: name -> ``(initial parameters, history)`` of each fit (e.g. :func:`~diffmjx.sysid.train`
+        runs: name -> ``(initial parameters, history)`` of each fit (e.g. :func:`~experiments.contactnets.train`
             from several starts and segment lengths).
         tosses: the selection tosses (never trained on; not the ones the result is reported on).
-        cfg: the simulation the errors are measured with (:func:`~diffmjx.sysid.trajectory_error`).
+        cfg: the simulation the errors are measured with (:func:`~experiments.contactnets.trajectory_error`).
         every: evaluate each run every this many optimiser steps (and at its start and end).
         progress: a tqdm bar over the evaluations.
         score: ``params -> error`` instead of :func:`grouped_trajectory_error` of ``tosses`` (e.g. a

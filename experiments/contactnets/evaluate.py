@@ -1,7 +1,7 @@
 """Whole-toss evaluation: every toss simulated from its first recorded state, its position error.
 
 :func:`rollout_tosses` rolls whole tosses out with the segments' prediction
-(:func:`~diffmjx.sysid.predict_segments`), tosses of different lengths padded to one length
+(:func:`~experiments.contactnets.predict_segments`), tosses of different lengths padded to one length
 (:func:`pad_tosses`) and masked: one program per set of tosses, not one per length.
 :func:`trajectory_error` reports the mean position error in mm over the recorded samples. Given
 ``devices`` (e.g. ``jax.devices()``, every process's when several run), both split the tosses over
@@ -18,11 +18,11 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from diffmjx.config import Config
-from diffmjx.sysid.config import SysidConfig
-from diffmjx.sysid.data import Toss
 from diffmjx.sysid.distributed import batch_sharding, replicate, sharded_rows
-from diffmjx.sysid.loss import predict_segments
-from diffmjx.sysid.model import CubeParams, options_model
+from experiments.contactnets.config import SysidConfig
+from experiments.contactnets.data import Toss
+from experiments.contactnets.loss import predict_segments
+from experiments.contactnets.model import CubeParams, options_model
 
 __all__ = ["pad_tosses", "rollout_tosses", "trajectory_error"]
 
@@ -76,8 +76,8 @@ def rollout_tosses(
     """Simulate every toss from its first recorded state, all in one padded, vmapped rollout.
 
     Arguments:
-        params: physical :class:`~diffmjx.sysid.CubeParams`.
-        tosses: :class:`~diffmjx.sysid.Toss` objects (a mapping or a sequence), each of 2 or more samples.
+        params: physical :class:`~experiments.contactnets.CubeParams`.
+        tosses: :class:`~experiments.contactnets.Toss` objects (a mapping or a sequence), each of 2 or more samples.
         cfg: a :class:`SysidConfig` (its ``sim`` and model iterations) or a :class:`diffmjx.Config`
             (iterations 4 for ``mjx_*`` solvers, else 2).
         devices: None: one device, unsharded. A list (e.g. ``jax.devices()``): the tosses split

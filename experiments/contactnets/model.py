@@ -1,7 +1,7 @@
 r"""The ContactNets cube as one instance of the generic path: its parameters, model and coordinates.
 
 The cube is the shipped MJCF ``diffmjx.scenes.path("contactnets_cube")`` (a free-joint box on a plane,
-one control period of :data:`~diffmjx.sysid.DT`, MuJoCo's Newton solver with 2 iterations,
+one control period of :data:`~experiments.contactnets.DT`, MuJoCo's Newton solver with 2 iterations,
 condim-3 pyramidal contacts) and its identified quantities are generic
 :class:`~diffmjx.sysid.Parameter` s (:func:`cube_parameters`): the side through the box's
 ``geom_size`` (one value for the three half sizes, the body's inertia tied to it), the mass, and

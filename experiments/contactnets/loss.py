@@ -1,21 +1,21 @@
 r"""The segment loss: predicted toss segments against recorded ones, one residual for every fit.
 
-A *segment* is ``horizon + 1`` consecutive recorded states (:func:`diffmjx.sysid.segments`); from
+A *segment* is ``horizon + 1`` consecutive recorded states (:func:`experiments.contactnets.segments`); from
 its first state :func:`predict_segments` rolls the cube built by
-:func:`~diffmjx.sysid.cube_mjx_model` out over the next ``N = horizon`` control periods with
+:func:`~experiments.contactnets.cube_mjx_model` out over the next ``N = horizon`` control periods with
 :func:`diffmjx.rollout`, batched over the segments (:func:`map_segments`: one segment after another on a
 CPU, ``vmap`` on an accelerator). :func:`state_residuals` compares each
 predicted state with the recorded one: position error (3, m), rotation-matrix difference (9,
 orientations compared as rotation matrices, so no quaternion sign ambiguity) and
 ``sqrt(velocity_weight)`` times the free joint's velocity error (6). It is the one residual of
-the three fits: :func:`segment_loss` (Adam, :func:`diffmjx.sysid.train`) is the mean over
+the three fits: :func:`segment_loss` (Adam, :func:`experiments.contactnets.train`) is the mean over
 segments and predicted states of its squared norm,
 
     |p - p_rec|^2 + ||R(q) - R(q_rec)||_F^2 + velocity_weight * |qvel - qvel_rec|^2,
 
-:func:`segment_residuals` (Levenberg–Marquardt, :func:`diffmjx.sysid.fit_lm`) is it flattened and
+:func:`segment_residuals` (Levenberg–Marquardt, :func:`experiments.contactnets.fit_lm`) is it flattened and
 scaled by ``1 / sqrt(B N)`` so that its sum of squares is :func:`segment_loss`, and the
-``mujoco.sysid`` peer (:func:`diffmjx.sysid.fit_mujoco_sysid`) applies it in NumPy
+``mujoco.sysid`` peer (:func:`experiments.contactnets.fit_mujoco_sysid`) applies it in NumPy
 (``xp=numpy``) to C-engine rollouts. The paper uses position and rotation matrix only
 (``train.velocity_weight`` 0).
 """
@@ -26,8 +26,8 @@ import numpy as np
 from diffmjx.config import Config
 from diffmjx.physics import manifold
 from diffmjx.sysid import problem
-from diffmjx.sysid.model import CubeParams, cube_mjx_model
 from diffmjx.sysid.problem import BATCHINGS, map_segments, resolve_batching
+from experiments.contactnets.model import CubeParams, cube_mjx_model
 
 __all__ = [
     "BATCHINGS",
@@ -52,7 +52,7 @@ def quat_to_mat(q, *, xp=jnp):
         q: quaternions, a JAX array (traced or not) or, with ``xp=numpy``, a NumPy array.
         xp: the array module that computes: ``jax.numpy`` (default) or ``numpy``.
     """
-    return problem.quat_mat(q, xp)
+    return manifold.quat_to_mat(q, xp=xp)
 
 
 def state_residuals(qpos, qvel, qpos_rec, qvel_rec, velocity_weight=0.0, *, xp=jnp):
@@ -79,10 +79,10 @@ def predict_segments(
     params: CubeParams, base, qpos0, qvel0, horizon: int, cfg: Config, *, batching: str = "auto", chunks: int = 1
 ):
     """The ``horizon`` states after each initial state, simulated with ``params``
-    (:func:`diffmjx.sysid.problem.predict` of :func:`~diffmjx.sysid.cube_mjx_model`, no controls).
+    (:func:`diffmjx.sysid.problem.predict` of :func:`~experiments.contactnets.cube_mjx_model`, no controls).
 
     Arguments:
-        params: physical :class:`~diffmjx.sysid.CubeParams` (traced or not).
+        params: physical :class:`~experiments.contactnets.CubeParams` (traced or not).
         base: ``mjx.put_model(cube_mjmodel(..., iterations=...))``: the options.
         qpos0, qvel0: (B, 7) and (B, 6) initial states.
         horizon: N, control periods to simulate.
@@ -118,10 +118,10 @@ def segment_loss(
     """Mean squared error of the predicted segment states (see the module docstring).
 
     Arguments:
-        params: physical :class:`~diffmjx.sysid.CubeParams` (traced or not).
+        params: physical :class:`~experiments.contactnets.CubeParams` (traced or not).
         base: ``mjx.put_model(cube_mjmodel(..., iterations=...))``.
         qpos, qvel: (B, N + 1, 7) and (B, N + 1, 6) recorded segments
-            (:class:`~diffmjx.sysid.Segments` fields); state 0 starts the prediction.
+            (:class:`~experiments.contactnets.Segments` fields); state 0 starts the prediction.
         cfg: the simulation's :class:`diffmjx.Config`.
         velocity_weight: weight of the squared velocity error (may be traced).
         batching, chunks: how the segments run (:func:`map_segments`).

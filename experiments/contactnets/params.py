@@ -1,8 +1,8 @@
 """The fitted-parameter file (``docs/results/contactnets_params.json``): write, read and check it.
 
-:func:`save_params_json` writes physical :class:`~diffmjx.sysid.CubeParams` with the MuJoCo
+:func:`save_params_json` writes physical :class:`~experiments.contactnets.CubeParams` with the MuJoCo
 options they were fitted with (:func:`model_options`) and the DiffMJX config's overrides
-(:func:`~diffmjx.sysid.sim_overrides`); :func:`load_params_json` reads one back as
+(:func:`~experiments.contactnets.sim_overrides`); :func:`load_params_json` reads one back as
 :class:`FittedParams`, refusing a missing or unknown key or a bad value by name. The keys are
 exactly :data:`PARAMS_JSON_KEYS`, the options' exactly :data:`OPTION_KEYS`.
 """
@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from diffmjx.sysid.model import CubeParams, check_params
+from experiments.contactnets.model import CubeParams, check_params
 
 __all__ = ["OPTION_KEYS", "PARAMS_JSON_KEYS", "FittedParams", "load_params_json", "model_options", "save_params_json"]
 
@@ -112,7 +112,7 @@ def save_params_json(path: str | Path, params: CubeParams, options: Mapping, con
 
     Arguments:
         path: the ``.json`` file (e.g. ``docs/results/contactnets_params.json``).
-        params: physical :class:`~diffmjx.sysid.CubeParams`.
+        params: physical :class:`~experiments.contactnets.CubeParams`.
         options: :data:`OPTION_KEYS` (see :func:`model_options`).
         config_overrides: the DiffMJX config's overrides (``{"section.field": value}``, see
             :func:`sim_overrides`, or a list of ``"section.field=value"`` strings).
