@@ -124,19 +124,23 @@ def _peer_row() -> str:
     )
 
 
-def contactnets_generic() -> str:
-    """The published ContactNets fit against its rerun through the generic path."""
+def contactnets_generic(
+    csv_name: str = "contactnets_generic.csv",
+    column: str = "generic_path",
+    header: str = "rerun through the generic path",
+) -> str:
+    """The published ContactNets fit against a rerun (the generic path's loop, or ``identify``)."""
     names = {
         "side_mm": "side (mm)",
         "mass_kg": "mass (kg)",
         "friction": "sliding friction",
         "test_error_mm": "**test error on the 50 test tosses (mm)**",
     }
-    out = ["| quantity | published | rerun through the generic path | relative difference |", "|---|---|---|---|"]
-    for r in _rows("contactnets_generic.csv"):
+    out = [f"| quantity | published | {header} | relative difference |", "|---|---|---|---|"]
+    for r in _rows(csv_name):
         label = names.get(r["quantity"], r["quantity"].replace("solref", "solref[").replace("solimp", "solimp[") + "]")
         out.append(
-            f"| {label} | {float(r['published']):.6g} | {float(r['generic_path']):.6g} | "
+            f"| {label} | {float(r['published']):.6g} | {float(r[column]):.6g} | "
             f"{100 * float(r['relative_difference']):+.3g} % |"
         )
     return "\n".join(out) + "\n"
@@ -1927,6 +1931,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "sysid_peer": sysid_peer,
     "sysid_recovery": sysid_recovery,
     "contactnets_generic": contactnets_generic,
+    "contactnets_identify": lambda: contactnets_generic("contactnets_identify.csv", "identify", "`sysid.identify`"),
     "linearize": linearize,
     "contact_mpc": contact_mpc,
     "contact_mpc_friction": lambda: contact_mpc("contact_mpc_friction.csv"),

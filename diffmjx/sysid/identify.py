@@ -98,6 +98,11 @@ class FitConfig(Section, Preset):
         confidence: level of the reported intervals.
         intervals: compute the intervals and unidentifiable directions (Levenberg–Marquardt always
             has them; Adam compiles the residual's Jacobian for them, which ``false`` skips).
+        full_loss: Adam: evaluate the training loss on every segment at the start and at the
+            returned values (:attr:`IdentifyResult.loss_start`, ``.loss``), a minibatch at a time.
+            On a large data set that is two epochs of forward passes; ``false`` skips both (they are
+            NaN; a non-finite start is still refused, by the first step). Levenberg–Marquardt
+            always evaluates them.
         tolerance_check: the intervals' check of the simulation's own error: the residual at the
             returned values is computed again with ``integrator.rtol`` and ``atol`` times this
             factor (fixed-step solvers: ``substeps`` divided by it), and the shift of the
@@ -127,6 +132,7 @@ class FitConfig(Section, Preset):
     damping: float = knob(1.0, gt=0)
     max_step: float = knob(0.5, gt=0)
     intervals: bool = knob(True)
+    full_loss: bool = knob(True)
     batching: str = knob("auto", choices=BATCHINGS)
     eval_every: int = knob(1, ge=1)
     patience: int | None = knob(None, ge=1)
@@ -365,7 +371,7 @@ def identify(
     state = runner.init(theta)
     setup = time.perf_counter() - start
     loss_start, jac0 = runner.start(theta, state)
-    if not math.isfinite(loss_start):
+    if not (math.isfinite(loss_start) or (math.isnan(loss_start) and not getattr(runner, "evaluates_loss", True))):
         raise FloatingPointError(
             f"the loss at the start is {loss_start}: the model's simulation of the recordings "
             "is not finite; check the recordings' states and controls"
@@ -767,17 +773,25 @@ class _Adam:
     def init(self, theta):
         return self.scale.init(theta)
 
+    @property
+    def evaluates_loss(self) -> bool:
+        return self.fit.full_loss or self.jacobians is not None
+
     def start(self, theta, state):
-        return self.loss(theta), (None if self.jacobians is None else self.jacobians.evaluate(theta)[1])
+        if self.jacobians is not None:  # the intervals' program gives the loss with the Jacobian
+            r, jac = self.jacobians.evaluate(theta)
+            return float(np.asarray(r) @ np.asarray(r)), jac
+        return (self.loss(theta) if self.fit.full_loss else math.nan), None
 
     def end(self, theta):
         if self.jacobians is None:
-            return self.loss(theta), None, None
+            return (self.loss(theta) if self.fit.full_loss else math.nan), None, None
         return self.jacobians.end(theta)
 
     def loss(self, theta) -> float:
         """The loss on every segment: the step's own program (placed as :meth:`run` places its
-        arguments, so it is not compiled again) when a step takes them all."""
+        arguments, so it is not compiled again) when a step takes them all, else a minibatch's
+        worth of segments at a time (one program per group, memory bounded by the minibatch)."""
         if all(n == g.size for g, n in zip(self.groups, self.sizes)):
             placed = []
             for g in self.groups:
@@ -788,9 +802,23 @@ class _Adam:
             theta, state = replicate((theta, self.init(theta)), self.replicated)
             return float(self._step(theta, state, self.lr, self.coords, self.bases, placed)[2])
         if self._full is None:
-            self._full = jax.jit(self.problem.loss)
+            problem = self.problem
+
+            def chunk(theta, coords, base, arrays, mask, k):
+                r = problem.group_residuals(problem.params.to_values(theta, coords), k, base, arrays)
+                return jnp.sum(mask[:, None, None] * r * r)
+
+            self._full = jax.jit(chunk, static_argnums=5)
         local = theta.addressable_data(0) if isinstance(theta, jax.Array) else theta  # this process's copy
-        return float(self._full(np.asarray(local), self.problem.arguments()))
+        local = np.asarray(local)
+        coords, data = self.problem.arguments()
+        total = 0.0
+        for k, (g, n) in enumerate(zip(self.groups, self.sizes)):
+            for first in range(0, g.size, n):
+                rows = np.arange(first, first + n)  # the last chunk repeats rows, masked out
+                mask = (rows < g.size).astype(np.float64)
+                total += float(self._full(local, coords, data[k][0], g.take(rows % g.size).arrays(), mask, k))
+        return total / float(self.problem.states)
 
     def run(self, theta, state, track: _Track, fp: str, ckpt: Path | None, saved, progress: bool) -> dict:
         """Adam's steps through :func:`diffmjx.sysid.train.adam_loop` (minibatches, sharding,
