@@ -11,8 +11,8 @@ and dotted command line overrides such as ``integrator.rtol=1e-6`` (:meth:`Confi
 the same ``--preset`` / ``--set`` flags.
 
 Preset files, dicts and overrides are read by one mechanism (:mod:`diffmjx.knobs`, re-exported here), shared with the planner's
-(:class:`diffmjx.mpc.PlannerConfig`) and system identification's (:class:`diffmjx.sysid.SysidConfig`,
-:class:`diffmjx.sysid.FitConfig`) configs: :func:`preset_path` (a preset by name or path),
+(:class:`diffmjx.mpc.PlannerConfig`) and system identification's (:class:`diffmjx.sysid.FitConfig`)
+configs: :func:`preset_path` (a preset by name or path),
 :func:`read_yaml` and :func:`from_yaml_file`, :func:`sections_from_dict` and :func:`section_from_dict` (refusing unknown
 sections and fields), :func:`apply_overrides` and the :class:`Preset` mixin (``from_yaml``, ``load``,
 ``to_yaml``).

@@ -9,13 +9,13 @@ stopping) and picks the run whose stopped parameters score best (model selection
 report is the winner's error on a third split that neither training nor selection saw
 (:func:`selection_split` cuts the validation tosses in two)::
 
-    from diffmjx import sysid
+    from experiments import contactnets as cn
 
-    tosses, train_names, val_names, _ = sysid.load_split(cfg.data)
-    sel_names, test_names = sysid.selection_split(val_names)
-    runs = {"Adam, pre-tuned start": (cfg.train.initial_params(), sysid.train(cfg).history)}
-    best, scored = sysid.select(runs, [tosses[n] for n in sel_names], cfg, every=10)
-    sysid.trajectory_error(best.params, [tosses[n] for n in test_names], cfg)
+    tosses, train_names, val_names, _ = cn.load_split(cfg.data)
+    sel_names, test_names = cn.selection_split(val_names)
+    runs = {"Adam, pre-tuned start": (cfg.train.initial_params(), cn.train(cfg).history)}
+    best, scored = cn.select(runs, [tosses[n] for n in sel_names], cfg, every=10)
+    cn.trajectory_error(best.params, [tosses[n] for n in test_names], cfg)
 """
 
 from collections.abc import Callable, Mapping, Sequence
