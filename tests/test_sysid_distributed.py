@@ -75,7 +75,7 @@ def test_initialize_is_a_no_op_for_one_process(monkeypatch):
 
 # A worker: fixed-step MJX (exact to rounding across layouts; docs/sysid.md), a driven pendulum's
 # damping and gear from 30 % off, 8 segments, minibatches of 2 (one per device), 2 Adam steps of
-# sysid.identify. argv: compile cache, output folder.
+# sysid.identify with a held-out recording. argv: compile cache, output folder.
 WORKER = r"""
 import json, sys
 from pathlib import Path
@@ -96,6 +96,7 @@ res = sysid.identify(
     start,
     [sysid.Parameter("dof_damping", "hinge"), sysid.Parameter("actuator_gear", "m", index=0)],
     [rec],
+    held_out=sysid.Recording.simulate(truth, ctrl[::-1], 0.01, qpos0=[-0.2], qvel0=[0.0], step=1e-3),
     cfg=diffmjx.Config().override("integrator.solver=mjx_euler"),
     fit=sysid.FitConfig(method="adam", horizon=2, batch_size=2, steps=2, learning_rate=0.05, intervals=False,
                         tolerance_check=None),
@@ -108,6 +109,7 @@ r = {
     "params": [float(v) for v in res.values.values()],
     "loss": res.history.loss.tolist(),
     "damping": [float(v[0]) for v in res.history.values],
+    "held_out": res.history.held_out.tolist(),
 }
 print("RESULT " + json.dumps(r), flush=True)
 """
@@ -164,8 +166,9 @@ def test_two_processes_fit_like_one_with_two_devices(tmp_path):
     # the run moved: two steps, both free parameters changed (from 0.39 and 2.6)
     assert len(one["loss"]) == 2 and abs(one["damping"][1] - one["damping"][0]) > 1e-4
     assert abs(one["params"][0] - 0.39) > 1e-3 and abs(one["params"][1] - 2.6) > 1e-3
+    assert len(one["held_out"]) == 2 and all(np.isfinite(one["held_out"]))  # evaluated after every step
     for r in (p0, p1):
-        for key in ("params", "loss", "damping"):
+        for key in ("params", "loss", "damping", "held_out"):
             np.testing.assert_allclose(r[key], one[key], rtol=AGREEMENT, atol=0, err_msg=key)
     diffs = [np.max(np.abs(np.subtract(r[k], one[k])) / np.abs(one[k])) for r in (p0, p1) for k in ("params", "loss")]
     print(f"largest relative difference from the one-process run: {max(diffs):.1e}")

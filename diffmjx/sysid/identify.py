@@ -365,7 +365,7 @@ def identify(
     held_fn = None
     if held_problem is not None:
         held_args, held_loss_fn = held_problem.arguments(), jax.jit(held_problem.loss)
-        held_fn = lambda th: held_loss_fn(th, held_args)
+        held_fn = lambda th: held_loss_fn(_local(th), held_args)
     runner = runner_cls(problem, fit)
     theta = jnp.asarray(ps.theta0)
     state = runner.init(theta)
@@ -436,6 +436,12 @@ def identify(
         segments=segments,
         start_s=start_s,
     )
+
+
+def _local(theta) -> np.ndarray:
+    """This process's copy of coordinates that Adam's loop keeps on every device (a jitted function
+    of unplaced arguments refuses them beside a copy on several devices, or on other processes')."""
+    return np.asarray(theta.addressable_data(0) if isinstance(theta, jax.Array) else theta)
 
 
 def _warn_refsafe(ps: ParameterSet, models, recs) -> None:
@@ -809,8 +815,7 @@ class _Adam:
                 return jnp.sum(mask[:, None, None] * r * r)
 
             self._full = jax.jit(chunk, static_argnums=5)
-        local = theta.addressable_data(0) if isinstance(theta, jax.Array) else theta  # this process's copy
-        local = np.asarray(local)
+        local = _local(theta)
         coords, data = self.problem.arguments()
         total = 0.0
         for k, (g, n) in enumerate(zip(self.groups, self.sizes)):
