@@ -18,7 +18,7 @@ step 600 is then judged on the record's 50 test tosses, as the published one was
 Writes ``docs/results/contactnets_identify.csv``: per quantity (side, mass, friction, solref,
 solimp, the test error in mm), the published value and this fit's (its wall time is printed, not
 written: the run shares its machine). The fit is checkpointed after every step (``~/.cache/diffmjx/stages``), so an interrupted run resumes;
-``--fresh`` reruns it (a bit over an hour on one CPU core, float64).
+``--fresh`` reruns it (about 2.5 hours on 2 CPU cores, float64).
 """
 
 from __future__ import annotations

@@ -92,6 +92,8 @@ def test_recording_errors_name_the_array_and_the_sample():
     m = mujoco.MjModel.from_xml_string(SPHERICAL.replace('type="ball"', 'type="free"').replace("damping", "ref"))
     with pytest.raises(RecordingError, match="dt=0"):
         Recording(qpos=q, dt=0.0)
+    with pytest.raises(RecordingError, match="qpos is missing.*sensor-only recordings"):
+        Recording(qpos=None, dt=0.01, sensordata=np.zeros((5, 2)))
     with pytest.raises(RecordingError, match="ctrl has 5 rows; expected T = len\\(qpos\\) - 1 = 4"):
         Recording(qpos=q, dt=0.01, ctrl=np.zeros((5, 1)))
     bad = q.copy()

@@ -93,6 +93,11 @@ class Recording:
         if not (math.isfinite(float(self.dt)) and float(self.dt) > 0):
             raise RecordingError(f"{where}: dt={self.dt!r} is invalid; expected a finite number of seconds > 0")
         object.__setattr__(self, "dt", float(self.dt))
+        if self.qpos is None:
+            raise RecordingError(
+                f"{where}: qpos is missing; every segment starts from a recorded state, so a recording "
+                "needs qpos (T + 1, nq); sensor-only recordings (sensordata without qpos) cannot be fitted yet"
+            )
         if isinstance(self.variant, bool) or not isinstance(self.variant, (int, np.integer)) or self.variant < 0:
             raise RecordingError(f"{where}: variant={self.variant!r} is invalid; expected an int >= 0")
         for key in _ARRAYS:
