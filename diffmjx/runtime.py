@@ -108,9 +108,15 @@ def stage(name: str, key: object, fn: Callable[[], Any], fresh: bool = False, st
     """
     path = stage_path(name, key, store)
     if path.exists() and not fresh:
-        print(f"{name}: reusing {path}")
-        with open(path, "rb") as f:
-            return pickle.load(f)
+        try:
+            with open(path, "rb") as f:
+                result = pickle.load(f)
+        except (AttributeError, ImportError, pickle.UnpicklingError, EOFError) as e:
+            # a result pickled by an older layout (a class that moved) or a damaged file: compute it again
+            print(f"{name}: cannot read {path} ({type(e).__name__}: {e}); computing it again")
+        else:
+            print(f"{name}: reusing {path}")
+            return result
     result = fn()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")

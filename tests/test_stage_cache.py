@@ -34,6 +34,11 @@ def test_stage_reuses_saved_result_and_recomputes_on_fresh_or_new_key(tmp_path):
     assert calls == [1, 3, 4]
     assert len(list(tmp_path.glob("s-*.pkl"))) == 2  # one file per key
     assert not list(tmp_path.glob("*.tmp"))  # writes are atomic: no partial files left
+    # a file that no longer unpickles (a class that moved, a damaged file) is computed again, not fatal
+    stage_path("s", ("cfg", 2), tmp_path).write_bytes(b"not a pickle")
+    assert stage("s", ("cfg", 2), work(6), store=tmp_path) == {"value": 6}
+    assert stage("s", ("cfg", 2), work(7), store=tmp_path) == {"value": 6}  # ... and saved again
+    assert calls == [1, 3, 4, 6]
 
 
 def _study(check: str, *args: str, stdin: str | None = None):

@@ -95,13 +95,14 @@ def test_batch_sharding_refuses_an_indivisible_batch():
     cpu = jax.devices()[0]
     with pytest.raises(ValueError, match=r"fit\.batch_size=3 is not divisible by the 2 visible devices"):
         sysid.batch_sharding(3, devices=[cpu, cpu], knob="fit.batch_size")
-    batch, _ = sysid.batch_sharding(4)
+    batch, _ = sysid.batch_sharding(4, devices=[cpu])
     assert batch.spec == jax.sharding.PartitionSpec("batch")
 
 
 def test_batching_auto_maps_adaptive_solves_on_a_cpu_and_refuses_unknown_values():
     """``auto``: one segment after another where step counts differ (adaptive, CPU), lock-step otherwise."""
-    assert jax.default_backend() == "cpu"
+    if jax.default_backend() != "cpu":
+        pytest.skip("auto's choice on a CPU")
     assert sysid.resolve_batching("auto", diffmjx.Config()) == "map"
     assert sysid.resolve_batching("auto", diffmjx.Config().override("integrator.solver=mjx_euler")) == "vmap"
     assert sysid.resolve_batching("auto", diffmjx.Config().override("integrator.step_control=constant")) == "vmap"

@@ -129,7 +129,7 @@ def _result(proc: subprocess.Popen, timeout: float) -> dict:
     return json.loads([ln for ln in out.splitlines() if ln.startswith("RESULT ")][-1].removeprefix("RESULT "))
 
 
-@pytest.mark.slow  # suite budget: 71 s warm, 168 s with an empty compile cache (2 shared cores); process 1
+@pytest.mark.slow  # suite budget: 52-58 s on 2 cores (measured with a warm compile cache); process 1
 # compiles every time (JAX's persistent cache serves process 0 only)
 def test_two_processes_fit_like_one_with_two_devices(tmp_path):
     cache = os.environ.get("DIFFMJX_CACHE_DIR") or str(diffmjx.runtime.DEFAULT_CACHE)

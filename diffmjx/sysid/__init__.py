@@ -22,7 +22,8 @@ One stack: the ContactNets cube study is a user of these (its Parameters on the 
 ``contactnets_cube``, its tosses as :class:`Recording` s); its study code (the tosses' loader, the
 whole-toss evaluation and selection, the published-parameter file) lives with the study in the
 repository's ``experiments/contactnets/``, not in the installed package. This package sits above
-the core: the core never imports it. Every public name is importable from ``diffmjx.sysid``.
+the core: the core never imports it. Every public name is importable from ``diffmjx.sysid`` or, for the
+building blocks (``train.adam_loop``, ``peer.drive``), from its module.
 """
 
 from diffmjx.sysid import distributed as distributed

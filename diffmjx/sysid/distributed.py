@@ -8,10 +8,9 @@ does nothing, so a script that calls it runs unchanged on one machine. ``detect=
 is unset to JAX's own cluster detection (SLURM, Open MPI, mpi4py, Cloud TPU). On CPU, processes
 exchange their collectives through gloo (``jax_cpu_collectives_implementation``, set when unset).
 
-Once initialised, ``jax.devices()`` lists every process's devices: :func:`~diffmjx.sysid.train`
-shards each minibatch over all of them, each process placing only its own rows, and
-:func:`~diffmjx.sysid.rollout_tosses` with ``devices=jax.devices()`` splits the tosses the same
-way. :func:`process_settings` checks settings without starting anything.
+Once initialised, ``jax.devices()`` lists every process's devices: :func:`diffmjx.sysid.identify`'s
+Adam (:func:`diffmjx.sysid.train.adam_loop`) shards each minibatch over all of them, each process
+placing only its own rows (its start, end and held-out losses run on each process's first device). :func:`process_settings` checks settings without starting anything.
 """
 
 import os

@@ -98,11 +98,12 @@ class FitConfig(Section, Preset):
         confidence: level of the reported intervals.
         intervals: compute the intervals and unidentifiable directions (Levenberg–Marquardt always
             has them; Adam compiles the residual's Jacobian for them, which ``false`` skips).
-        full_loss: Adam: evaluate the training loss on every segment at the start and at the
-            returned values (:attr:`IdentifyResult.loss_start`, ``.loss``), a minibatch at a time.
-            On a large data set that is two epochs of forward passes; ``false`` skips both (they are
-            NaN; a non-finite start is still refused, by the first step). Levenberg–Marquardt
-            always evaluates them.
+        full_loss: Adam without intervals: evaluate the training loss on every segment at the start
+            and at the returned values (:attr:`IdentifyResult.loss_start`, ``.loss``), a minibatch
+            at a time. On a large data set that is two epochs of forward passes; ``false`` skips
+            both (they are NaN; a non-finite segment is still refused, by the first step whose
+            minibatch holds it). With intervals (and with Levenberg–Marquardt) both losses come
+            from the residual-and-Jacobian program over every segment, which they need anyway.
         tolerance_check: the intervals' check of the simulation's own error: the residual at the
             returned values is computed again with ``integrator.rtol`` and ``atol`` times this
             factor (fixed-step solvers: ``substeps`` divided by it), and the shift of the
@@ -182,8 +183,8 @@ class IdentifyResult(NamedTuple):
         history: per-step :class:`History`.
         step: the step whose values are returned (0: the start); with held-out recordings the
             held-out best, else the last.
-        loss: the training loss at the returned values.
-        loss_start: the training loss at the start.
+        loss: the training loss at the returned values (NaN: not evaluated, ``fit.full_loss``).
+        loss_start: the training loss at the start (NaN: not evaluated).
         held_out_loss: the held-out loss at the returned values (None without held-out recordings).
         intervals: ``{label: Interval}`` per component (:attr:`ParameterSet.labels`); empty with
             Adam and ``fit.intervals`` false.
@@ -644,7 +645,9 @@ class _LM:
     A fit method (registered in :data:`FIT_METHODS`) is a class like this one: ``simulation(cfg)``
     (the config its problem simulates with), ``init``, ``start`` (the start's loss and Jacobian, or
     None), ``run`` (every step, tracked and checkpointed: the history) and ``end`` (the loss,
-    residual and Jacobian at the returned values; None for the last two without intervals)."""
+    residual and Jacobian at the returned values; None for the last two without intervals), and
+    optionally ``evaluates_loss`` (False: ``start`` may return a NaN loss for "not evaluated"; a
+    method without it must return a finite start loss, or the fit is refused)."""
 
     @staticmethod
     def simulation(cfg: Config) -> Config:
@@ -741,6 +744,13 @@ class _Adam:
         want = total if fit.batch_size is None else min(fit.batch_size, total)
         ndev = len(jax.devices())  # minibatches are sharded over every device: sizes are multiples of their count
         self.sizes = [max(ndev, round(want * g.size / total) // ndev * ndev) for g in problem.groups]
+        for g, n in zip(problem.groups, self.sizes):
+            if g.size < n:
+                raise ValueError(
+                    f"the recordings of model variant {g.variant} sampled every {g.dt:g} s hold {g.size} segments, "
+                    f"fewer than their share of a minibatch ({n}: fit.batch_size={fit.batch_size}, a multiple of the "
+                    f"{ndev} devices); record more, lower fit.horizon or fit.stride, or run on fewer devices"
+                )
         groups = problem.groups
         weights = [n * problem.horizon for n in self.sizes]
 
@@ -877,6 +887,12 @@ class _Adam:
             on_step=on_step,
             on_resume=on_resume,
             hint=_CKPT_HINT,
+            knobs={
+                "batch_size": "fit.batch_size",
+                "steps_per_epoch": "fit.batch_size",
+                "epochs": "fit.steps",
+                "checkpoint": "checkpoint_path",
+            },
         )
         h = loop.history
         n = len(h["step"])

@@ -32,13 +32,22 @@ from jax.experimental import multihost_utils
 from diffmjx import checkpoint
 from diffmjx.sysid.distributed import batch_sharding, replicate, sharded_rows
 
-__all__ = ["ADAM", "Loop", "adam_loop", "batch_sharding"]
+__all__ = ["ADAM", "KNOBS", "Loop", "adam_loop", "batch_sharding"]
 
 ADAM = {"b1": 0.5, "b2": 0.9, "eps": 1e-6}
 """Adam's moment decay rates and epsilon (the paper's App. E.2)."""
 
 
-def _check_processes_agree(fingerprint: str, done: int) -> None:
+KNOBS = {
+    "batch_size": "batch_size",
+    "steps_per_epoch": "steps_per_epoch",
+    "epochs": "epochs",
+    "checkpoint": "checkpoint",
+}
+"""The names :func:`adam_loop`'s errors give its settings; a caller passes its own knobs' names."""
+
+
+def _check_processes_agree(fingerprint: str, done: int, knobs: dict) -> None:
     """Several processes must train the same configuration on the same segments from the same epoch."""
     digest = np.frombuffer(hashlib.sha256(fingerprint.encode()).digest(), np.uint8).astype(np.int64)
     seen = np.asarray(multihost_utils.process_allgather(np.append(digest, done)))  # (processes, 33)
@@ -46,12 +55,13 @@ def _check_processes_agree(fingerprint: str, done: int) -> None:
         if not np.array_equal(seen[p, :-1], seen[0, :-1]):
             raise ValueError(
                 f"process {p} trains another configuration or other segments than process 0; every process "
-                "must load the same config and data (only train.epochs, train.checkpoint_dir and train.batching may differ)"
+                f"must load the same config and data (only {knobs['epochs']}, {knobs['checkpoint']} and the batching "
+                "may differ)"
             )
         if seen[p, -1] != seen[0, -1]:
             raise ValueError(
                 f"process {p} resumes after {seen[p, -1]} steps, process 0 after {seen[0, -1]}: every process "
-                "reads the checkpoint that process 0 writes, so train.checkpoint_dir must name one shared folder"
+                f"reads the checkpoint that process 0 writes, so {knobs['checkpoint']} must name one shared place"
             )
 
 
@@ -86,6 +96,7 @@ def adam_loop(
     on_resume: Callable[[dict], None] | None = None,
     extra: dict | None = None,
     hint: str = "choose another checkpoint",
+    knobs: dict[str, str] | None = None,
 ) -> Loop:
     """The Adam loop of every fit: minibatches, sharding, checkpoints, progress (see the module docstring).
 
@@ -115,6 +126,8 @@ def adam_loop(
         on_resume: ``extra -> None``, called with the checkpoint's ``extra`` when a run resumes.
         extra: the start of that dict.
         hint: the advice of a refused checkpoint's message.
+        knobs: the caller's names of the batch size, steps per epoch, epochs and checkpoint settings
+            for the error messages (:data:`KNOBS`' keys; ``identify`` passes ``fit.batch_size``, ...).
 
     Raises:
         ValueError: too few segments, an indivisible batch, a checkpoint of another run or of more
@@ -123,15 +136,16 @@ def adam_loop(
     """
     from tqdm.auto import tqdm
 
+    knobs = {**KNOBS, **(knobs or {})}
     counts = [len(arrays[0]) for arrays in data]
     full = min(n // b for n, b in zip(counts, sizes))
     if full == 0:
         g = int(np.argmin([n // b for n, b in zip(counts, sizes)]))
-        raise ValueError(f"{counts[g]} segments hold no full minibatch of train.batch_size={sizes[g]}")
+        raise ValueError(f"{counts[g]} segments hold no full minibatch of {knobs['batch_size']}={sizes[g]}")
     steps = steps_per_epoch or full
     if steps > full:
         raise ValueError(
-            f"train.steps_per_epoch={steps} exceeds the {full} full minibatches of {sizes[0]} in {counts[0]} segments"
+            f"{knobs['steps_per_epoch']}={steps} exceeds the {full} full minibatches of {sizes[0]} in {counts[0]} segments"
         )
     if stop_after is not None and stop_after < 1:
         raise ValueError(f"stop_after={stop_after} is invalid; allowed: an integer >= 1 or None")
@@ -150,10 +164,10 @@ def adam_loop(
                 on_resume(extra)
             if done > epochs * steps:
                 raise ValueError(
-                    f"checkpoint {checkpoint_path} holds {done / steps:g} epochs, more than train.epochs={epochs}"
+                    f"checkpoint {checkpoint_path} holds {done / steps:g} epochs, more than {knobs['epochs']}={epochs}"
                 )
     if jax.process_count() > 1:
-        _check_processes_agree(fingerprint, done)
+        _check_processes_agree(fingerprint, done, knobs)
     theta, opt_state = replicate((theta, opt_state), replicated)
     writer = jax.process_index() == 0  # the one process that writes checkpoints and shows progress
     bar = tqdm(total=epochs * steps, initial=done, desc=desc, disable=not (progress and writer), leave=False)

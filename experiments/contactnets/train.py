@@ -161,7 +161,7 @@ def train(
     """
     if not jax.config.jax_enable_x64:  # as identify warns: a whole fit in float32 is easy to miss
         warnings.warn(
-            "sysid.train runs in float32 (jax_enable_x64 is off); call diffmjx.enable_compilation_cache() "
+            "contactnets.train runs in float32 (jax_enable_x64 is off); call diffmjx.enable_compilation_cache() "
             "(float64 and a compile cache) or jax.config.update('jax_enable_x64', True) first",
             stacklevel=2,
         )
@@ -211,6 +211,12 @@ def train(
         record=record,
         postfix=lambda loss, rec: {"side_mm": f"{1e3 * float(rec['params/side_length']):.2f}"},
         hint="choose another train.checkpoint_dir",
+        knobs={
+            "batch_size": "train.batch_size",
+            "steps_per_epoch": "train.steps_per_epoch",
+            "epochs": "train.epochs",
+            "checkpoint": "train.checkpoint_dir",
+        },
     )
     steps = tc.steps_per_epoch or len(qpos_all) // tc.batch_size
     return TrainResult(
