@@ -75,7 +75,7 @@ def test_initialize_is_a_no_op_for_one_process(monkeypatch):
 
 # A worker: fixed-step MJX (exact to rounding across layouts; docs/sysid.md), a driven pendulum's
 # damping and gear from 30 % off, 8 segments, minibatches of 2 (one per device), 2 Adam steps of
-# sysid.identify with a held-out recording. argv: compile cache, output folder.
+# sysid.identify with a held-out recording, full_loss=false. argv: compile cache, output folder.
 WORKER = r"""
 import json, sys
 from pathlib import Path
@@ -99,7 +99,7 @@ res = sysid.identify(
     held_out=sysid.Recording.simulate(truth, ctrl[::-1], 0.01, qpos0=[-0.2], qvel0=[0.0], step=1e-3),
     cfg=diffmjx.Config().override("integrator.solver=mjx_euler"),
     fit=sysid.FitConfig(method="adam", horizon=2, batch_size=2, steps=2, learning_rate=0.05, intervals=False,
-                        tolerance_check=None),
+                        tolerance_check=None, full_loss=False),
     checkpoint_path=out / f"checkpoint{jax.process_index()}" / "fit.npz",
     progress=False,
 )
@@ -110,6 +110,7 @@ r = {
     "loss": res.history.loss.tolist(),
     "damping": [float(v[0]) for v in res.history.values],
     "held_out": res.history.held_out.tolist(),
+    "losses_skipped": bool(np.isnan(res.loss_start) and np.isnan(res.loss)),
 }
 print("RESULT " + json.dumps(r), flush=True)
 """
@@ -167,6 +168,7 @@ def test_two_processes_fit_like_one_with_two_devices(tmp_path):
     assert len(one["loss"]) == 2 and abs(one["damping"][1] - one["damping"][0]) > 1e-4
     assert abs(one["params"][0] - 0.39) > 1e-3 and abs(one["params"][1] - 2.6) > 1e-3
     assert len(one["held_out"]) == 2 and all(np.isfinite(one["held_out"]))  # evaluated after every step
+    assert one["losses_skipped"] and p0["losses_skipped"]  # full_loss=false: start and end losses NaN
     for r in (p0, p1):
         for key in ("params", "loss", "damping", "held_out"):
             np.testing.assert_allclose(r[key], one[key], rtol=AGREEMENT, atol=0, err_msg=key)
