@@ -30,6 +30,8 @@ def push():
     return mj, mjx.put_model(mj)
 
 
+@pytest.mark.slow  # suite budget: by default the elliptic-rows test below checks the push's gradient from a
+# distance (with friction), test_ilqr_moves_the_box... plans through it, and test_cfd keeps every scene's forward
 def test_push_cfd_gradient_is_nonzero_where_the_plain_one_is_zero(push):
     mj, mx = push
     x_adr = mj.jnt_qposadr[mj.joint("object").id]  # the free joint's x, y: the box's position
@@ -54,7 +56,7 @@ def test_push_cfd_gradient_is_nonzero_where_the_plain_one_is_zero(push):
     assert np.abs(np.asarray(cfd)[[0, 1, 1], [1, 0, 1]]).max() < 1e-9 * float(cfd[0, 0]), cfd
 
 
-@pytest.mark.slow  # suite budget: the default rows' normal-only gradient is checked by default above
+@pytest.mark.slow  # suite budget: the default rows' normal-only gradient is checked by default below
 def test_the_papers_rows_drag_the_box_sideways_from_a_distance(push):
     """The paper's rows (cfd.friction=distance): the friction pyramid acts at a distance, so a
     pusher sliding sideways past the box drags it sideways in the derivative (8e-5 of the push's
