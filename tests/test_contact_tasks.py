@@ -30,8 +30,8 @@ def push():
     return mj, mjx.put_model(mj)
 
 
-@pytest.mark.slow  # suite budget: by default the elliptic-rows test below checks the push's gradient from a
-# distance (with friction), test_ilqr_moves_the_box... plans through it, and test_cfd keeps every scene's forward
+@pytest.mark.slow  # suite budget: by default the elliptic-cone test below makes the same claims on the push
+# with friction (zero without CFD, the forward unchanged, along the normal only), in one Euler step
 def test_push_cfd_gradient_is_nonzero_where_the_plain_one_is_zero(push):
     mj, mx = push
     x_adr = mj.jnt_qposadr[mj.joint("object").id]  # the free joint's x, y: the box's position
@@ -72,8 +72,9 @@ def test_the_papers_rows_drag_the_box_sideways_from_a_distance(push):
 
 
 def test_cfd_builds_elliptic_rows_that_push_along_the_normal_only_from_a_distance():
-    """Elliptic cones: CFD's friction rows are dropped from a distance, the normal row pushes. One
-    Euler step (MJX's elliptic line search has a NaN derivative at zero tangential force, so a
+    """Elliptic cones, the pusher 5 cm from the box: without CFD the box's derivative is exactly zero;
+    with it the forward is unchanged, CFD's friction rows are dropped from a distance and the normal
+    row pushes. One Euler step (MJX's elliptic line search has a NaN derivative at zero tangential force, so a
     resting box's multi-step gradient is NaN with or without CFD; docs/cfd.md)."""
     mj = scenes.geom_pair_friction(mujoco.MjModel.from_xml_path(str(scenes.path("push"))))
     mj.opt.cone = mujoco.mjtCone.mjCONE_ELLIPTIC
@@ -81,8 +82,19 @@ def test_cfd_builds_elliptic_rows_that_push_along_the_normal_only_from_a_distanc
     x_adr = mj.jnt_qposadr[mj.joint("object").id]
     d0 = mjx.make_data(mx)
     one = CFD.override("integrator.substeps=1", "solver.gradient=unroll")
-    jac = jax.jit(jax.jacfwd(lambda u: diffmjx.step(mx, d0.replace(ctrl=u), one).qpos[x_adr : x_adr + 2]))
-    cfd = np.asarray(jac(jnp.zeros(mx.nu)))  # rows: the box's x, y; columns: the controls x, y
+    plain_one = one.override("cfd.enabled=false")
+    box_xy = lambda u, cfg: diffmjx.step(mx, d0.replace(ctrl=u), cfg).qpos[x_adr : x_adr + 2]
+    # both controls' directions in one forward-mode program per config
+    jac = jax.jit(
+        lambda u, cfg: jax.vmap(lambda t: jax.jvp(lambda u: box_xy(u, cfg), (u,), (t,)))(jnp.eye(mx.nu)),
+        static_argnums=1,
+    )
+    u0 = jnp.zeros(mx.nu)
+    (x_plain, plain), (x_cfd, cfd) = jac(u0, plain_one), jac(u0, one)  # rows: the controls x, y; columns: box x, y
+    assert float(mj.body("object").pos[0] - 0.03 - (mj.body("pusher").pos[0] + 0.02)) > 0.04  # 5 cm apart
+    np.testing.assert_array_equal(np.asarray(plain), 0.0)  # without CFD: no contact, no derivative
+    np.testing.assert_array_equal(np.asarray(x_cfd), np.asarray(x_plain))  # CFD: the derivative only
+    cfd = np.asarray(cfd)
     assert cfd[0, 0] > 1e-6, cfd
     assert np.abs(cfd[[0, 1, 1], [1, 0, 1]]).max() < 1e-9 * cfd[0, 0], cfd
 
