@@ -31,6 +31,25 @@ from experiments.contactnets_extended import FREE, inits_override, random_start
 RECORD = common.RESULTS / "contactnets_params_record.json"
 
 
+def write_comparison(out, column: str, published: cn.CubeParams, rerun: cn.CubeParams, published_error, error) -> None:
+    """``out``: per quantity (side in mm, mass, friction, solref, solimp, the test error in mm) the
+    published value, the rerun's (``column``) and their relative difference; printed as well."""
+    rows = [
+        ("side_mm", 1e3 * float(published.side_length), 1e3 * float(rerun.side_length)),
+        ("mass_kg", float(published.mass), float(rerun.mass)),
+        ("friction", float(published.friction), float(rerun.friction)),
+    ]
+    rows += [(f"solref{i}", float(a), float(b)) for i, (a, b) in enumerate(zip(published.solref, rerun.solref))]
+    rows += [(f"solimp{i}", float(a), float(b)) for i, (a, b) in enumerate(zip(published.solimp, rerun.solimp))]
+    rows.append(("test_error_mm", float(published_error), float(error)))
+    with out.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["quantity", "published", column, "relative_difference"])
+        for name, a, b in rows:
+            w.writerow([name, f"{a:.9g}", f"{b:.9g}", f"{(b - a) / a:.3g}"])
+            print(f"{name:14s} published {a:12.6g}  {column} {b:12.6g}  ({100 * (b - a) / a:+.3f} %)")
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=632, help="Adam steps (the published run's 632)")
@@ -78,21 +97,8 @@ def main(argv=None) -> None:
         lambda: cn.grouped_trajectory_error(rerun, test, cfg),
         args.fresh,
     )
-    rows = [
-        ("side_mm", 1e3 * float(published.side_length), 1e3 * float(rerun.side_length)),
-        ("mass_kg", float(published.mass), float(rerun.mass)),
-        ("friction", float(published.friction), float(rerun.friction)),
-    ]
-    rows += [(f"solref{i}", float(a), float(b)) for i, (a, b) in enumerate(zip(published.solref, rerun.solref))]
-    rows += [(f"solimp{i}", float(a), float(b)) for i, (a, b) in enumerate(zip(published.solimp, rerun.solimp))]
-    rows.append(("test_error_mm", float(record["test_error_mm"]), float(err)))
     out = common.RESULTS / "contactnets_generic.csv"
-    with out.open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["quantity", "published", "generic_path", "relative_difference"])
-        for name, a, b in rows:
-            w.writerow([name, f"{a:.9g}", f"{b:.9g}", f"{(b - a) / a:.3g}"])
-            print(f"{name:14s} published {a:12.6g}  generic path {b:12.6g}  ({100 * (b - a) / a:+.3f} %)")
+    write_comparison(out, "generic_path", published, rerun, float(record["test_error_mm"]), float(err))
     print(f"wrote {out}")
 
 

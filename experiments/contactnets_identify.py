@@ -24,7 +24,6 @@ written: the run shares its machine). The fit is checkpointed after every step (
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import time
 
@@ -35,6 +34,7 @@ from diffmjx import scenes, sysid
 from experiments import common
 from experiments import contactnets as cn
 from experiments.contactnets_extended import random_start
+from experiments.contactnets_generic import write_comparison
 
 RECORD = common.RESULTS / "contactnets_params_record.json"
 OUT = common.RESULTS / "contactnets_identify.csv"
@@ -120,20 +120,7 @@ def main(argv=None) -> None:
         lambda: cn.grouped_trajectory_error(fitted, test, study),
         args.fresh,
     )
-    rows = [
-        ("side_mm", 1e3 * float(published.side_length), 1e3 * float(fitted.side_length)),
-        ("mass_kg", float(published.mass), float(fitted.mass)),
-        ("friction", float(published.friction), float(fitted.friction)),
-    ]
-    rows += [(f"solref{i}", float(a), float(b)) for i, (a, b) in enumerate(zip(published.solref, fitted.solref))]
-    rows += [(f"solimp{i}", float(a), float(b)) for i, (a, b) in enumerate(zip(published.solimp, fitted.solimp))]
-    rows.append(("test_error_mm", float(record["test_error_mm"]), float(err)))
-    with OUT.open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["quantity", "published", "identify", "relative_difference"])
-        for name, a, b in rows:
-            w.writerow([name, f"{a:.9g}", f"{b:.9g}", f"{(b - a) / a:.3g}"])
-            print(f"{name:14s} published {a:12.6g}  identify {b:12.6g}  ({100 * (b - a) / a:+.3f} %)")
+    write_comparison(OUT, "identify", published, fitted, float(record["test_error_mm"]), float(err))
     print(f"identify: {len(hist.step)} steps in {wall:.0f} s; wrote {OUT}")
 
 
