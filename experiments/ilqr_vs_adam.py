@@ -67,7 +67,8 @@ def _contact(name: str, starts: int):
         qpos, target = task.case(mj, seed)
         data.append(common.mjx.make_data(m).replace(qpos=jnp.asarray(qpos), mocap_pos=jnp.asarray(target)[None]))
     sim = diffmjx.Config().override(*cm.SIM, *cm.CFD)
-    return m, data, cm.make_cost(mj, task), sim, {"horizon": 16, "learning_rate": 0.1, "clip_norm": 1.0}
+    knobs = {"horizon": 16, "learning_rate": 0.1, "clip_norm": 1.0, "ilqr_reach": ()}  # as measured (before ilqr_reach)
+    return m, data, cm.make_cost(mj, task), sim, knobs
 
 
 def _baoding(starts: int, implicit: bool = False):
@@ -79,8 +80,9 @@ def _baoding(starts: int, implicit: bool = False):
     if implicit:
         sim = sim.override("solver.gradient=implicit")
     # one start: the reset pose. iLQR's cost Hessian as these rows were measured (exact; the default is
-    # now psd, which zeroes its negative curvature: the swap cost's palm frame gives it some)
-    knobs = {"horizon": 16, "learning_rate": 0.05, "clip_norm": 1.0, "ilqr_cost_hessian": "exact"}
+    # now psd, which zeroes its negative curvature: the swap cost's palm frame gives it some), and
+    # without the rescaled steps (ilqr_reach, added later)
+    knobs = {"horizon": 16, "learning_rate": 0.05, "clip_norm": 1.0, "ilqr_cost_hessian": "exact", "ilqr_reach": ()}
     return m, [d0], cost, sim, knobs
 
 

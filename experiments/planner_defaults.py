@@ -2,6 +2,7 @@
 
     python -m experiments.planner_defaults [--rates 0.03 0.1 0.3] [--seeds 10] [--starts 1]
     python -m experiments.planner_defaults --planner ilqr_cfd --knob ilqr_reuse --values 0 2 [--tasks ...]
+        [--planner-set KNOB=VALUE ...]
 
 By default, Adam's learning rate.
 
@@ -22,6 +23,8 @@ median score. Any other knob of
 docs/results/planner_suite.csv`` runs it at the suite table's budgets instead of calibrating them again.
 A knob of the planning model's :class:`diffmjx.Config` (a dotted name, e.g. ``--knob cfd.solimp
 --values [0,0.01,0.05,1,2] [0,0.01,0.1,1,2]``) is swept the same way, for every planner's model.
+``--planner-set`` fixes other planner knobs for every run (e.g. ``ilqr_reach=[]``, the setting the
+committed iLQR sweeps were measured at, before the rescaled steps existed).
 """
 
 from __future__ import annotations
@@ -156,6 +159,10 @@ def main(argv=None) -> None:
             ("--tasks", {"nargs": "+", "choices": list(planner_suite.TASKS), "default": list(planner_suite.TASKS)}),
             ("--seeds", {"type": int, "default": 10, "help": "the first start's seed"}),
             ("--starts", {"type": int, "default": 1, "help": "random starts per task and rate"}),
+            (
+                "--planner-set",
+                {"nargs": "+", "default": [], "help": "planner overrides for every run, e.g. ilqr_reach=[]"},
+            ),
         ),
     )
     seeds = range(args.seeds, args.seeds + (1 if args.quick else args.starts))
@@ -173,7 +180,7 @@ def main(argv=None) -> None:
             [args.planner],
             seeds,
             args.quick,
-            () if sim else setting,
+            (*args.planner_set, *(() if sim else setting)),
             args.fresh,
             budgets=budgets,
             sim_extra=setting if sim else (),

@@ -703,15 +703,17 @@ def _samples(planner: str, iterations) -> float:
 def _knob_key(cfg: mpc.PlannerConfig, base: mpc.PlannerConfig) -> tuple:
     """What a saved closed loop depends on beyond the suite's own overrides: the defaults its kind
     reads that changed since the suite's first run (Adam's learning rate became a fraction of the
-    control range; iLQR's cost Hessian became the convexified one; empty for the kinds that read
+    control range; iLQR's cost Hessian became the convexified one, and its rescaled steps
+    ``ilqr_reach`` were added, a run without them keyed as before; empty for the kinds that read
     neither, whose saved runs stay valid), and the
     knobs that ``--planner-set`` changed from ``base``. A sweep's run at a value that later becomes
     the default is the default's run."""
     adam = cfg.kind in ("gradient", "hybrid")
     key = ("learning_rate", cfg.learning_rate, "of the control range") if adam else ()
-    if cfg.kind == "ilqr":  # the default became the convexified Hessian
+    if cfg.kind == "ilqr":  # the default became the convexified Hessian, then gained the rescaled steps
         key = ("ilqr_cost_hessian", cfg.ilqr_cost_hessian)
-    newer = {"learning_rate"} if adam else {"ilqr_cost_hessian"} if cfg.kind == "ilqr" else set()
+        key = (*key, "ilqr_reach", cfg.ilqr_reach) if cfg.ilqr_reach else key  # none: as saved before it existed
+    newer = {"learning_rate"} if adam else {"ilqr_cost_hessian", "ilqr_reach"} if cfg.kind == "ilqr" else set()
     changed = [
         (f.name, getattr(cfg, f.name))
         for f in dataclasses.fields(cfg)

@@ -605,6 +605,24 @@ def test_ilqr_jacobian_knob_resolves_against_the_planning_model(monkeypatch):
         mpc.PlannerConfig(ilqr_jacobian="held")
 
 
+def test_ilqr_reach_knob_is_passed_on_and_validated(monkeypatch):
+    """``planner.ilqr_reach`` reaches ``ilqr.iteration`` as given (a list from YAML or the command
+    line becomes a tuple; ``[]`` turns it off), and a share outside (0, 1] is refused by name."""
+    from diffmjx.mpc import ilqr
+
+    seen = {}
+    monkeypatch.setattr(ilqr, "iteration", lambda *a, **kw: (seen.update(kw), (a[2], {"cost": 0.0, "finite": True}))[1])
+    base = mpc.PlannerConfig(kind="ilqr", horizon=2, execute=1)
+    assert base.ilqr_reach == (0.1, 0.3)
+    for text, expected in (("[0.2]", (0.2,)), ("[]", ()), ("[0.05, 1]", (0.05, 1.0))):
+        cfg = base.override(f"ilqr_reach={text}")
+        mpc.PLANNERS["ilqr"](cfg, SIM).step(None, None, "carry", None, 0.01)
+        assert seen["reach"] == expected, text
+    for bad in ([0.0], [1.5], [-0.1], "0.1", [True]):
+        with pytest.raises(ValueError, match=r"planner.ilqr_reach=.* is invalid; expected a list of shares"):
+            mpc.PlannerConfig(ilqr_reach=bad)
+
+
 def test_ilqr_chord_rounds_are_the_next_iterations_where_the_jacobians_do_not_change(monkeypatch):
     """The slider without control limits has linear dynamics (MJX's Euler step of a damped cart:
     ``A_t``, ``B_t`` the same for every plan), so a chord round, which keeps the iteration's Jacobians

@@ -20,7 +20,9 @@ The problem: choose controls ``u_0 .. u_{H-1}`` (each held for one control perio
    ``alpha = 1`` and ``1/4``, controls projected onto ``ctrlrange``, and keeps the cheapest if it
    lowers the cost (``mu`` moves to its regularisation); where none does, it retries (``retries``
    rounds) around a ``mu`` 1000 times larger on the same Jacobians, and where none of those does
-   either, keeps the plan and raises ``mu`` past every one tried;
+   either, keeps the plan and raises ``mu`` past every one tried. With ``reach``, the step at
+   ``mu`` rescaled to each of its lengths (a share of the control range) is a candidate too: off a
+   plateau the Newton step is as small as the gradient there;
 5. optionally (``reuse``; ``planner.ilqr_reuse``), after an accepted round, takes up to ``reuse``
    chord rounds: steps 2-4 about the new plan on the Jacobians of step 1, each kept only if it
    lowers the cost.
@@ -45,6 +47,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from diffmjx.config import Config
 from diffmjx.integration.integrate import rollout
@@ -214,6 +217,7 @@ def iteration(
     reuse: int = 0,
     convex: bool = True,
     jacobian: str = "period",
+    reach: tuple[float, ...] = (),
 ) -> tuple[ILQRState, dict]:
     """One iLQR iteration on the plan of ``state`` from ``d``.
 
@@ -261,6 +265,16 @@ def iteration(
         jacobian: :func:`diffmjx.linearize`'s ``jacobian``: ``period`` (default), each period's own
             Jacobians; ``substep`` (fixed-step ``sim`` only), one substep's held over the period
             (``planner.ilqr_jacobian``).
+        reach: shares of each actuator's control range (of 1 for an unlimited one): for each, one
+            more candidate, the step at the current ``mu`` rescaled (up or down) so that its largest
+            control change over the plan is that share, judged with the others (the cheapest that
+            lowers the cost is kept; ``mu`` stays where it was). The Newton step is as long as the
+            gradient is against the cost's curvature: where the cost is flat until a contact is made
+            and contacts from distance give a small gradient, it barely moves and is rejected, and
+            the raised ``mu`` makes the next one shorter still (on the planner suite's tipped box:
+            5e-4 of the range, every later iteration rejected); a step of fixed length along the
+            same direction reaches the contact (``planner.ilqr_reach``; ``()``: none). A sequence
+            or a 1-D array (its length fixed under ``jit``, its values may be traced).
 
     Returns:
         ``(state, info)``: the new state and ``info`` with ``cost`` (the cost of the plan this
@@ -284,6 +298,8 @@ def iteration(
         return grad, (value, grad)
 
     lo, hi = (b.astype(u.dtype) for b in ctrl_bounds(m))
+    width = jnp.where(jnp.isfinite(hi - lo), hi - lo, 1.0)
+    nreach = int(np.shape(reach)[0]) if np.ndim(reach) else 0
     start = (d.qpos, d.qvel, d.act, jnp.asarray(d.time, u.dtype))
     first = jnp.asarray(lin.dt0[0], u.dtype)  # the first period's first trial step, as linearize took it
 
@@ -315,10 +331,17 @@ def iteration(
         ub, g, h, c0 = nom[0], *nom[4:]
         backward = lambda mu: backward_pass(lin.A, lin.B, g, h, mu, n, lo - ub, hi - ub, box, state_regularization)
         mus, alphas = _candidates(mu, line_search, u.dtype, search_mu)
-        if search_mu:
+        if nreach:  # the step at mu, rescaled to each reach: its largest control change a share of the range
+            mus = jnp.concatenate([mus, jnp.full(nreach, mu, u.dtype)])
+            alphas = jnp.concatenate([alphas, jnp.zeros(nreach, u.dtype)])
+        if search_mu or nreach:
             k, K = jax.vmap(backward)(mus)
         else:  # one mu for every candidate: one backward pass
             k, K = jax.tree.map(lambda x: jnp.broadcast_to(x, (line_search, *x.shape)), backward(mu))
+        if nreach:
+            size = jnp.max(jnp.abs(k[line_search:]) / width, axis=(1, 2))
+            scale = jnp.where(size > 0, jnp.asarray(reach, u.dtype) / jnp.where(size > 0, size, 1.0), 0.0)
+            alphas = alphas.at[line_search:].set(scale)
         gains_ok = jnp.isfinite(c0) & jnp.all(jnp.isfinite(k), axis=(1, 2)) & jnp.all(jnp.isfinite(K), axis=(1, 2, 3))
         k, K = jnp.where(gains_ok[:, None, None], k, 0.0), jnp.where(gains_ok[:, None, None, None], K, 0.0)
         us, costs, xs = jax.vmap(policy, in_axes=(0, 0, 0, None))(alphas, k, K, nom)

@@ -48,6 +48,19 @@ __all__ = [
 ]
 
 
+def _check_reach(key: str, value) -> tuple[float, ...]:
+    """``planner.ilqr_reach``: a (possibly empty) sequence of shares in (0, 1]."""
+    ok = isinstance(value, (list, tuple)) and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and 0.0 < v <= 1.0 for v in value
+    )
+    if not ok:
+        raise ValueError(
+            f"{key}={value!r} is invalid; expected a list of shares of the control range, each in (0, 1] "
+            "(e.g. [0.1, 0.3]; [] turns the rescaled steps off)"
+        )
+    return tuple(float(v) for v in value)
+
+
 @dataclasses.dataclass(frozen=True)
 class PlannerConfig(Section, Preset):
     """Knobs of the planners (defaults: the paper's gradient MPC, App. E.3, but for Adam's
@@ -116,6 +129,15 @@ class PlannerConfig(Section, Preset):
             ``auto``, ``substep`` where the planning model steps at fixed steps, else ``period``.
             Measured on the planner suite (docs/mpc.md): ``substep`` affords up to 11x the iterations
             but lands 12 of 18 unseen starts against ``period``'s 14, so ``period`` is the default.
+        ilqr_reach: shares of each actuator's control range (of 1 for an unlimited one), each in
+            (0, 1]: for each, iLQR also tries its step at ``mu`` rescaled so that its largest control
+            change is that share (ilqr; :func:`diffmjx.mpc.ilqr.iteration`'s ``reach``), beside the
+            line search's candidates and judged like them. Where the cost is flat until a contact is
+            made (the object's cost before the actuated body reaches it, plus effort), contacts from
+            distance give a small gradient, and the Newton step, scaled by it against the effort's
+            curvature, barely moves (on the planner suite's tipped box, 5e-4 of the range: every
+            iteration rejected); a step of fixed length along it reaches the contact. ``[]``: the
+            line search's candidates only.
         time_budget: seconds of wall time per plan step in :func:`~diffmjx.mpc.closed_loop`: its
             iterations stop before the next would take the plan step past the budget (at least one
             runs; ``iterations`` stays the most), so planners compare at equal time per plan step;
@@ -153,6 +175,7 @@ class PlannerConfig(Section, Preset):
     ilqr_reuse: int = knob(0, ge=0)
     ilqr_cost_hessian: str = knob("psd", choices=("psd", "exact"))
     ilqr_jacobian: str = knob("period", choices=(*JACOBIANS, "auto"))
+    ilqr_reach: tuple[float, ...] = knob((0.1, 0.3), check=_check_reach)
     keep_best: bool = knob(True)
     time_budget: float | None = knob(None, gt=0.0)
 
@@ -446,6 +469,7 @@ class ILQRMethod:
             reuse=self.cfg.ilqr_reuse,
             convex=self.cfg.ilqr_cost_hessian == "psd",
             jacobian=self.jacobian,
+            reach=self.cfg.ilqr_reach,
         )
         return carry, (info["cost"], info["finite"])
 
