@@ -53,7 +53,7 @@ from diffmjx.config import Config
 from diffmjx.integration.integrate import rollout
 from diffmjx.jacobians import forward_config, linearize, tangent_size
 from diffmjx.physics import manifold
-from diffmjx.physics.dynamics import ctrl_bounds, forward_unchecked
+from diffmjx.physics.dynamics import ctrl_bounds, ctrl_width, forward_unchecked
 
 __all__ = ["ILQRState", "backward_pass", "init", "iteration"]
 
@@ -298,7 +298,7 @@ def iteration(
         return grad, (value, grad)
 
     lo, hi = (b.astype(u.dtype) for b in ctrl_bounds(m))
-    width = jnp.where(jnp.isfinite(hi - lo), hi - lo, 1.0)
+    width = ctrl_width(m).astype(u.dtype)
     nreach = int(np.shape(reach)[0]) if np.ndim(reach) else 0
     start = (d.qpos, d.qvel, d.act, jnp.asarray(d.time, u.dtype))
     first = jnp.asarray(lin.dt0[0], u.dtype)  # the first period's first trial step, as linearize took it
@@ -334,10 +334,10 @@ def iteration(
         if nreach:  # the step at mu, rescaled to each reach: its largest control change a share of the range
             mus = jnp.concatenate([mus, jnp.full(nreach, mu, u.dtype)])
             alphas = jnp.concatenate([alphas, jnp.zeros(nreach, u.dtype)])
-        if search_mu or nreach:
+        if search_mu:
             k, K = jax.vmap(backward)(mus)
-        else:  # one mu for every candidate: one backward pass
-            k, K = jax.tree.map(lambda x: jnp.broadcast_to(x, (line_search, *x.shape)), backward(mu))
+        else:  # one mu for every candidate (the rescaled ones' too): one backward pass
+            k, K = jax.tree.map(lambda x: jnp.broadcast_to(x, (mus.shape[0], *x.shape)), backward(mu))
         if nreach:
             size = jnp.max(jnp.abs(k[line_search:]) / width, axis=(1, 2))
             scale = jnp.where(size > 0, jnp.asarray(reach, u.dtype) / jnp.where(size > 0, size, 1.0), 0.0)

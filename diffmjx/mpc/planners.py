@@ -30,7 +30,7 @@ from diffmjx.config import Config, Preset, Section, knob
 from diffmjx.integration.integrate import rollout
 from diffmjx.jacobians import JACOBIANS, forward_config
 from diffmjx.mpc import ilqr
-from diffmjx.physics.dynamics import ctrl_bounds
+from diffmjx.physics.dynamics import ctrl_bounds, ctrl_width
 from diffmjx.registry import PLANNERS
 
 __all__ = [
@@ -298,13 +298,6 @@ def _shard_samples(x, cfg: PlannerConfig):
     mesh = jax.sharding.Mesh(np.asarray(devices), ("batch",))
     spec = jax.sharding.PartitionSpec("batch", *([None] * (x.ndim - 1)))
     return jax.lax.with_sharding_constraint(x, jax.sharding.NamedSharding(mesh, spec))
-
-
-def ctrl_width(m):
-    """(nu,) each actuator's control range, 1 for an unlimited one: the unit of ``noise_scale`` and
-    ``learning_rate``."""
-    lo, hi = ctrl_bounds(m)
-    return jnp.where(jnp.isfinite(hi - lo), hi - lo, 1.0)
 
 
 def _sample(m, d, nominal, cost, key, dt0, cfg: PlannerConfig, sim: Config, keep_nominal: bool = True):

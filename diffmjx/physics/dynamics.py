@@ -157,6 +157,13 @@ def ctrl_bounds(m):
     return jnp.asarray(lo), jnp.asarray(hi)
 
 
+def ctrl_width(m):
+    """(nu,) each actuator's control range, 1 for an unlimited one: the unit of the planners'
+    ``noise_scale``, ``learning_rate`` and ``ilqr_reach``."""
+    lo, hi = ctrl_bounds(m)
+    return jnp.where(jnp.isfinite(hi - lo), hi - lo, 1.0)
+
+
 def act_limits(m):
     """(na, 2) activation bounds, infinite where an actuator is not actlimited (actnum 1 assumed)."""
     stateful = np.asarray(m.actuator_actadr) >= 0
