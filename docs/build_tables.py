@@ -283,7 +283,7 @@ def planner_defaults(knob: str = "learning_rate", label: str = "lr", value=float
     totals. ``value``: the number a CSV cell stands for (the swept column of a tuple knob)."""
     name = "planner_defaults.csv" if knob == "learning_rate" else f"planner_defaults_{knob.replace('.', '_')}.csv"
     rows = [{**r, knob: value(r[knob])} for r in _rows(name)]
-    rates = sorted({r[knob] for r in rows})
+    rates = sorted({r[knob] for r in rows}, key=lambda a: (a != "[]", a))  # "[]": a list knob off, first
     show = lambda a: a if isinstance(a, str) else f"{a:g}"
     out = ["| task | " + " | ".join(f"{label} {show(a)}{unit}" for a in rates) + " |", "|---|" + "---|" * len(rates)]
     cell = lambda sel: (
@@ -1941,6 +1941,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "planner_defaults_ilqr_reuse": lambda: planner_defaults("ilqr_reuse", "`ilqr_reuse`"),
     "vjp_sources": vjp_sources,
     "planner_defaults_ilqr_jacobian": lambda: planner_defaults("ilqr_jacobian", "`ilqr_jacobian`", str),
+    "planner_defaults_ilqr_reach": lambda: planner_defaults("ilqr_reach", "`ilqr_reach`", str),
     "planner_defaults_cfd_width": lambda: planner_defaults(
         "cfd.solimp", "width", lambda cell: float(cell.split("/")[2]), " m"
     ),

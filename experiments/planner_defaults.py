@@ -96,19 +96,22 @@ def plot(rows: list[dict], out, knob: str = "learning_rate", planner: str = PLAN
     axes[0].set_ylabel(f"successes of {n} closed loops")
     axes[0].set_ylim(0, max(n, 1))
     axes[0].set_title(f"{'all suite tasks' if len(tasks) == 9 else 'suite tasks'}, {planner}, equal time", fontsize=9)
+    scores = [r["score"] for r in rows if r["score"] > 0]
+    floor = min(scores) / 3  # a median score of exactly 0 (on target) is drawn on the axis' floor
     for k, task in enumerate(tasks):
         med = [np.median([r["score"] for r in rows if (r["task"], r[knob]) == (task, a)]) for a in rates]
+        med = np.maximum(med, floor)
         axes[1].plot(x + (k - len(tasks) / 2) * 0.03, med, "o-", color=f"C{k}", label=task, ms=4, lw=0.8)
     axes[1].axhline(1.0, color="0.5", lw=0.8, ls="--")
     axes[1].set_yscale("log")
-    scores = [r["score"] for r in rows if r["score"] > 0]
     grid = (1e-4, 1e-3, 0.01, 0.1, 0.3, 1, 3, 10, 30, 100)
-    ticks = [t for t in grid if min(scores) / 3 <= t <= max(scores) * 3]
+    ticks = [t for t in grid if floor <= t <= max(scores) * 3]
     axes[1].set_yticks(ticks, [f"{t:g}" for t in ticks])
+    axes[1].set_ylim(floor / 1.5, max(scores) * 3)
     axes[1].minorticks_off()
     axes[1].set_xticks(x, xticks)
     axes[1].set_xlabel(label)
-    axes[1].set_ylabel("median score (success below 1)")
+    axes[1].set_ylabel("median score (success below 1; 0 at the floor)")
     axes[1].set_title("per task", fontsize=9)
     axes[1].legend(fontsize=7, ncol=2, frameon=False)
     common.save_figure(fig, out / f"{_name(knob)}.png")
@@ -121,13 +124,13 @@ def _name(knob: str) -> str:
 def _label(value) -> str:
     """A swept value as a tick label and CSV cell: ``0.1``, or ``0/0.01/0.1/1/2`` for a tuple."""
     if isinstance(value, tuple):
-        return "/".join(f"{v:g}" for v in value)
+        return "/".join(f"{v:g}" for v in value) if value else "[]"
     return str(value) if isinstance(value, str) else f"{value:g}"
 
 
 def _ticks(rates: list, label: str) -> tuple[list[str], str]:
     """Tick labels and axis label: for tuple values only the entries that differ (``cfd.solimp[2]``)."""
-    if not rates or not isinstance(rates[0], tuple):
+    if not rates or not isinstance(rates[0], tuple) or len({len(a) for a in rates}) > 1:
         return [_label(a) for a in rates], label
     varying = [i for i in range(len(rates[0])) if len({a[i] for a in rates}) > 1]
     ticks = ["/".join(f"{a[i]:g}" for i in varying) for a in rates]
