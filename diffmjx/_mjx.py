@@ -329,16 +329,16 @@ def wrap_inside(m: Model) -> WrapInside:
     return WrapInside(i.is_wrap_inside, i.wrap_inside_maxiter, i.wrap_inside_tolerance, i.wrap_inside_z_init)
 
 
-def position_stages(collide=None, tendon=None, rows=None) -> list[tuple[str, object]]:
+def position_stages(collide=None, tendon=None, rows=None, kinematics=None, com_pos=None) -> list[tuple[str, object]]:
     """The stages of ``mjx fwd_position`` in order, as ``(name, fn(m, d) -> d)``.
 
-    ``collide(m, d)``, ``tendon(m, d)`` and ``rows(m, d)`` replace MJX's collision, tendon and
-    ``make_constraint`` stages when given. Used by :func:`fwd_position_with` and by the per-stage cost benchmark
+    ``collide(m, d)``, ``tendon(m, d)``, ``rows(m, d)``, ``kinematics(m, d)`` and ``com_pos(m, d)``
+    replace MJX's collision, tendon, ``make_constraint``, ``kinematics`` and ``com_pos`` stages when given. Used by :func:`fwd_position_with` and by the per-stage cost benchmark
     (``experiments/benchmark_vjp``).
     """
     return [
-        ("kinematics", smooth.kinematics),
-        ("com_pos", smooth.com_pos),
+        ("kinematics", smooth.kinematics if kinematics is None else kinematics),
+        ("com_pos", smooth.com_pos if com_pos is None else com_pos),
         ("camlight", smooth.camlight),
         ("tendon", smooth.tendon if tendon is None else tendon),
         ("crb", smooth.crb),

@@ -791,7 +791,7 @@ def speed_jit() -> str:
     return "\n".join(out) + "\n"
 
 
-VJP_GRADIENTS = ("unroll", "unroll, iterations stored", "implicit")
+VJP_GRADIENTS = ("unroll", "unroll, iterations stored", "implicit", "implicit, MJX kinematics")
 
 
 def speed_vjp() -> str:
@@ -814,6 +814,26 @@ def speed_vjp() -> str:
             out.append(
                 f"| {state} | {grad} | {fwd:.1f} µs | {g:.0f} µs | {g / fwd:.1f}× | {int(float(t['forward_thunks']))} | "
                 f"{int(float(t['gradient_thunks']))} ({parts}) |"
+            )
+    return "\n".join(out) + "\n"
+
+
+def speed_kinematics_rule() -> str:
+    """DiffMJX's kinematics and com_pos against MJX's own, one evaluation with the implicit solver
+    gradient, same run of ``benchmark_vjp`` (whole evaluations timed in alternation)."""
+    whole = {(r["state"], r["gradient"]): r for r in _rows("benchmark_vjp.csv") if r["stages"] == "dynamics.forward"}
+    thunks = {(r["state"], r["gradient"]): r for r in _rows("benchmark_vjp_thunks.csv")}
+    out = [
+        "| state | kinematics, com_pos | forward | gradient | gradient ÷ forward | gradient thunks | pads |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for state in ("free flight", "contact"):
+        for grad, who in (("implicit, MJX kinematics", "MJX's"), ("implicit", "DiffMJX's")):
+            w, t = whole[(state, grad)], thunks[(state, grad)]
+            fwd, g = float(w["forward_us"]), float(w["gradient_us"])
+            out.append(
+                f"| {state} | {who} | {fwd:.1f} µs | {g:.0f} µs | {g / fwd:.1f}× | {int(float(t['gradient_thunks']))} "
+                f"| {int(float(t['gradient_pad (transpose of a slice)']))} |"
             )
     return "\n".join(out) + "\n"
 
@@ -1068,7 +1088,7 @@ def speed_targets() -> str:
         + ", ".join(f"{k} {v:.1f}×" for k, v in f4.items())
         + f". Default toss at `Config()` (`benchmark_adjoints_summary.csv`): backsolve {adj['backsolve']:.1f}×, "
         f"`adjoint=sensitivity` {adj['sensitivity']:.1f}×. One evaluation's gradient is "
-        f"{min(vjp):.1f}–{max(vjp):.1f}× its forward even with `implicit` (`benchmark_vjp.csv`)"
+        f"{min(vjp):.1f}–{max(vjp):.1f}× its forward with `implicit` (`benchmark_vjp.csv`)"
     )
     best4 = min([*q.values(), *f4.values(), adj["backsolve"], adj["sensitivity"]])
     met4 = (
@@ -1965,6 +1985,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "speed_jit": speed_jit,
     "speed_vjp": speed_vjp,
     "speed_solver_checkpoint": speed_solver_checkpoint,
+    "speed_kinematics_rule": speed_kinematics_rule,
     "speed_backsolve_args": speed_backsolve_args,
     "speed_pareto_full": speed_pareto_full,
     "speed_pareto_quick": speed_pareto_quick,

@@ -16,7 +16,11 @@ Two states of the toss (MuJoCo C rollout): "free flight" (the initial state, no 
 "contact" (the first state where at least 4 constraint rows carry force), each with the unrolled and
 the implicit solver gradient, and, measured whole only, the unrolled solve with its iterations
 stored instead of rematerialised (``solver.solve(..., remat_iterations=False)``, the code before
-that change): the same run then shows what the change bought. With JAX's profiler
+that change) and the implicit one with MJX's own ``kinematics`` and ``com_pos`` instead of
+:mod:`diffmjx.physics.smooth`'s (the code before those stages' rules): the same run then shows what
+each change bought. The whole evaluations of a state are timed in alternation (15 rounds, three
+calls of each program per round, the fastest call kept), so that they compare within one stretch
+of the machine's load. With JAX's profiler
 (``diffmjx.profiling.thunks``), the module also counts the XLA thunks (kernels) one gradient
 evaluation executes, by kind: on a 6-dof model most thunks are tiny, so their number is a large part
 of what the backward pass pays for. Row "whole (qacc only)" is the evaluation as the integrator
@@ -39,6 +43,7 @@ import numpy as np
 from tqdm import tqdm
 
 import diffmjx
+from diffmjx import _mjx
 from diffmjx.physics import dynamics
 from diffmjx.profiling import thunks
 from experiments import common
@@ -66,15 +71,25 @@ THUNK_KINDS = {  # thunk name prefix -> kind reported in the thunk table
 }
 
 
-# (row label, solver.gradient, rematerialised unrolled iterations); the last one is the unrolled
-# solve as it was before its iterations were rematerialised, measured whole only.
-CASES = (("unroll", "unroll", True), ("implicit", "implicit", True), ("unroll, iterations stored", "unroll", False))
+# (row label, solver.gradient, rematerialised unrolled iterations, MJX's own kinematics and com_pos);
+# the last two are measured whole only: the unrolled solve as it was before its iterations were
+# rematerialised, and the implicit one with MJX's kinematics and com_pos instead of
+# diffmjx.physics.smooth's (the code before those stages' derivative rules).
+CASES = (
+    ("unroll", "unroll", True, False),
+    ("implicit", "implicit", True, False),
+    ("unroll, iterations stored", "unroll", False, False),
+    ("implicit, MJX kinematics", "implicit", True, True),
+)
 
 
-def stages(cfg: diffmjx.Config, remat_iterations: bool = True) -> dict:
-    """name -> fn(m, d) -> d for every stage of ``dynamics.forward`` (no smoothing, no CFD)."""
+def stages(cfg: diffmjx.Config, remat_iterations: bool = True, mjx_kinematics: bool = False) -> dict:
+    """name -> fn(m, d) -> d for every stage of ``dynamics.forward`` (no smoothing, no CFD); with
+    ``mjx_kinematics``, MJX's own ``kinematics`` and ``com_pos`` in place of DiffMJX's."""
     out = dict(dynamics.stages(cfg, remat_iterations))
     out.setdefault("impedance_floor", lambda m, d: d)  # forward skips the floor at MuJoCo's own 1e-4
+    if mjx_kinematics:
+        out.update(kinematics=_mjx.kinematics, com_pos=_mjx.com_pos)
     return out
 
 
@@ -119,6 +134,22 @@ def microseconds(g, q, v) -> float:
     return min(times) / EVALS * 1e6
 
 
+def interleaved(gs: list, q, v, rounds: int = 15, calls: int = 3) -> list[float]:
+    """Cost of one evaluation of each ``g(q, v)`` in microseconds: the fastest call of each, the
+    programs called in turn (``calls`` each) for ``rounds`` rounds."""
+    fs = [_repeated(g) for g in gs]
+    for f in fs:
+        jax.block_until_ready(f(q, v))
+    best = [float("inf")] * len(fs)
+    for _ in range(rounds):
+        for i, f in enumerate(fs):
+            for _ in range(calls):
+                t = time.perf_counter()
+                jax.block_until_ready(f(q, v))
+                best[i] = min(best[i], time.perf_counter() - t)
+    return [b / EVALS * 1e6 for b in best]
+
+
 def run(cfg: diffmjx.Config, out: Path) -> tuple[list[dict], list[dict]]:
     mj, mx = common.load("cube_toss")
     d0 = common.mjx.make_data(mx)
@@ -126,21 +157,23 @@ def run(cfg: diffmjx.Config, out: Path) -> tuple[list[dict], list[dict]]:
     bar = tqdm(total=2 * (2 * len(GROUPS) + len(CASES)), desc="benchmark_vjp", unit="program")
     for state_name, (qpos, qvel) in states(mj).items():
         q0, v0 = jnp.asarray(qpos), jnp.asarray(qvel)
-        for label, gradient, remat in CASES:
+        whole = {}
+        for label, gradient, remat, mjx_kin in CASES:
             c = cfg.override(f"solver.gradient={gradient}")
-            table = stages(c, remat)
+            table = stages(c, remat, mjx_kin)
 
-            def prefix(q, v, names):
+            def prefix(q, v, names, table=table):  # bound: the whole evaluations are timed after the loop
                 d = d0.replace(qpos=q, qvel=v)
                 for name in names:
-                    d = table[name](mx, d)  # noqa: B023 (called within this iteration)
+                    d = table[name](mx, d)
                 return d
 
             # The composed stages must be DiffMJX's forward dynamics.
             ref = jax.jit(lambda q, v, c=c: dynamics.forward(mx, d0.replace(qpos=q, qvel=v), c).qacc)
             mine = jax.jit(lambda q, v, prefix=prefix: prefix(q, v, ALL_STAGES).qacc)
-            np.testing.assert_allclose(mine(q0, v0), ref(q0, v0), rtol=1e-12, atol=1e-12)
-            if remat:  # stage by stage (the stored-iterations case is measured whole only)
+            tol = 1e-9 if mjx_kin else 1e-12  # MJX's kinematics: the same values to rounding
+            np.testing.assert_allclose(mine(q0, v0), ref(q0, v0), rtol=tol, atol=tol)
+            if remat and not mjx_kin:  # stage by stage (the other cases are measured whole only)
                 names, prev_f, prev_b = [], 0.0, 0.0
                 for group, group_names in GROUPS:
                     names = [*names, *group_names]
@@ -163,19 +196,7 @@ def run(cfg: diffmjx.Config, out: Path) -> tuple[list[dict], list[dict]]:
             # The whole evaluation as the integrator uses it: the gradient of the accelerations only.
             acc = lambda q, v, prefix=prefix: jnp.sum(jnp.sin(prefix(q, v, ALL_STAGES).qacc))
             grad = jax.grad(acc, argnums=(0, 1))
-            f_us, b_us = microseconds(acc, q0, v0), microseconds(grad, q0, v0)
-            rows.append(
-                dict(
-                    state=state_name,
-                    gradient=label,
-                    group="whole (qacc only)",
-                    stages="dynamics.forward",
-                    forward_us=f_us,
-                    gradient_us=b_us,
-                    forward_added_us=float("nan"),
-                    gradient_added_us=float("nan"),
-                )
-            )
+            whole[label] = (acc, grad)
             fc, bc = thunks(acc, q0, v0), thunks(grad, q0, v0)
             kinds = collections.Counter()
             for name, n in bc.items():
@@ -190,6 +211,22 @@ def run(cfg: diffmjx.Config, out: Path) -> tuple[list[dict], list[dict]]:
                 )
             )
             bar.update()
+        # The whole evaluations are timed together, in alternation, so that the cases compare within one
+        # stretch of the machine's load rather than minutes apart.
+        times = interleaved([g for pair in whole.values() for g in pair], q0, v0)
+        for i, label in enumerate(whole):
+            rows.append(
+                dict(
+                    state=state_name,
+                    gradient=label,
+                    group="whole (qacc only)",
+                    stages="dynamics.forward",
+                    forward_us=times[2 * i],
+                    gradient_us=times[2 * i + 1],
+                    forward_added_us=float("nan"),
+                    gradient_added_us=float("nan"),
+                )
+            )
     bar.close()
     rounded = lambda rs: [{k: round(v, 2) if isinstance(v, float) else v for k, v in r.items()} for r in rs]
     common.write_csv(out / "benchmark_vjp.csv", rounded(rows))
@@ -229,9 +266,10 @@ def _plot(rows: list[dict], thunk_rows: list[dict], path: Path) -> None:
             [i - 0.4, i + 0.4], [r["forward_thunks"]] * 2, "k-", lw=2, label="forward, all kinds" if i == 0 else None
         )
         right.text(i, bottom + 60, f"{bottom / r['forward_thunks']:.1f}x", ha="center", fontsize=8)
-        case = r["gradient"].replace(", ", "\n")
-        labels.append(f"{r['state']}\n{case}")
-    right.set_xticks(range(len(thunk_rows)), labels, fontsize=7)
+        case = {"unroll, iterations stored": "unroll,\nstored", "implicit, MJX kinematics": "implicit,\nMJX kin."}
+        labels.append(f"{r['state']}\n{case.get(r['gradient'], r['gradient'])}")
+    right.set_xticks(range(len(thunk_rows)), labels, fontsize=6.5)
+    right.set_ylim(0, 1.1 * max(r["gradient_thunks"] for r in thunk_rows) + 60)
     right.set_ylabel("XLA thunks per evaluation")
     right.set_title("kernels one gradient evaluation runs, by kind", fontsize=9)
     right.legend(fontsize=6.5)

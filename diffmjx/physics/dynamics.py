@@ -17,7 +17,7 @@ import numpy as np
 
 from diffmjx import _mjx
 from diffmjx.config import Config
-from diffmjx.physics import cfd, collision, constraint, manifold, solver, tendon
+from diffmjx.physics import cfd, collision, constraint, manifold, smooth, solver, tendon
 from diffmjx.physics.checks import validate
 from diffmjx.physics.impedance import MINIMP
 
@@ -60,7 +60,13 @@ def stages(cfg: Config, remat_iterations: bool = True) -> list[tuple[str, object
     """
     sc = cfg.solver
     out = [
-        *_mjx.position_stages(collision.stage(cfg.collision), tendon.tendon, constraint.make_constraint),
+        *_mjx.position_stages(
+            collision.stage(cfg.collision),
+            tendon.tendon,
+            constraint.make_constraint,
+            smooth.kinematics,
+            smooth.com_pos,
+        ),
         ("sensor_pos", _mjx.sensor_pos),
         ("fwd_velocity", _mjx.fwd_velocity),
         ("sensor_vel", _mjx.sensor_vel),
