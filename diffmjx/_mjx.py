@@ -49,6 +49,7 @@ __all__ = [
     "TendonFields",
     "WrapInside",
     "actuator_moment",
+    "cinert",
     "clip_polygon",
     "collision",
     "com_pos",
@@ -101,6 +102,7 @@ __all__ = [
     "tendon_armature",
     "tendon_fields",
     "transmission",
+    "with_cinert",
     "with_contact",
     "with_contact_dims",
     "with_efc",
@@ -280,6 +282,15 @@ def with_contact_dims(m: Model, d: Data, dims: np.ndarray) -> Data:
         **rows,
     )
     return d.replace(_impl=impl)
+
+
+def cinert(d: Data):
+    """(nbody, 10) each body's inertia about its root's subtree centre of mass (MJX's private field)."""
+    return d._impl.cinert
+
+
+def with_cinert(d: Data, cinert) -> Data:
+    return d.tree_replace({"_impl.cinert": cinert})
 
 
 def contact(d: Data):

@@ -34,7 +34,13 @@ LAYERS = (
     ),  # MJX internals, typed config, process settings, checkpoint files
     ("physics",),  # the physics package (its docstring only) ...
     ("physics.impedance",),  # MuJoCo's solimp spline
-    ("physics.constraint", "physics.solver", "physics.tendon", "physics.manifold"),  # rows, solve, tendons, manifold
+    (
+        "physics.constraint",
+        "physics.solver",
+        "physics.tendon",
+        "physics.manifold",
+        "physics.smooth",
+    ),  # rows, solve, tendons, manifold, kinematics
     ("physics.constants",),  # derived model constants (a traced mj_setConst)
     ("physics.collision.soft",),  # smoothed collision, bottom up ...
     ("physics.collision.frames",),

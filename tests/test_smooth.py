@@ -62,7 +62,7 @@ FIELDS = (
 
 
 def _get(d, f):
-    return d._impl.cinert if f == "cinert" else getattr(d, f)
+    return _mjx.cinert(d) if f == "cinert" else getattr(d, f)
 
 
 @pytest.fixture(scope="module")

@@ -138,7 +138,7 @@ def com_pos(m, d):
     )
     r, c = np.array([0, 1, 2, 0, 0, 1]), np.array([0, 1, 2, 1, 2, 2])
     cinert = jnp.concatenate([inert[:, r, c], off * mass[:, None], mass[:, None]], axis=1)
-    d = d.tree_replace({"_impl.cinert": cinert})
+    d = _mjx.with_cinert(d, cinert)
     if not m.nv:
         return d
     body, joint, kind, col = _dof_layout(m)
