@@ -34,11 +34,6 @@ XML = """
         </body>
       </body>
     </body>
-    <body pos="-.5 0 .3">
-      <joint type="hinge" axis="0 1 0" pos="0 0 .1"/>
-      <geom type="cylinder" size=".05 .1"/>
-      <body pos="0 0 -.2"><joint type="slide" axis="0 0 1"/><geom type="sphere" size=".04"/></body>
-    </body>
   </worldbody>
 </mujoco>
 """
@@ -71,7 +66,7 @@ def setup():
     mx = _mjx.mjx.put_model(m)
     d0 = _mjx.make_data(mx)
     rng = np.random.default_rng(0)
-    qs = np.stack([m.qpos0 + 0.4 * rng.standard_normal(m.nq) for _ in range(3)])
+    qs = np.stack([m.qpos0 + 0.4 * rng.standard_normal(m.nq) for _ in range(2)])
     qs[:, 3:7] /= np.linalg.norm(qs[:, 3:7], axis=1, keepdims=True)
     return mx, d0, jnp.asarray(qs), rng
 
