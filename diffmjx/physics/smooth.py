@@ -9,9 +9,10 @@ pad of zeros, and those pads are most of the small kernels of a gradient
 Here the stages' per-body, per-geom, per-site and per-dof parts are contractions with constant
 tensors over whole arrays:
 
-* a quaternion product :math:`(u \otimes v)_i = \sum_{jk} P_{ijk} u_j v_k` and a rotation matrix
-  :math:`R_{ij}(q) = \sum_{ab} Q_{ijab} q_a q_b` (Hamilton's product and the unit quaternion's
-  rotation as constant tensors), so their derivatives are the same contractions;
+* a quaternion product :math:`(u \otimes v)_i = \sum_{jk} P_{ijk} u_j v_k`
+  (:func:`diffmjx.physics.manifold.quat_mul`) and a rotation matrix
+  :math:`R_{ij}(q) = \sum_{ab} Q_{ijab} q_a q_b` (the unit quaternion's rotation as a constant
+  tensor), so their derivatives are the same contractions;
 * the dofs' motion axes (``cdof``) and the bodies' inertias about their roots' centres of mass
   (``cinert``) for all dofs and bodies at once, from static index arrays of the kinematic tree.
 
@@ -29,22 +30,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from diffmjx import _mjx
+from diffmjx.physics.manifold import quat_mul
 
-__all__ = ["com_pos", "kinematics", "local_to_global", "quat_mul", "quat_to_mat"]
-
-
-def _quat_mul_tensor() -> np.ndarray:
-    p = np.zeros((4, 4, 4))
-    # (w, x, y, z): u v = (u0 v0 - u.v, u0 v + v0 u + u x v)
-    p[0, 0, 0] = 1
-    for i in range(1, 4):
-        p[0, i, i] = -1
-        p[i, 0, i] = 1
-        p[i, i, 0] = 1
-    for i, j, k in ((1, 2, 3), (2, 3, 1), (3, 1, 2)):
-        p[i, j, k] = 1
-        p[i, k, j] = -1
-    return p
+__all__ = ["com_pos", "kinematics", "local_to_global", "unit_quat_to_mat"]
 
 
 def _quat_mat_tensor() -> np.ndarray:
@@ -65,24 +53,19 @@ def _quat_mat_tensor() -> np.ndarray:
     return q
 
 
-_P = _quat_mul_tensor()
 _Q = _quat_mat_tensor()
 
 
-def quat_mul(u, v):
-    """Hamilton products ``u v`` of quaternions (w, x, y, z), over leading axes."""
-    return jnp.einsum("ijk,...j,...k->...i", jnp.asarray(_P, u.dtype), u, v)
-
-
-def quat_to_mat(q):
-    """Rotation matrices of unit quaternions (w, x, y, z), over leading axes (MJX's formula)."""
+def unit_quat_to_mat(q):
+    """Rotation matrices of unit quaternions (w, x, y, z), over leading axes: MJX's formula, not
+    normalised first (:func:`diffmjx.physics.manifold.quat_to_mat` normalises)."""
     return jnp.einsum("ijab,...a,...b->...ij", jnp.asarray(_Q, q.dtype), q, q)
 
 
 def local_to_global(world_pos, world_quat, local_pos, local_quat):
     """Poses in the world of frames given in their parents' frames, (n, 3) and (n, 4) each."""
-    pos = world_pos + jnp.einsum("nij,nj->ni", quat_to_mat(world_quat), local_pos)
-    return pos, quat_to_mat(quat_mul(world_quat, local_quat))
+    pos = world_pos + jnp.einsum("nij,nj->ni", unit_quat_to_mat(world_quat), local_pos)
+    return pos, unit_quat_to_mat(quat_mul(world_quat, local_quat))
 
 
 def kinematics(m, d):
@@ -143,8 +126,7 @@ def com_pos(m, d):
         return d
     body, joint, kind, col = _dof_layout(m)
     frame_axis = d.xmat[body, :, col]  # (nv, 3): column col of the body's frame
-    axis = jnp.where(jnp.asarray(kind == 2)[:, None], d.xaxis[joint], frame_axis)
-    axis = jnp.where(jnp.asarray(kind == 3)[:, None], d.xaxis[joint], axis)
+    axis = jnp.where(jnp.asarray(kind >= 2)[:, None], d.xaxis[joint], frame_axis)  # hinge, slide
     axis = jnp.where(jnp.asarray(kind == 0)[:, None], jnp.eye(3, dtype=off.dtype)[col], axis)
     turns = jnp.asarray((kind == 1) | (kind == 2))[:, None]
     offset = root_com[body] - d.xanchor[joint]
