@@ -27,25 +27,39 @@ except ImportError:  # pragma: no cover - hypothesis is a test dependency
     pass
 
 
-# The heaviest files first (cold seconds, measured), the rest in their usual order: with
-# `--dist loadfile` each worker takes the next file when it is free, so starting with the largest
-# leaves the two workers finishing together instead of one idle while the other runs a late, heavy file.
+# The heaviest files first (cold seconds, measured with --durations=0), the rest in their usual order:
+# with `--dist loadfile` each worker takes the next file when it is free, so starting with the largest
+# leaves the two workers finishing together instead of one idle while the other runs a late, heavy
+# file. xdist's own reordering (files with the most tests first) is off (`--no-loadscope-reorder`
+# in pyproject.toml): it put light files of many small tests first and the heaviest last.
 HEAVY_FIRST = (
+    "test_sysid_generic.py",
     "test_mpc.py",
     "test_contact_tasks.py",
-    "test_solver.py",
-    "test_sysid_generic.py",
+    "test_linearize.py",
     "test_integrators.py",
     "test_cfd.py",
-    "test_linearize.py",
-    "test_cube_toss.py",
     "test_collision.py",
+    "test_solver.py",
+    "test_cube_toss.py",
     "test_box_box.py",
     "test_guide_pages.py",
     "test_collision_sdf.py",
-    "test_myo.py",
     "test_guide_example.py",
+    "test_smooth.py",
+    "test_registry.py",
+    "test_myo.py",
+    "test_mpc_guide.py",
+    "test_constants.py",
     "test_api_docs.py",
+    "test_cache.py",
+    "test_stage_cache.py",
+    "test_muscle_smoothing.py",
+    "test_toy_point_mass.py",
+    "test_sysid_cube.py",
+    "test_layers.py",
+    "test_fidelity.py",
+    "test_vmap_drops.py",
 )
 
 
