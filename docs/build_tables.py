@@ -165,6 +165,31 @@ def linearize() -> str:
     return "\n".join(out) + "\n"
 
 
+def linearize_cost() -> str:
+    """Per regime and method: a period's Jacobians over the same period's forward simulation alone
+    (and the Jacobians' time), and for DiffMJX over the forward of the solve ``linearize``
+    differentiates (the ``forward`` gradient mode's steps)."""
+    rows = _rows("linearize.csv")
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    regimes = list(dict.fromkeys(r["regime"] for r in rows))
+    cell = {(r["regime"], r["method"]): r for r in rows}
+    out = [
+        "| regime | " + " | ".join(methods) + " |",
+        "|---" * (len(methods) + 1) + "|",
+    ]
+    for g in regimes:
+        vals = []
+        for mth in methods:
+            r = cell[(g, mth)]
+            jac, fwd, same = (float(r[k]) for k in ("ms_per_period", "forward_ms", "forward_same_solve_ms"))
+            text = f"**{jac / fwd:.1f}×** ({jac:.3g} ms)"
+            if same != fwd:  # the forward of the solve the Jacobian differentiates is another program
+                text += f"; {jac / same:.1f}× its own solve's"
+            vals.append(text)
+        out.append(f"| {g} | " + " | ".join(vals) + " |")
+    return "\n".join(out) + "\n"
+
+
 def contact_mpc(name: str = "contact_mpc.csv") -> str:
     """Per task and method: successes over the starts, the final distance to the target (median and
     worst), the time per plan step (median) and the largest JIT time (the first start compiles; the
@@ -835,6 +860,52 @@ def speed_kinematics_rule() -> str:
                 f"| {state} | {who} | {fwd:.1f} µs | {g:.0f} µs | {g / fwd:.1f}× | {int(float(t['gradient_thunks']))} "
                 f"| {int(float(t['gradient_pad (transpose of a slice)']))} |"
             )
+    return "\n".join(out) + "\n"
+
+
+def speed_rules_before_after() -> str:
+    """Issue 74's benchmarks before the derivative rules (the committed runs they replaced, kept as
+    ``*_before_rules.csv``) and after (the current CSVs): the cube toss's backward ÷ forward per
+    gradient mode and backsolve's evaluation counts (``benchmark_adjoints``), the backward JIT
+    against MJX Euler's (``benchmark_jit``) and ``linearize``'s time per period (``linearize``)."""
+    out = ["| figure | before the rules | after |", "|---|---|---|"]
+    adj = {
+        tag: {r["adjoint"]: r for r in _rows(f"benchmark_adjoints_summary{tag}.csv")} for tag in ("_before_rules", "")
+    }
+    for mode in adj[""]:
+        b, a = (float(adj[t][mode]["backward_over_forward"]) for t in ("_before_rules", ""))
+        out.append(f"| cube toss at `Config()`, backward ÷ forward, `{mode}` | {b:.1f}× | **{a:.1f}×** |")
+    for key, label in (
+        ("forward_evaluations", "forward evaluations"),
+        ("backward_evaluations", "backward evaluations"),
+    ):
+        b, a = (int(float(adj[t]["backsolve"][key])) for t in ("_before_rules", ""))
+        out.append(f"| cube toss, `backsolve`: {label} | {b} | {a} |")
+    b, a = (float(adj[t]["backsolve"]["first_call_s"]) for t in ("_before_rules", ""))
+    out.append(f"| cube toss, `backsolve`: first call (cold) | {b:.1f} s | {a:.1f} s |")
+    jit = {t: {(r["variant"], r["program"]): r for r in _rows(f"benchmark_jit{t}.csv")} for t in ("_before_rules", "")}
+    euler = "mjx_euler dt 1e-3"
+    for variant in ("default", "implicit solve"):
+        cells = []
+        for t in ("_before_rules", ""):
+            mine, ref = float(jit[t][(variant, "backward")]["jit_s"]), float(jit[t][(euler, "backward")]["jit_s"])
+            cells.append(f"{mine:.1f} s / {ref:.1f} s = {mine / ref:.2f}×")
+        out.append(f"| cube toss backward JIT ÷ MJX Euler's (cold), {variant} | {cells[0]} | **{cells[1]}** |")
+    for variant in ("default", "implicit solve"):
+        b, a = (jit[t][(variant, "backward")] for t in ("_before_rules", ""))
+        out.append(
+            f"| cube toss backward, {variant}: lowered program's lines; run | {int(float(b['hlo_lines']))}; "
+            f"{float(b['run_s']):.2f} s | {int(float(a['hlo_lines']))}; {float(a['run_s']):.2f} s |"
+        )
+    lin = {t: {(r["regime"], r["method"]): r for r in _rows(f"linearize{t}.csv")} for t in ("_before_rules", "")}
+    method = "diffmjx (default tolerances)"
+    for regime in dict.fromkeys(g for g, _ in lin[""]):
+        b, a = (float(lin[t][(regime, method)]["ms_per_period"]) for t in ("_before_rules", ""))
+        ratio = float(lin[""][(regime, method)]["over_forward"])
+        out.append(
+            f"| `linearize`, pushed box, {regime}: ms per period (÷ forward period) | {b:.3g} ms | "
+            f"{a:.3g} ms (**{ratio:.1f}×**) |"
+        )
     return "\n".join(out) + "\n"
 
 
@@ -1953,6 +2024,8 @@ TABLES: dict[str, Callable[[], str]] = {
     "contactnets_generic": contactnets_generic,
     "contactnets_identify": lambda: contactnets_generic("contactnets_identify.csv", "identify", "`sysid.identify`"),
     "linearize": linearize,
+    "linearize_cost": linearize_cost,
+    "speed_rules_before_after": speed_rules_before_after,
     "contact_mpc": contact_mpc,
     "contact_mpc_friction": lambda: contact_mpc("contact_mpc_friction.csv"),
     "planner_suite": planner_suite,

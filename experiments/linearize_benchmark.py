@@ -20,8 +20,12 @@ The fixed-step Jacobians are exact for their discrete system; what the table sho
 system's Jacobian is from the physics' (the converged period's), and how it closes as the step
 shrinks.
 
-Times are per period on this CPU after compilation (median of 5), JIT time separately. Writes
-``docs/results/linearize.csv`` and ``linearize.png``.
+Times are per period on this CPU after compilation (median of 5), JIT time separately, and beside
+each the forward period alone (``forward_ms``: the same simulation without Jacobians, with the
+method's config as given; for the C engine its steps without ``mjd_transitionFD``;
+``forward_same_solve_ms``: DiffMJX's forward with the config ``linearize`` differentiates, whose
+forward-mode gradient may step differently) and the ratio ``over_forward`` = Jacobian period /
+forward period. Writes ``docs/results/linearize.csv`` and ``linearize.png``.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from tqdm import tqdm
 
 import diffmjx
 from diffmjx import scenes
-from diffmjx.jacobians import period_map, tangent_offset
+from diffmjx.jacobians import forward_config, period_map, tangent_offset
 from diffmjx.physics import manifold
 from experiments import common
 
@@ -92,7 +96,24 @@ def diffmjx_jacobians(mx, name, cfg):
     q, v, u = STARTS[name]
     fn = jax.jit(lambda q, v: diffmjx.linearize(mx, _data(mx, name).replace(qpos=q, qvel=v), jnp.asarray(u)[None], cfg))
     lin, run, jit = _timed_jit(fn, jnp.asarray(q), jnp.asarray(v))
-    return np.asarray(lin.A[0]), np.asarray(lin.B[0]), run, jit
+    return np.asarray(lin.A[0]), np.asarray(lin.B[0]), run, jit, *forward_times(mx, name, cfg)
+
+
+def forward_times(mx, name, cfg):
+    """Seconds per period of the forward simulation alone (median of 5 after compilation): with
+    ``cfg`` as given (what a user simulates), and with the config :func:`diffmjx.linearize`
+    differentiates (:func:`diffmjx.jacobians.forward_config`: the ``forward`` gradient mode, whose
+    forward solve may take other steps)."""
+    q, v, u = STARTS[name]
+    out = []
+    for c in dict.fromkeys((cfg, forward_config(cfg))):  # one program where the two are the same
+        fn = jax.jit(
+            lambda q, v, c=c: (
+                diffmjx.rollout(mx, _data(mx, name).replace(qpos=q, qvel=v), jnp.asarray(u)[None], c)[0].qvel
+            )
+        )
+        out.append(_timed_jit(fn, jnp.asarray(q), jnp.asarray(v))[1])
+    return out[0], out[-1]
 
 
 def mujoco_fd(mj, name, substeps=SUBSTEPS):
@@ -114,13 +135,21 @@ def mujoco_fd(mj, name, substeps=SUBSTEPS):
             mujoco.mj_step(m, d)
         return A, B
 
+    def forward():  # the same steps without the Jacobians
+        mujoco.mj_resetData(m, d)
+        d.qpos[:], d.qvel[:], d.ctrl[:] = q, v, u
+        for _ in range(substeps):
+            mujoco.mj_step(m, d)
+
     A, B = run()
-    times = []
-    for _ in range(5):
-        t = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - t)
-    return A, B, float(np.median(times)), 0.0
+    fwd = float(np.median([_seconds(forward) for _ in range(5)]))
+    return A, B, float(np.median([_seconds(run) for _ in range(5)])), 0.0, fwd, fwd
+
+
+def _seconds(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
 
 
 def main(argv=None) -> None:
@@ -145,7 +174,7 @@ def main(argv=None) -> None:
     for name in tqdm(starts, desc="regimes"):
         A_ref, B_ref = reference(mj, mx, name)
         for method, fn in methods.items():
-            A, B, run, jit = fn(name)
+            A, B, run, jit, fwd, fwd_same = fn(name)
             finite = bool(np.all(np.isfinite(A)) and np.all(np.isfinite(B)))
             err = lambda x, r, ok=finite: float(np.linalg.norm(x - r) / np.linalg.norm(r)) if ok else float("nan")
             rows.append(
@@ -157,10 +186,13 @@ def main(argv=None) -> None:
                     "finite": finite,
                     "ms_per_period": 1e3 * run,
                     "jit_s": jit,
+                    "forward_ms": 1e3 * fwd,
+                    "forward_same_solve_ms": 1e3 * fwd_same,
+                    "over_forward": run / fwd,
                 }
             )
             print(f"{name:10s} {method:30s} A {rows[-1]['error_A']:.2e}  B {rows[-1]['error_B']:.2e}  "
-                  f"finite {finite}  {1e3 * run:8.2f} ms  jit {jit:5.1f} s", flush=True)  # fmt: skip
+                  f"finite {finite}  {1e3 * run:8.2f} ms ({run / fwd:.1f}x forward)  jit {jit:5.1f} s", flush=True)  # fmt: skip
     out = args.out / "linearize.csv"
     common.write_csv(out, rows)
     _plot(rows, args.out / "linearize.png")
@@ -169,6 +201,7 @@ def main(argv=None) -> None:
 
 def _plot(rows, path):
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
     methods = list(dict.fromkeys(r["method"] for r in rows))
     regimes = list(dict.fromkeys(r["regime"] for r in rows))
@@ -197,6 +230,7 @@ def _plot(rows, path):
     axes[2].barh(range(len(methods)), times, color=[f"C{k}" for k in range(len(methods))])
     axes[2].set_yticks(range(len(methods)), [m.replace(" (", "\n(") for m in methods], fontsize=7)
     axes[2].set_xscale("log")
+    axes[2].xaxis.set_minor_formatter(NullFormatter())  # decades only: minor labels overlapped
     axes[2].set_xlabel("ms per period (median over regimes, after JIT)")
     fig.tight_layout(rect=(0, 0.08, 1, 1))  # room for the legend below the panels
     fig.savefig(path, dpi=120)
