@@ -1,5 +1,6 @@
 """DiffMJX's kinematics and com_pos (diffmjx.physics.smooth) against MJX's own stages: values and
-derivatives in both modes, under jit and vmap, on a model with every joint type, sites and a mocap body."""
+derivatives in both modes, under jit and vmap, on a model with every joint type, sites and a mocap body;
+a gradient through a contact rollout against the same with MJX's stages."""
 
 import jax
 import jax.numpy as jnp
@@ -108,3 +109,50 @@ def test_quaternion_algebra_is_mujocos(setup):
         mujoco.mju_quat2Mat(mats[i], u[i])
     np.testing.assert_allclose(manifold.quat_mul(jnp.asarray(u), jnp.asarray(v)), prod, atol=1e-15)
     np.testing.assert_allclose(smooth.unit_quat_to_mat(jnp.asarray(u)).reshape(5, 9), mats, atol=1e-15)
+
+
+BOX_DROP = """
+<mujoco>
+  <option timestep="0.002"/>
+  <default><geom solimp="0 0.95 0.001 0.5 2"/></default>
+  <worldbody>
+    <geom type="plane" size="2 2 .1"/>
+    <body pos="0 0 .06" quat=".97 .1 .2 .05"><freejoint/><geom type="box" size=".05 .04 .03"/></body>
+  </worldbody>
+</mujoco>
+"""
+
+
+def test_a_gradient_through_a_contact_rollout_is_mjxs_to_rounding(monkeypatch):
+    """A tilted box dropped onto the plane (corners in contact from the first steps, friction on):
+    the gradient of its end pose with respect to its start velocity, with DiffMJX's kinematics and
+    com_pos and with MJX's own stages in their place, ten semi-implicit Euler steps: the same to
+    rounding. A stand-in that is not MJX's kinematics changes the result (the swap takes effect)."""
+    import diffmjx
+    from diffmjx.physics import dynamics
+
+    m = mujoco.MjModel.from_xml_string(BOX_DROP)
+    mx = _mjx.mjx.put_model(m)
+    d0 = _mjx.make_data(mx)
+    cfg = diffmjx.Config().override("integrator.solver=mjx_euler")
+    ctrl = jnp.zeros((10, 0))
+
+    def end_pose(v):
+        d, _ = diffmjx.rollout(mx, d0.replace(qvel=v), ctrl, cfg)
+        return jnp.sum(d.qpos * jnp.arange(1.0, 8.0)), jnp.max(jnp.abs(_mjx.efc_force(d)))
+
+    def gradient():  # traced anew each call: the stages are looked up when traced
+        return jax.jit(jax.value_and_grad(end_pose, has_aux=True))(jnp.asarray([0.3, -0.2, -0.4, 2.0, -1.0, 1.5]))
+
+    (value, force), ours = gradient()
+    assert float(force) > 0.1  # the box is pressing on the plane at the end
+    assert float(jnp.max(jnp.abs(ours))) > 0.01  # the start velocity does move the end pose
+    monkeypatch.setattr(dynamics.smooth, "kinematics", _mjx.kinematics)
+    monkeypatch.setattr(dynamics.smooth, "com_pos", _mjx.com_pos)
+    (value_mjx, _), theirs = gradient()
+    np.testing.assert_allclose(float(value), float(value_mjx), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), rtol=1e-9, atol=1e-12)
+    shifted = lambda m, d: _mjx.kinematics(m, d.replace(qpos=d.qpos.at[2].add(1e-3)))  # the box 1 mm higher
+    monkeypatch.setattr(dynamics.smooth, "kinematics", shifted)
+    (value_shifted, _), _ = gradient()
+    assert abs(float(value_shifted) - float(value)) > 1e-6  # the swap reaches the traced program
