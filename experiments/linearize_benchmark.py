@@ -142,14 +142,8 @@ def mujoco_fd(mj, name, substeps=SUBSTEPS):
             mujoco.mj_step(m, d)
 
     A, B = run()
-    fwd = float(np.median([_seconds(forward) for _ in range(5)]))
-    return A, B, float(np.median([_seconds(run) for _ in range(5)])), 0.0, fwd, fwd
-
-
-def _seconds(fn) -> float:
-    t = time.perf_counter()
-    fn()
-    return time.perf_counter() - t
+    fwd = common.median_time(forward, repeats=5)
+    return A, B, common.median_time(run, repeats=5), 0.0, fwd, fwd
 
 
 def main(argv=None) -> None:

@@ -87,10 +87,10 @@ def kinematics(m, d):
 def _dof_layout(m):
     """Per dof: its body, its joint, its kind (0 free translation, 1 rotation about a column of the
     body frame, 2 hinge, 3 slide) and, for kinds 0 and 1, which axis."""
-    jtype = np.asarray(m.jnt_type)
+    jtype, jbody = np.asarray(m.jnt_type), np.asarray(m.jnt_bodyid)
     body, joint, kind, col = [], [], [], []
     for j, t in enumerate(jtype):
-        jb = int(np.asarray(m.jnt_bodyid)[j])
+        jb = int(jbody[j])
         if t == _mjx.JointType.FREE:
             entries = [(0, c) for c in range(3)] + [(1, c) for c in range(3)]
         elif t == _mjx.JointType.BALL:
