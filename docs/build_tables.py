@@ -146,20 +146,27 @@ def contactnets_generic(
     return "\n".join(out) + "\n"
 
 
-def linearize() -> str:
-    """Per regime and method: the relative errors of A and B against the converged period, and the
-    median time per period."""
+def _linearize_grid(label, text) -> tuple[list[str], dict, list, list]:
+    """``linearize.csv`` as a table: a header of methods and one row per regime, labelled
+    ``label(regime)``, each cell ``text(row)``; also the cells, regimes and methods."""
     rows = _rows("linearize.csv")
     methods = list(dict.fromkeys(r["method"] for r in rows))
     regimes = list(dict.fromkeys(r["regime"] for r in rows))
     cell = {(r["regime"], r["method"]): r for r in rows}
     out = ["| regime | " + " | ".join(methods) + " |", "|---" * (len(methods) + 1) + "|"]
     for g in regimes:
-        vals = []
-        for mth in methods:
-            r = cell[(g, mth)]
-            vals.append(f"{float(r['error_A']):.1e} / {float(r['error_B']):.1e}" if r["finite"] == "True" else "NaN")
-        out.append(f"| {g}: error of A / B | " + " | ".join(vals) + " |")
+        out.append(f"| {label(g)} | " + " | ".join(text(cell[(g, mth)]) for mth in methods) + " |")
+    return out, cell, regimes, methods
+
+
+def linearize() -> str:
+    """Per regime and method: the relative errors of A and B against the converged period, and the
+    median time per period."""
+
+    def errors(r):
+        return f"{float(r['error_A']):.1e} / {float(r['error_B']):.1e}" if r["finite"] == "True" else "NaN"
+
+    out, cell, regimes, methods = _linearize_grid(lambda g: f"{g}: error of A / B", errors)
     times = [_median([float(cell[(g, mth)]["ms_per_period"]) for g in regimes]) for mth in methods]
     out.append("| ms per period (median) | " + " | ".join(f"{t:.3g}" for t in times) + " |")
     return "\n".join(out) + "\n"
@@ -169,25 +176,15 @@ def linearize_cost() -> str:
     """Per regime and method: a period's Jacobians over the same period's forward simulation alone
     (and the Jacobians' time), and for DiffMJX over the forward of the solve ``linearize``
     differentiates (the ``forward`` gradient mode's steps)."""
-    rows = _rows("linearize.csv")
-    methods = list(dict.fromkeys(r["method"] for r in rows))
-    regimes = list(dict.fromkeys(r["regime"] for r in rows))
-    cell = {(r["regime"], r["method"]): r for r in rows}
-    out = [
-        "| regime | " + " | ".join(methods) + " |",
-        "|---" * (len(methods) + 1) + "|",
-    ]
-    for g in regimes:
-        vals = []
-        for mth in methods:
-            r = cell[(g, mth)]
-            jac, fwd, same = (float(r[k]) for k in ("ms_per_period", "forward_ms", "forward_same_solve_ms"))
-            text = f"**{jac / fwd:.1f}×** ({jac:.3g} ms)"
-            if same != fwd:  # the forward of the solve the Jacobian differentiates is another program
-                text += f"; {jac / same:.1f}× its own solve's"
-            vals.append(text)
-        out.append(f"| {g} | " + " | ".join(vals) + " |")
-    return "\n".join(out) + "\n"
+
+    def ratios(r):
+        jac, fwd, same = (float(r[k]) for k in ("ms_per_period", "forward_ms", "forward_same_solve_ms"))
+        text = f"**{jac / fwd:.1f}×** ({jac:.3g} ms)"
+        if same != fwd:  # the forward of the solve the Jacobian differentiates is another program
+            text += f"; {jac / same:.1f}× its own solve's"
+        return text
+
+    return "\n".join(_linearize_grid(str, ratios)[0]) + "\n"
 
 
 def contact_mpc(name: str = "contact_mpc.csv") -> str:
