@@ -1232,7 +1232,8 @@ def speed_device() -> str:
     parallel with the others: the smallest of its compiles)."""
     cpu = _rows("benchmark_device_cpu.csv")
     gpu = _rows("benchmark_device_h200.csv")
-    columns = ((cpu, "default"), (gpu, "default"), (gpu, "graphs"))
+    now = _rows("benchmark_device_h200_rules.csv")  # a second lent H200, at the derivative rules' commit
+    columns = ((cpu, "default"), (gpu, "default"), (gpu, "graphs"), (now, "graphs"))
 
     def find(rows, variant, what, batch="", pass_="measure"):
         return [
@@ -1313,8 +1314,41 @@ def speed_device() -> str:
         ("cold JIT of the toss gradient", cold("value and gradient", "{:.1f} s")),
         ("cold JIT of the sysid step (converged solve)", cold(conv, "{:.0f} s")),
     )
-    out = ["| | CPU, 2 cores | H200, XLA defaults | H200, `enable_gpu()` |", "|---|---|---|---|"]
+    out = [
+        "| | CPU, 2 cores | H200, XLA defaults | H200, `enable_gpu()` | H200, `enable_gpu()`, 87fa88c |",
+        "|---|---|---|---|---|",
+    ]
     out += [f"| {label} | " + " | ".join(cell(fn)) + " |" for label, fn in table]
+    return "\n".join(out) + "\n"
+
+
+def speed_device_rules() -> str:
+    """The derivative rules on a GPU: the same programs with DiffMJX's kinematics and com_pos stages
+    and with MJX's own (``benchmark_device --variants graphs,graphs-mjx-stages``), one H200 run."""
+    rows = [r for r in _rows("benchmark_device_h200_rules.csv") if r["what"] != "failed"]
+
+    def get(variant, what, batch, pass_, key):
+        hits = [r for r in rows if (r["variant"], r["what"], r["batch"], r["pass"]) == (variant, what, batch, pass_)]
+        return float(hits[0][key]) if hits and hits[0][key] not in ("", "nan") else None
+
+    conv = "Adam step, DiffMJX + CFD, converged solve"
+    items = (
+        ("`diffmjx.forward`, one call", "diffmjx.forward", "1", "measure", "per_call_ms", "ms"),
+        ("its gradient (of the accelerations)", "diffmjx.forward gradient", "1", "measure", "per_call_ms", "ms"),
+        ("`diffmjx.forward` vmapped over 1024", "diffmjx.forward vmapped", "1024", "measure", "per_call_ms", "ms"),
+        ("cube toss forward", "forward", "1", "measure", "run_s", "s"),
+        ("cube toss value and gradient", "value and gradient", "1", "measure", "run_s", "s"),
+        ("toss gradient vmapped over 64, per toss", "value and gradient vmapped", "64", "measure", "per_call_ms", "ms"),
+        ("sysid Adam step, converged solve", conv, "64", "measure", "run_s", "s"),
+        ("cold JIT of the toss gradient\\*", "value and gradient", "1", "compile", "jit_s", "s"),
+        ("cold JIT of the sysid step (converged solve)\\*", conv, "64", "compile", "jit_s", "s"),
+    )
+    out = ["| | DiffMJX's stages (the rules) | MJX's own stages | rules / MJX's |", "|---|---|---|---|"]
+    for label, what, batch, pass_, key, unit in items:
+        a, b = (get(v, what, batch, pass_, key) for v in ("graphs", "graphs-mjx-stages"))
+        cells = [f"{_sig(x)} {unit}" if x is not None else "—" for x in (a, b)]
+        ratio = f"{a / b:.2f}" if a is not None and b is not None else "—"
+        out.append(f"| {label} | {cells[0]} | {cells[1]} | {ratio} |")
     return "\n".join(out) + "\n"
 
 
@@ -2063,6 +2097,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "speed_memory": speed_memory,
     "speed_vmap": speed_vmap,
     "speed_device": speed_device,
+    "speed_device_rules": speed_device_rules,
     "speed_toss_steps": speed_toss_steps,
     "speed_stiff": speed_stiff,
     "sysid_fig9_quick": sysid_fig9_quick,

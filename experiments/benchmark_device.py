@@ -57,6 +57,10 @@ VARIANTS = {  # name -> XLA flag sets, the first one this XLA accepts is used
         "--xla_gpu_graph_min_graph_size=1",
     ),
 }
+# a variant named "<flags>-mjx-stages" runs with <flags>' XLA flags and MJX's own kinematics and com_pos
+# stages in place of DiffMJX's (diffmjx.physics.smooth): the derivative rules' "before"
+MJX_STAGES = "-mjx-stages"
+VARIANTS.update({f"{name}{MJX_STAGES}": flags for name, flags in list(VARIANTS.items())})
 _FLAGS: dict[str, str] = {}  # variant -> the accepted flag set (driver)
 JOBS = ("calls,toss", "sysid", "toss_vmap,euler", "sysid_paper")  # measured in this order for each variant
 FIELDS = (
@@ -326,6 +330,11 @@ def worker(args) -> None:
     dev = jax.devices()[0]
     device = f"{dev.platform}: {getattr(dev, 'device_kind', dev.platform)}"
     out = Path(args.csv)
+    if args.variant.endswith(MJX_STAGES):
+        from diffmjx import _mjx
+        from diffmjx.physics import smooth
+
+        smooth.kinematics, smooth.com_pos = _mjx.kinematics, _mjx.com_pos
 
     def emit(**row):
         kind = "compile" if args.compile_only else "measure"
@@ -470,11 +479,18 @@ def summary(csv_path: Path) -> None:
         )
 
 
-def _label(row: dict) -> str:
+RUNS = {"h200": "8b63e11", "h200_rules": "87fa88c"}  # CSV tag -> the commit its run measured (docs/speed.md)
+
+
+def _label(row: dict, tag: str = "") -> str:
     device = row["device"].split(": ")[-1].replace("NVIDIA ", "")
     if device == "cpu":
         return "CPU (this project's 2 cores)"
-    return f"{device}, {'XLA defaults' if row['variant'] == 'default' else 'enable_gpu() flags'}"
+    if tag in RUNS:
+        device = f"{device} at {RUNS[tag]}"
+    flags = "XLA defaults" if row["variant"].startswith("default") else "enable_gpu() flags"
+    stages = ", MJX's own kinematics stages" if row["variant"].endswith(MJX_STAGES) else ""
+    return f"{device}, {flags}{stages}"
 
 
 def plot(results: Path) -> None:
@@ -487,11 +503,12 @@ def plot(results: Path) -> None:
 
     series: dict[str, dict] = {}
     for path in sorted(results.glob("benchmark_device_*.csv")):
+        tag = path.stem.removeprefix("benchmark_device_")
         with open(path) as f:
             for r in csv.DictReader(f):
                 if r["pass"] != "measure" or r["what"] == "failed" or r["run_s"] in ("", "nan"):
                     continue
-                series.setdefault(_label(r), {})[(r["section"], r["what"], r["batch"])] = r
+                series.setdefault(_label(r, tag), {})[(r["section"], r["what"], r["batch"])] = r
     # (section, what, batch or None for any, tick label, value in the panel's unit)
     ms = lambda r: float(r["per_call_ms"])
     sec = lambda r: float(r["run_s"])
@@ -524,7 +541,7 @@ def plot(results: Path) -> None:
             ],
         ),
     )
-    fig, axes = plt.subplots(1, 2, figsize=(14, 5.2))
+    fig, axes = plt.subplots(1, 2, figsize=(14, 6.2))
     width = 0.8 / max(1, len(series))
     for ax, (ylabel, items) in zip(axes, panels):
         shown = []
@@ -546,11 +563,12 @@ def plot(results: Path) -> None:
         ax.yaxis.set_minor_formatter(NullFormatter())
         ax.set_ylabel(ylabel)
         ax.grid(axis="y", alpha=0.3)
-    axes[0].legend(fontsize=8)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower left", ncol=3, fontsize=8, frameon=False)
     axes[1].text(
         0.01,
-        -0.26,
-        "* batch of 64; the H200's sysid step was measured before the CFD and batching "
+        -0.28,
+        "* batch of 64; at 8b63e11 the H200's sysid step predates the CFD and batching "
         "changes of 50e54a2 and ecc68fb (docs/speed.md)",
         transform=axes[1].transAxes,
         fontsize=8,
@@ -558,7 +576,7 @@ def plot(results: Path) -> None:
     fig.suptitle(
         "Device benchmark, float64 (cube toss at Config(); sysid: 64 segments of N = 4 from 140 mm, DiffMJX + CFD)"
     )
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(results / "benchmark_device.png", dpi=120)
     plt.close(fig)
 
