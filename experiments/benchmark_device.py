@@ -26,7 +26,9 @@ measures, float64, with the persistent compilation cache of its own (an empty fo
 Variants are XLA flag sets, each run in its own processes (``XLA_FLAGS`` is read once, at start):
 ``default`` (none) and ``graphs`` (while loops and conditionals captured into CUDA graphs, so a
 loop's trip test stays on the GPU: ``--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL
---xla_gpu_graph_min_graph_size=1``; GPU only). On a machine with spare cores every (variant, job)
+--xla_gpu_graph_min_graph_size=1``; GPU only), and either of them suffixed ``-mjx-stages`` (the same
+flags, with MJX's own ``kinematics`` and ``com_pos`` in place of DiffMJX's derivative-friendly ones,
+:mod:`diffmjx.physics.smooth`: the rules' "before"). On a machine with spare cores every (variant, job)
 first compiles in parallel into the run's cache (``jit_s`` is that cold compile, measured under
 that contention); the measuring processes then run one at a time and load the compiled programs.
 Every row is appended to ``<out>/benchmark_device_<tag>.csv`` as soon as it is measured, so a run
