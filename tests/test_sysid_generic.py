@@ -5,6 +5,7 @@ Recordings are made by MuJoCo's C engine at known values with a fine RK4 step (1
 """
 
 import dataclasses
+import warnings
 
 import jax
 import mujoco
@@ -426,6 +427,27 @@ def test_a_time_constant_that_the_models_refsafe_clamps_is_named():
     with pytest.warns(UserWarning, match=r"^geom_solref:floor\+ball\[0\]: the time constant 0.003 s is below"):
         with pytest.raises(ValueError, match="no recording holds a segment"):  # stops before compiling
             sysid.identify(start, [contact], rec, fit=sysid.FitConfig(horizon=10), progress=False)
+
+
+def test_contacts_whose_force_jumps_at_touchdown_are_named_before_compiling():
+    """MuJoCo's default solimp (0.9 at touch) makes the contact force jump at every touchdown, which
+    the fit's Jacobians miss: identify names the geoms before anything is compiled; with solimp[0] = 0
+    (the test model's own) it stays quiet."""
+    default = mujoco.MjModel.from_xml_string(CONTACT.replace(' solimp="0 0.95 0.001 0.5 2"', ""))
+    qpos0 = np.r_[0.4, 0.5, 0.0, 0.0499, 1.0, 0.0, 0.0, 0.0]
+    mass = [Parameter("body_mass", "ball")]
+    for m, jumps in ((default, True), (mujoco.MjModel.from_xml_string(CONTACT), False)):
+        rec = record(m, qpos0, np.zeros(m.nv), np.zeros((3, 1)), 0.02)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with pytest.raises(ValueError, match="no recording holds a segment"):  # stops before compiling
+                sysid.identify(m, mass, rec, fit=sysid.FitConfig(horizon=10), progress=False)
+        shown = [str(w.message) for w in caught if issubclass(w.category, diffmjx.TouchdownJumpWarning)]
+        if jumps:
+            assert len(shown) == 1
+            assert shown[0].startswith("identify: contacts of 'floor' (0.9), 'ball' (0.9) start with solimp[0] > 0")
+        else:
+            assert shown == []
 
 
 def test_refsafe_clamps_at_the_models_timestep_not_the_sample_period():
