@@ -1352,6 +1352,32 @@ def speed_device_rules() -> str:
     return "\n".join(out) + "\n"
 
 
+def sysid_touchdown() -> str:
+    """The finger and box fitted with MuJoCo's default solimp and with solimp[0] = 0
+    (``experiments.sysid_touchdown``): losses, errors and time per Levenberg-Marquardt step."""
+    rows = _rows("sysid_touchdown.csv")
+    names = {"default": "MuJoCo's default (0.9 at touch)", "solimp0": "`solimp[0]` = 0"}
+    out = [
+        "| `solimp` | loss at the truth | loss: start, step 2, 4, last | largest error after the last step "
+        "| dampings' errors | median s per step |",
+        "|---|---|---|---|---|---|",
+    ]
+    for variant in ("default", "solimp0"):
+        rs = sorted((r for r in rows if r["variant"] == variant), key=lambda r: int(r["step"]))
+        if not rs:
+            continue
+        last = rs[-1]
+        losses = ", ".join(_exp(float(rs[k]["loss"])) for k in (0, 2, 4, len(rs) - 1))
+        pct = lambda x: f"{100 * float(x):+.1f} %"
+        out.append(
+            f"| {names[variant]} | {_exp(float(last['loss_at_truth']))} | {losses} (step {last['step']}) "
+            f"| {100 * float(last['max_rel_error']):.1f} % "
+            f"| {pct(last['knuckle_damping_error'])}, {pct(last['joint_damping_error'])} "
+            f"| {_median([float(r['wall_s']) for r in rs[1:]]):.0f} |"
+        )
+    return "\n".join(out) + "\n"
+
+
 TOSS_STEP_SETTINGS = {
     "paper": "paper (2 Newton iterations, MJX's plane–box rule, floor 1e-4)",
     "library": "library (converged solve, `deepest`)",
@@ -2098,6 +2124,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "speed_vmap": speed_vmap,
     "speed_device": speed_device,
     "speed_device_rules": speed_device_rules,
+    "sysid_touchdown": sysid_touchdown,
     "speed_toss_steps": speed_toss_steps,
     "speed_stiff": speed_stiff,
     "sysid_fig9_quick": sysid_fig9_quick,
