@@ -55,8 +55,12 @@ THRESHOLDS = (0.01, 0.001)
 DEFAULT_MODELS = "arm,box,ball,finger,finger_box,legged"
 
 
-def _case(name: str, seed: int):
+def _case(name: str, seed: int, edit=None):
+    """(truth, params, ParameterSet, recordings, start model) of ``name``; ``edit(spec)`` changes the
+    scene first (in the real system and the fitted model alike)."""
     spec = MODELS[name]["spec"]()
+    if edit is not None:
+        edit(spec)
     truth = spec.compile()
     params = MODELS[name]["params"]()
     ps = sysid.ParameterSet(truth, params, spec=spec)

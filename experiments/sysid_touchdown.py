@@ -28,26 +28,19 @@ import numpy as np
 import diffmjx
 from diffmjx import sysid
 from experiments import common
-from experiments.sysid_recovery import HORIZON, MODELS, STRIDE, perturbed, record
+from experiments.sysid_peer import _case
+from experiments.sysid_recovery import HORIZON, STRIDE, perturbed
 
 CONTINUOUS = [0.0, 0.95, 0.001, 0.5, 2.0]
 
 
-def case(variant: str, seed: int):
-    """(truth, params, ParameterSet, recordings, start model) of the finger and box in ``variant``."""
-    spec = MODELS["finger_box"]["spec"]()
-    if variant == "solimp0":
-        for g in spec.geoms:
-            g.solimp = CONTINUOUS
-    truth = spec.compile()
-    params = MODELS["finger_box"]["params"]()
-    ps = sysid.ParameterSet(truth, params, spec=spec)
-    recs = [record("finger_box", truth, 100 * seed + k, False) for k in range(MODELS["finger_box"]["recordings"])]
-    return truth, params, ps, recs, ps.write(perturbed(ps, seed))
+def _continuous(spec) -> None:
+    for g in spec.geoms:
+        g.solimp = CONTINUOUS
 
 
 def run(variant: str, seed: int, steps: int, cfg: diffmjx.Config, overrides: list[str]) -> list[dict]:
-    truth, params, ps, recs, start = case(variant, seed)
+    truth, params, ps, recs, start = _case("finger_box", seed, _continuous if variant == "solimp0" else None)
     fit = sysid.FitConfig(horizon=HORIZON, stride=STRIDE, steps=steps, tolerance_check=None).override(*overrides)
     at_truth = sysid.identify(
         truth, params, recs, cfg=cfg, fit=dataclasses.replace(fit, steps=1), progress=False
