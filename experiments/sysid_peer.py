@@ -55,7 +55,7 @@ THRESHOLDS = (0.01, 0.001)
 DEFAULT_MODELS = "arm,box,ball,finger,finger_box,legged"
 
 
-def _case(name: str, seed: int, edit=None):
+def case(name: str, seed: int, edit=None):
     """(truth, params, ParameterSet, recordings, start model) of ``name``; ``edit(spec)`` changes the
     scene first (in the real system and the fitted model alike)."""
     spec = MODELS[name]["spec"]()
@@ -80,7 +80,7 @@ def _time_to(errors: np.ndarray, times: np.ndarray, threshold: float) -> float:
 
 def run_diffmjx(name: str, seed: int, cfg: diffmjx.Config, fit: sysid.FitConfig) -> dict:
     """DiffMJX's fit: its final error and the times at which each error was first reached."""
-    _, params, ps, recs, start = _case(name, seed)
+    _, params, ps, recs, start = case(name, seed)
     t = time.perf_counter()
     res = sysid.identify(start, params, recs, cfg=cfg, fit=fit, progress=False)
     wall = time.perf_counter() - t
@@ -106,7 +106,7 @@ def run_peer(name: str, seed: int, integrator: str, divisor: int, fit: sysid.Fit
     timestep divided by ``divisor``."""
     import mujoco
 
-    _, params, ps, recs, start = _case(name, seed)
+    _, params, ps, recs, start = case(name, seed)
     start = copy.deepcopy(start)
     start.opt.timestep = start.opt.timestep / divisor
     if integrator == "rk4":

@@ -28,7 +28,7 @@ import numpy as np
 import diffmjx
 from diffmjx import sysid
 from experiments import common
-from experiments.sysid_peer import _case
+from experiments.sysid_peer import case
 from experiments.sysid_recovery import HORIZON, STRIDE, perturbed
 
 CONTINUOUS = [0.0, 0.95, 0.001, 0.5, 2.0]
@@ -40,7 +40,7 @@ def _continuous(spec) -> None:
 
 
 def run(variant: str, seed: int, steps: int, cfg: diffmjx.Config, overrides: list[str]) -> list[dict]:
-    truth, params, ps, recs, start = _case("finger_box", seed, _continuous if variant == "solimp0" else None)
+    truth, params, ps, recs, start = case("finger_box", seed, _continuous if variant == "solimp0" else None)
     fit = sysid.FitConfig(horizon=HORIZON, stride=STRIDE, steps=steps, tolerance_check=None).override(*overrides)
     at_truth = sysid.identify(
         truth, params, recs, cfg=cfg, fit=dataclasses.replace(fit, steps=1), progress=False
