@@ -703,8 +703,8 @@ def _samples(planner: str, iterations) -> float:
 def _knob_key(cfg: mpc.PlannerConfig, base: mpc.PlannerConfig) -> tuple:
     """What a saved closed loop depends on beyond the suite's own overrides: the defaults its kind
     reads that changed since the suite's first run (Adam's learning rate became a fraction of the
-    control range; iLQR's cost Hessian became the convexified one, and its rescaled steps
-    ``ilqr_reach`` were added, a run without them keyed as before; empty for the kinds that read
+    control range; iLQR's cost Hessian became the convexified one, its rescaled steps
+    ``ilqr_reach`` and its sampled plans ``ilqr_explore`` were added, a run without them keyed as before; empty for the kinds that read
     neither, whose saved runs stay valid), and the
     knobs that ``--planner-set`` changed from ``base``. A sweep's run at a value that later becomes
     the default is the default's run."""
@@ -713,7 +713,9 @@ def _knob_key(cfg: mpc.PlannerConfig, base: mpc.PlannerConfig) -> tuple:
     if cfg.kind == "ilqr":  # the default became the convexified Hessian, then gained the rescaled steps
         key = ("ilqr_cost_hessian", cfg.ilqr_cost_hessian)
         key = (*key, "ilqr_reach", cfg.ilqr_reach) if cfg.ilqr_reach else key  # none: as saved before it existed
-    newer = {"learning_rate"} if adam else {"ilqr_cost_hessian", "ilqr_reach"} if cfg.kind == "ilqr" else set()
+        key = (*key, "ilqr_explore", cfg.ilqr_explore) if cfg.ilqr_explore else key  # likewise
+    ilqr_newer = {"ilqr_cost_hessian", "ilqr_reach", "ilqr_explore"}
+    newer = {"learning_rate"} if adam else ilqr_newer if cfg.kind == "ilqr" else set()
     changed = [
         (f.name, getattr(cfg, f.name))
         for f in dataclasses.fields(cfg)

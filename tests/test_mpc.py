@@ -612,15 +612,42 @@ def test_ilqr_reach_knob_is_passed_on_and_validated(monkeypatch):
 
     seen = {}
     monkeypatch.setattr(ilqr, "iteration", lambda *a, **kw: (seen.update(kw), (a[2], {"cost": 0.0, "finite": True}))[1])
-    base = mpc.PlannerConfig(kind="ilqr", horizon=2, execute=1)
+    base = mpc.PlannerConfig(kind="ilqr", horizon=2, execute=1, ilqr_explore=0)
     assert base.ilqr_reach == (0.1, 0.3)
     for text, expected in (("[0.2]", (0.2,)), ("[]", ()), ("[0.05, 1]", (0.05, 1.0))):
         cfg = base.override(f"ilqr_reach={text}")
-        mpc.PLANNERS["ilqr"](cfg, SIM).step(None, None, "carry", None, 0.01)
+        method = mpc.PLANNERS["ilqr"](cfg, SIM)
+        carry, _ = method.init(None, None, jnp.zeros((2, 1)), None, jax.random.PRNGKey(0), None)
+        method.step(None, None, carry, None, 0.01)
         assert seen["reach"] == expected, text
     for bad in ([0.0], [1.5], [-0.1], "0.1", [True]):
         with pytest.raises(ValueError, match=r"planner.ilqr_reach=.* is invalid; expected a list of shares"):
             mpc.PlannerConfig(ilqr_reach=bad)
+
+
+def test_ilqr_explores_where_its_model_sees_a_flat_cost(slider):
+    """A cost that is flat in the controls (1 per period until the cart is 2 cm along, then 0, plus
+    effort) gives iLQR a zero Newton step: without ``ilqr_explore`` two iterations leave the plan at
+    rest; with it, the plans sampled around iLQR's find the cheaper region, and the cost each
+    iteration reports never rises."""
+    mx, d0 = slider
+    flat = lambda d, ctrl: jnp.where(d.qpos[0] > 0.02, 0.0, 1.0) + 1e-3 * jnp.sum(ctrl**2)
+    nominal = jnp.zeros((16, 1))
+
+    def plan(explore):
+        cfg = mpc.PlannerConfig(kind="ilqr", horizon=16, execute=4, iterations=2, ilqr_explore=explore)
+        return jax.jit(lambda d: mpc.make_planner(cfg, SIM).plan(mx, d, nominal, flat, jax.random.PRNGKey(1)))(d0)
+
+    (u_still, info_still), (u_moved, info_moved) = plan(0), plan(8)
+    np.testing.assert_array_equal(np.asarray(u_still), 0.0)
+    assert float(info_still["cost"]) == 16.0
+    assert float(info_moved["cost"]) < 15.0, float(info_moved["cost"])
+    assert np.all(np.diff(np.asarray(info_moved["trace"])) <= 0)
+    np.testing.assert_allclose(
+        float(mpc.plan_cost(mx, d0, u_moved, flat, SIM)[0]), float(info_moved["cost"]), rtol=1e-12
+    )
+    with pytest.raises(ValueError, match="planner.ilqr_explore=-1 is out of range"):
+        mpc.PlannerConfig(ilqr_explore=-1)
 
 
 def test_ilqr_chord_rounds_are_the_next_iterations_where_the_jacobians_do_not_change(monkeypatch):

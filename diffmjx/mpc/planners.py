@@ -144,6 +144,14 @@ class PlannerConfig(Section, Preset):
             null: ``iterations`` always. Sampling under a budget draws further batches of
             ``sample_batch`` candidates as its iterations (:class:`SamplingMethod`). ``plan`` (one
             traced program) runs every iteration (sampling: every batch) and ignores the clock.
+        ilqr_explore: plans sampled around iLQR's plan after each of its iterations (ilqr): coloured
+            noise of ``noise_scale`` and ``noise_beta`` as predictive sampling draws it, in batches of
+            ``sample_batch``; the cheapest replaces the plan if it costs less (``mu`` stays). Where the
+            cost is flat because the actuated body is beyond contacts from distance's reach (the
+            object's cost before it is touched, plus effort), the Newton step is zero and every
+            iteration is rejected; where the model's gradient leads to a touch that does not move the
+            object the way the cost wants, iLQR settles beside it. Random plans find the touch in
+            both cases (on the planner suite's finger, docs/mpc.md). 0: iLQR's steps only.
         keep_best: execute the lowest-cost iterate of the gradient iterations (gradient, hybrid), and
             accept only iLQR steps that lower the cost (ilqr); false: the last gradient iterate (if
             finite), and iLQR's full step where no step lowers the cost. Keeping the best never executes a plan worse than
@@ -176,6 +184,7 @@ class PlannerConfig(Section, Preset):
     ilqr_cost_hessian: str = knob("psd", choices=("psd", "exact"))
     ilqr_jacobian: str = knob("period", choices=(*JACOBIANS, "auto"))
     ilqr_reach: tuple[float, ...] = knob((0.1, 0.3), check=_check_reach)
+    ilqr_explore: int = knob(8, ge=0)
     keep_best: bool = knob(True)
     time_budget: float | None = knob(None, gt=0.0)
 
@@ -430,6 +439,13 @@ class HybridMethod(GradientMethod):
         return _Descent(u, _optimizer(self.cfg).init(u), u, c), costs
 
 
+class _Explored(NamedTuple):
+    """Carry of iLQR's iterations: its state and the key of the next plans sampled around it."""
+
+    state: ilqr.ILQRState
+    key: jax.Array
+
+
 class ILQRMethod:
     """``ilqr``: iterations of :func:`diffmjx.mpc.ilqr.iteration` (Riccati gains on the period
     Jacobians of :func:`diffmjx.linearize`, a vmapped line search, controls projected onto their
@@ -443,13 +459,15 @@ class ILQRMethod:
         self.jacobian = self._jacobian()  # a substep on an adaptive model is refused here, before any plan
 
     def init(self, m, d, nominal, cost, key, dt0):
-        return ilqr.init(nominal, self.cfg.regularization), jnp.zeros((0,), nominal.dtype)
+        return _Explored(ilqr.init(nominal, self.cfg.regularization), key), jnp.zeros((0,), nominal.dtype)
 
     def step(self, m, d, carry, cost, dt0):
-        carry, info = ilqr.iteration(
+        """One iLQR iteration, then ``ilqr_explore`` plans sampled around its result (the cheapest
+        kept if it lowers the cost)."""
+        state, info = ilqr.iteration(
             m,
             d,
-            carry,
+            carry.state,
             cost,
             self.sim,
             dt0=dt0,
@@ -464,7 +482,14 @@ class ILQRMethod:
             jacobian=self.jacobian,
             reach=self.cfg.ilqr_reach,
         )
-        return carry, (info["cost"], info["finite"])
+        key = carry.key
+        if self.cfg.ilqr_explore:
+            key, sub = jax.random.split(key)
+            batch = dataclasses.replace(self.cfg, samples=self.cfg.ilqr_explore)
+            u, c, _ = _sample(m, d, state.u, cost, sub, dt0, batch, forward_config(self.sim), keep_nominal=False)
+            better = c < state.cost
+            state = state._replace(u=jnp.where(better, u, state.u), cost=jnp.where(better, c, state.cost))
+        return _Explored(state, key), (info["cost"], info["finite"])
 
     def _jacobian(self) -> str:
         """``planner.ilqr_jacobian`` for this planning model (``auto`` resolved)."""
@@ -480,9 +505,10 @@ class ILQRMethod:
         return choice
 
     def finish(self, m, d, carry, cost, dt0):
+        state = carry.state
         if not self.iterations:  # nothing evaluated the plan yet
-            return carry.u, plan_cost(m, d, carry.u, cost, forward_config(self.sim), dt0)[0]
-        return carry.u, carry.cost
+            return state.u, plan_cost(m, d, state.u, cost, forward_config(self.sim), dt0)[0]
+        return state.u, state.cost
 
 
 for _kind, _cls in (
