@@ -32,7 +32,8 @@ defaults except its kind, the task's horizon, ``execute=4`` and the time budget:
   ``planner.time_budget``);
 * ``gradient``: Adam iterations within the budget, no contacts from distance;
 * ``gradient_cfd``: the same with contacts from distance (``cfd.enabled=true``, its defaults);
-* ``ilqr_cfd``: iLQR iterations within the budget, with contacts from distance;
+* ``ilqr_cfd``: iLQR iterations within the budget, with contacts from distance (and its default
+  ``ilqr_explore`` plans sampled around each iteration's result);
 * ``hybrid_cfd``: 32 samples, then Adam iterations within the budget, with contacts from distance.
 
 Equal time: each task's budget per plan step (:func:`calibrate`) is the longest of sampling's plan

@@ -449,7 +449,8 @@ class _Explored(NamedTuple):
 class ILQRMethod:
     """``ilqr``: iterations of :func:`diffmjx.mpc.ilqr.iteration` (Riccati gains on the period
     Jacobians of :func:`diffmjx.linearize`, a vmapped line search, controls projected onto their
-    ranges); every accepted iteration lowers the cost, so the last plan is the best one."""
+    ranges), each followed by ``ilqr_explore`` plans sampled around its result; every accepted
+    iteration or sample lowers the cost, so the last plan is the best one."""
 
     search_mu = True  # ilqr.iteration's regularisation search (a subclass may compare without it)
 
