@@ -233,6 +233,25 @@ def planner_suite() -> str:
     return "\n".join(out) + "\n"
 
 
+def planner_suite_finger() -> str:
+    """The finger from more starts (``planner_suite_finger.csv``, every planner with its defaults),
+    and iLQR with CFD without its sampled plans (``planner_suite_finger_explore0.csv``) beside it."""
+    rows = _rows("planner_suite_finger.csv")
+    before = _rows("planner_suite_finger_explore0.csv")
+    planners = [p for p in SUITE_PLANNERS if any(r["planner"] == p for r in rows)]
+    cell = lambda sel: (
+        f"{sum(r['success'] == 'True' for r in sel)} of {len(sel)} ({_median([float(r['score']) for r in sel]):.2g})"
+    )
+    head = [f"`{p}`" for p in planners] + ["`ilqr_cfd`, `ilqr_explore=0`"]
+    out = ["| task | budget (ms per plan step) | " + " | ".join(head) + " |", "|---|---|" + "---|" * len(head)]
+    for task in dict.fromkeys(r["task"] for r in rows):
+        cells = [cell([r for r in rows if (r["task"], r["planner"]) == (task, p)]) for p in planners]
+        cells.append(cell([r for r in before if r["task"] == task]))
+        budget = float(next(r["budget_ms"] for r in rows if r["task"] == task))
+        out.append(f"| {task} | {budget:.0f} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
 def planner_suite_time() -> str:
     """Per planner: the time per plan step as a multiple of the task's budget (median and range over
     tasks) and the iterations that fit (median over tasks)."""
@@ -2087,11 +2106,13 @@ TABLES: dict[str, Callable[[], str]] = {
     "contact_mpc_friction": lambda: contact_mpc("contact_mpc_friction.csv"),
     "planner_suite": planner_suite,
     "planner_suite_time": planner_suite_time,
+    "planner_suite_finger": planner_suite_finger,
     "planner_defaults": planner_defaults,
     "planner_defaults_ilqr_reuse": lambda: planner_defaults("ilqr_reuse", "`ilqr_reuse`"),
     "vjp_sources": vjp_sources,
     "planner_defaults_ilqr_jacobian": lambda: planner_defaults("ilqr_jacobian", "`ilqr_jacobian`", str),
     "planner_defaults_ilqr_reach": lambda: planner_defaults("ilqr_reach", "`ilqr_reach`", str),
+    "planner_defaults_ilqr_explore": lambda: planner_defaults("ilqr_explore", "`ilqr_explore`", int),
     "planner_defaults_cfd_width": lambda: planner_defaults(
         "cfd.solimp", "width", lambda cell: float(cell.split("/")[2]), " m"
     ),
