@@ -69,7 +69,10 @@ PLANNER = (
     "sample_batch=8",
     "keep_best=false",
 )
-ILQR_AS_MEASURED = ("ilqr_reach=[]",)  # the committed rows predate the rescaled steps (planner.ilqr_reach)
+ILQR_AS_MEASURED = (
+    "ilqr_reach=[]",
+    "ilqr_explore=0",
+)  # the committed rows predate the rescaled steps and sampled plans
 METHODS = {  # name -> (planner overrides, contacts from distance)
     "gradient": (("kind=gradient", "iterations=8"), False),
     "gradient_cfd": (("kind=gradient", "iterations=8"), True),

@@ -67,7 +67,13 @@ def _contact(name: str, starts: int):
         qpos, target = task.case(mj, seed)
         data.append(common.mjx.make_data(m).replace(qpos=jnp.asarray(qpos), mocap_pos=jnp.asarray(target)[None]))
     sim = diffmjx.Config().override(*cm.SIM, *cm.CFD)
-    knobs = {"horizon": 16, "learning_rate": 0.1, "clip_norm": 1.0, "ilqr_reach": ()}  # as measured (before ilqr_reach)
+    knobs = {
+        "horizon": 16,
+        "learning_rate": 0.1,
+        "clip_norm": 1.0,
+        "ilqr_reach": (),
+        "ilqr_explore": 0,
+    }  # as measured (before ilqr_reach, ilqr_explore)
     return m, data, cm.make_cost(mj, task), sim, knobs
 
 
@@ -81,8 +87,15 @@ def _baoding(starts: int, implicit: bool = False):
         sim = sim.override("solver.gradient=implicit")
     # one start: the reset pose. iLQR's cost Hessian as these rows were measured (exact; the default is
     # now psd, which zeroes its negative curvature: the swap cost's palm frame gives it some), and
-    # without the rescaled steps (ilqr_reach, added later)
-    knobs = {"horizon": 16, "learning_rate": 0.05, "clip_norm": 1.0, "ilqr_cost_hessian": "exact", "ilqr_reach": ()}
+    # without the rescaled steps and sampled plans (ilqr_reach, ilqr_explore, added later)
+    knobs = {
+        "horizon": 16,
+        "learning_rate": 0.05,
+        "clip_norm": 1.0,
+        "ilqr_cost_hessian": "exact",
+        "ilqr_reach": (),
+        "ilqr_explore": 0,
+    }
     return m, [d0], cost, sim, knobs
 
 

@@ -562,6 +562,14 @@ def test_planner_config_validates_and_presets_load():
         mpc.PlannerConfig(ilqr_reuse=-1)
 
 
+def _ilqr_step(cfg, sim):
+    """One step of the iLQR planner of ``cfg`` (its sampled plans off) on a zero plan, for tests that
+    replace ``ilqr.iteration`` to see what it is given."""
+    method = mpc.PLANNERS["ilqr"](dataclasses.replace(cfg, ilqr_explore=0), sim)
+    carry, _ = method.init(None, None, jnp.zeros((cfg.horizon, 1)), None, jax.random.PRNGKey(0), None)
+    return method.step(None, None, carry, None, 0.01)
+
+
 @pytest.mark.parametrize("where", ["control", "state"])
 def test_ilqr_regularization_knob_reaches_the_iteration(monkeypatch, where):
     """``planner.ilqr_regularization`` is what the iLQR planner's iteration gets, as a bool, and
@@ -571,10 +579,10 @@ def test_ilqr_regularization_knob_reaches_the_iteration(monkeypatch, where):
     seen = {}
     monkeypatch.setattr(ilqr, "iteration", lambda *a, **kw: (seen.update(kw), (a[2], {"cost": 0.0, "finite": True}))[1])
     cfg = mpc.PlannerConfig(kind="ilqr", horizon=2, execute=1, ilqr_regularization=where, ilqr_reuse=3)
-    mpc.PLANNERS["ilqr"](cfg, SIM).step(None, None, "carry", None, 0.01)
+    _ilqr_step(cfg, SIM)
     assert seen["state_regularization"] is (where == "state") and seen["reuse"] == 3
     assert seen["convex"] is True  # planner.ilqr_cost_hessian's default, psd
-    mpc.PLANNERS["ilqr"](dataclasses.replace(cfg, ilqr_cost_hessian="exact"), SIM).step(None, None, "c", None, 0.01)
+    _ilqr_step(dataclasses.replace(cfg, ilqr_cost_hessian="exact"), SIM)
     assert seen["convex"] is False
 
 
@@ -594,7 +602,7 @@ def test_ilqr_jacobian_knob_resolves_against_the_planning_model(monkeypatch):
         ("substep", euler, "substep"),
     ):
         cfg = mpc.PlannerConfig(kind="ilqr", horizon=2, execute=1, ilqr_jacobian=choice)
-        mpc.PLANNERS["ilqr"](cfg, sim).step(None, None, "carry", None, 0.01)
+        _ilqr_step(cfg, sim)
         assert seen["jacobian"] == expected, (choice, sim.integrator.solver)
     cfg = mpc.PlannerConfig(kind="ilqr", horizon=2, execute=1, ilqr_jacobian="substep")
     with pytest.raises(ValueError, match="planner.ilqr_jacobian='substep' needs a fixed-step planning model"):
@@ -612,13 +620,11 @@ def test_ilqr_reach_knob_is_passed_on_and_validated(monkeypatch):
 
     seen = {}
     monkeypatch.setattr(ilqr, "iteration", lambda *a, **kw: (seen.update(kw), (a[2], {"cost": 0.0, "finite": True}))[1])
-    base = mpc.PlannerConfig(kind="ilqr", horizon=2, execute=1, ilqr_explore=0)
+    base = mpc.PlannerConfig(kind="ilqr", horizon=2, execute=1)
     assert base.ilqr_reach == (0.1, 0.3)
     for text, expected in (("[0.2]", (0.2,)), ("[]", ()), ("[0.05, 1]", (0.05, 1.0))):
         cfg = base.override(f"ilqr_reach={text}")
-        method = mpc.PLANNERS["ilqr"](cfg, SIM)
-        carry, _ = method.init(None, None, jnp.zeros((2, 1)), None, jax.random.PRNGKey(0), None)
-        method.step(None, None, carry, None, 0.01)
+        _ilqr_step(cfg, SIM)
         assert seen["reach"] == expected, text
     for bad in ([0.0], [1.5], [-0.1], "0.1", [True]):
         with pytest.raises(ValueError, match=r"planner.ilqr_reach=.* is invalid; expected a list of shares"):
