@@ -233,20 +233,22 @@ def planner_suite() -> str:
     return "\n".join(out) + "\n"
 
 
-def planner_suite_finger() -> str:
-    """The finger from more starts (``planner_suite_finger.csv``, every planner with its defaults),
-    and iLQR with CFD without its sampled plans (``planner_suite_finger_explore0.csv``) beside it."""
-    rows = _rows("planner_suite_finger.csv")
-    before = _rows("planner_suite_finger_explore0.csv")
+def planner_suite_starts(name: str, before: str | None = None) -> str:
+    """One or more suite tasks from more starts (the suite CSV ``name``, every planner with its
+    defaults), and, with ``before``, iLQR with CFD without its sampled plans (a CSV of its rows at
+    ``ilqr_explore=0``) beside them."""
+    rows = _rows(name)
+    earlier = _rows(before) if before else []
     planners = [p for p in SUITE_PLANNERS if any(r["planner"] == p for r in rows)]
     cell = lambda sel: (
         f"{sum(r['success'] == 'True' for r in sel)} of {len(sel)} ({_median([float(r['score']) for r in sel]):.2g})"
     )
-    head = [f"`{p}`" for p in planners] + ["`ilqr_cfd`, `ilqr_explore=0`"]
+    head = [f"`{p}`" for p in planners] + (["`ilqr_cfd`, `ilqr_explore=0`"] if before else [])
     out = ["| task | budget (ms per plan step) | " + " | ".join(head) + " |", "|---|---|" + "---|" * len(head)]
     for task in dict.fromkeys(r["task"] for r in rows):
         cells = [cell([r for r in rows if (r["task"], r["planner"]) == (task, p)]) for p in planners]
-        cells.append(cell([r for r in before if r["task"] == task]))
+        if before:
+            cells.append(cell([r for r in earlier if r["task"] == task]))
         budget = float(next(r["budget_ms"] for r in rows if r["task"] == task))
         out.append(f"| {task} | {budget:.0f} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
@@ -2106,7 +2108,10 @@ TABLES: dict[str, Callable[[], str]] = {
     "contact_mpc_friction": lambda: contact_mpc("contact_mpc_friction.csv"),
     "planner_suite": planner_suite,
     "planner_suite_time": planner_suite_time,
-    "planner_suite_finger": planner_suite_finger,
+    "planner_suite_finger": lambda: planner_suite_starts(
+        "planner_suite_finger.csv", "planner_suite_finger_explore0.csv"
+    ),
+    "planner_suite_box_tip": lambda: planner_suite_starts("planner_suite_box_tip.csv"),
     "planner_defaults": planner_defaults,
     "planner_defaults_ilqr_reuse": lambda: planner_defaults("ilqr_reuse", "`ilqr_reuse`"),
     "vjp_sources": vjp_sources,
