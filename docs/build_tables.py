@@ -213,35 +213,18 @@ def contact_mpc(name: str = "contact_mpc.csv") -> str:
 SUITE_PLANNERS = ("sampling", "gradient", "gradient_cfd", "ilqr_cfd", "hybrid_cfd")
 
 
-def planner_suite() -> str:
-    """Per task and planner: successes over the starts and the median score (the largest end-state
-    error in units of its tolerance; below 1 is a success), with the task's time budget per plan step."""
-    rows = _rows("planner_suite.csv")
-    planners = [p for p in SUITE_PLANNERS if any(r["planner"] == p for r in rows)]
-    out = [
-        "| task | budget (ms per plan step) | " + " | ".join(f"`{p}`" for p in planners) + " |",
-        "|---|---|" + "---|" * len(planners),
-    ]
-    for task in dict.fromkeys(r["task"] for r in rows):
-        cells = []
-        for p in planners:
-            sel = [r for r in rows if (r["task"], r["planner"]) == (task, p)]
-            ok = sum(r["success"] == "True" for r in sel)
-            cells.append(f"{ok} of {len(sel)} ({_median([float(r['score']) for r in sel]):.2g})" if sel else "")
-        budget = float(next(r["budget_ms"] for r in rows if r["task"] == task))
-        out.append(f"| {task} | {budget:.0f} | " + " | ".join(cells) + " |")
-    return "\n".join(out) + "\n"
-
-
-def planner_suite_starts(name: str, before: str | None = None) -> str:
-    """One or more suite tasks from more starts (the suite CSV ``name``, every planner with its
-    defaults), and, with ``before``, iLQR with CFD without its sampled plans (a CSV of its rows at
-    ``ilqr_explore=0``) beside them."""
+def planner_suite(name: str = "planner_suite.csv", before: str | None = None) -> str:
+    """Per task and planner of a suite CSV (``name``: the suite, or some tasks from more starts):
+    successes over the starts and the median score (the largest end-state error in units of its
+    tolerance; below 1 is a success), with the task's time budget per plan step; with ``before``,
+    a column of iLQR with CFD without its sampled plans (a CSV of its rows at ``ilqr_explore=0``)."""
     rows = _rows(name)
     earlier = _rows(before) if before else []
     planners = [p for p in SUITE_PLANNERS if any(r["planner"] == p for r in rows)]
     cell = lambda sel: (
         f"{sum(r['success'] == 'True' for r in sel)} of {len(sel)} ({_median([float(r['score']) for r in sel]):.2g})"
+        if sel
+        else ""
     )
     head = [f"`{p}`" for p in planners] + (["`ilqr_cfd`, `ilqr_explore=0`"] if before else [])
     out = ["| task | budget (ms per plan step) | " + " | ".join(head) + " |", "|---|---|" + "---|" * len(head)]
@@ -2108,10 +2091,8 @@ TABLES: dict[str, Callable[[], str]] = {
     "contact_mpc_friction": lambda: contact_mpc("contact_mpc_friction.csv"),
     "planner_suite": planner_suite,
     "planner_suite_time": planner_suite_time,
-    "planner_suite_finger": lambda: planner_suite_starts(
-        "planner_suite_finger.csv", "planner_suite_finger_explore0.csv"
-    ),
-    "planner_suite_box_tip": lambda: planner_suite_starts("planner_suite_box_tip.csv"),
+    "planner_suite_finger": lambda: planner_suite("planner_suite_finger.csv", "planner_suite_finger_explore0.csv"),
+    "planner_suite_box_tip": lambda: planner_suite("planner_suite_box_tip.csv"),
     "planner_defaults": planner_defaults,
     "planner_defaults_ilqr_reuse": lambda: planner_defaults("ilqr_reuse", "`ilqr_reuse`"),
     "vjp_sources": vjp_sources,
