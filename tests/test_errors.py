@@ -163,3 +163,29 @@ def test_no_touchdown_warning_check_for_a_model_built_inside_a_trace():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         jax.jit(f)(1.0)
+
+
+def test_touchdown_jumps_lists_limits_that_start_with_a_force():
+    """A limit switches on at the end of its range with its own impedance (solimplimit, MuJoCo's
+    default 0.9 at touch): limited joints and tendons are listed unless their solimplimit[0] is 0,
+    they are not limited, or the model disables limits; the warning says limits and their fix."""
+    import warnings
+
+    import mujoco
+    from mujoco import mjx
+
+    xml = """<mujoco><compiler angle="radian"/><worldbody><site name="a"/>
+      <body><joint name="hinge" range="-1 1"/><joint name="free_hinge" axis="1 0 0"/>
+        <joint range="-1 1" axis="0 1 0" solimplimit="0 0.95 0.001"/>
+        <geom size=".1" contype="0" conaffinity="0"/><site name="b" pos="0 0 .2"/></body></worldbody>
+      <tendon><spatial name="cable" range="0 0.5"><site site="a"/><site site="b"/></spatial></tendon></mujoco>"""
+    model = mujoco.MjModel.from_xml_string(xml)
+    assert diffmjx.touchdown_jumps(model) == {"joint hinge": 0.9, "tendon cable": 0.9}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        diffmjx.validate(mjx.put_model(model), diffmjx.Config())
+    (shown,) = [str(w.message) for w in caught if issubclass(w.category, diffmjx.TouchdownJumpWarning)]
+    assert shown.startswith("contacts and limits of 'joint hinge' (0.9), 'tendon cable' (0.9) start with")
+    assert "solimplimit[0] = 0 for a limit" in shown
+    model.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_LIMIT
+    assert diffmjx.touchdown_jumps(model) == {}

@@ -13,6 +13,7 @@ import warnings
 
 import diffrax
 import jax
+import mujoco
 import numpy as np
 
 from diffmjx import _mjx
@@ -48,8 +49,9 @@ def _mixed_solimp0(imp, solmix, priority, g1: int, g2: int) -> float:
 
 
 def touchdown_jumps(m) -> dict[str, float]:
-    """Geoms (and explicit contact pairs) whose contact force jumps at touchdown: ``solimp[0]``,
-    the impedance at zero distance, above MuJoCo's ``mjMINIMP`` (1e-4).
+    """Geoms (and explicit contact pairs), and joint and tendon limits, whose constraint force jumps
+    at touchdown: ``solimp[0]`` (a limit's ``solimplimit[0]``), the impedance at zero distance,
+    above MuJoCo's ``mjMINIMP`` (1e-4).
 
     Such a contact switches on with a finite force the instant the distance crosses zero (MuJoCo's
     default ``solimp`` starts at 0.9). The integrator steps over the jump and AD, through any
@@ -60,7 +62,9 @@ def touchdown_jumps(m) -> dict[str, float]:
     Only contacts the model can make count: the candidate geom pairs MJX collides (``contype`` /
     ``conaffinity`` bits, ``<pair>``, ``<exclude>``, no self or parent-child pairs, pairs of types
     with a collision function), each with its ``solimp`` as MuJoCo combines the two geoms'
-    (``priority``, ``solmix``). A geom that collides with nothing is never listed.
+    (``priority``, ``solmix``). A geom that collides with nothing is never listed. A limit is a
+    contact of the same kind (a row that switches on at the range's end): every limited joint and
+    tendon counts, unless the model disables limits.
 
     Arguments:
         m: ``mjx.Model`` or ``mujoco.MjModel``, with concrete (not traced) arrays.
@@ -68,7 +72,9 @@ def touchdown_jumps(m) -> dict[str, float]:
     Returns:
         ``{name: solimp[0]}`` for every geom (name, or ``geom <id>`` if unnamed) with its own
         ``solimp[0]`` above the threshold in a candidate pair whose contact has it above too, and
-        every ``<pair>`` (``pair <id>``) above the threshold; empty if none.
+        every ``<pair>`` (``pair <id>``) above the threshold, and every limited joint and tendon
+        (``joint <name>``, ``tendon <name>``; ``joint <id>`` if unnamed) whose ``solimplimit[0]`` is;
+        empty if none.
     """
     if np.ndim(m.geom_solimp) != 2:  # a batched model: one check per model is not what this answers
         return {}
@@ -92,7 +98,27 @@ def touchdown_jumps(m) -> dict[str, float]:
             geoms.update(int(g) for g in (g1, g2) if imp[g] > MINIMP)
     out = {name(adr[g], "geom", g): float(imp[g]) for g in sorted(geoms)}
     out.update({f"pair {i}": float(pair_imp[i]) for i in sorted(pairs)})
+    if not int(m.opt.disableflags) & int(mujoco.mjtDisableBit.mjDSBL_LIMIT):
+        # a limit is a constraint that switches on at its range's end, with its own impedance
+        for kind, limited, solimp, adrs in (
+            ("joint", m.jnt_limited, m.jnt_solimp, m.name_jntadr),
+            ("tendon", m.tendon_limited, m.tendon_solimp_lim, m.name_tendonadr),
+        ):
+            imp0 = np.asarray(solimp).reshape(-1, 5)[:, 0]
+            for i in np.flatnonzero(np.asarray(limited, bool) & (imp0 > MINIMP)):
+                text = name(adrs[i], kind, i)
+                out[text if text == f"{kind} {i}" else f"{kind} {text}"] = float(imp0[i])
     return out
+
+
+def jump_wording(jumps: dict[str, float]) -> tuple[str, str]:
+    """``(what, advice)`` for a message about :func:`touchdown_jumps`' entries: ``contacts`` (or
+    ``contacts and limits`` where a joint's or tendon's limit is listed) and, with limits, the
+    attribute that sets a limit's impedance."""
+    limited = any(k.startswith(("joint ", "tendon ")) for k in jumps)
+    if not limited:
+        return "contacts", ""
+    return "contacts and limits", ", and solimplimit[0] = 0 for a limit"
 
 
 _JUMPS: dict[str, dict[str, float]] = {}  # model fingerprint -> touchdown_jumps(m)
@@ -117,6 +143,12 @@ def _fingerprint(m) -> str:
         "pair_geom1",
         "pair_geom2",
         "exclude_signature",
+        "jnt_solimp",
+        "jnt_limited",
+        "name_jntadr",
+        "tendon_solimp_lim",
+        "tendon_limited",
+        "name_tendonadr",
     )
     for f in fields:
         a = np.ascontiguousarray(np.asarray(getattr(m, f)))
@@ -129,7 +161,15 @@ def _fingerprint(m) -> str:
 def _warn_touchdown_jumps(m, cfg: Config) -> None:
     if cfg.cfd.enabled:  # contacts from distance: the backward pass uses its own rows by design
         return
-    fields = (m.geom_solimp, m.geom_contype, m.geom_conaffinity, m.pair_solimp, m.geom_solmix)
+    fields = (
+        m.geom_solimp,
+        m.geom_contype,
+        m.geom_conaffinity,
+        m.pair_solimp,
+        m.geom_solmix,
+        m.jnt_solimp,
+        m.tendon_solimp_lim,
+    )
     if any(isinstance(x, jax.core.Tracer) for x in fields):  # a model built inside a trace: values unknown
         return
     key = _fingerprint(m)
@@ -145,12 +185,13 @@ def _warn_touchdown_jumps(m, cfg: Config) -> None:
     _WARNED[seen] = warnings.filters
     listed = ", ".join(f"{k!r} ({v:.3g})" for k, v in list(jumps.items())[:6])
     more = f" and {len(jumps) - 6} more" if len(jumps) > 6 else ""
+    what, limits = jump_wording(jumps)
     warnings.warn(
-        f"contacts of {listed}{more} start with solimp[0] > 0 (the impedance at touch): their force jumps "
+        f"{what} of {listed}{more} start with solimp[0] > 0 (the impedance at touch): their force jumps "
         "at every touchdown, and no gradient sees that jump, so gradients through a touchdown can be tens "
         "of percent off at any tolerance. For gradients through contact set solimp[0] = 0 "
-        '(e.g. solimp="0 0.95 0.001 0.5 2"); see diffmjx.touchdown_jumps and docs/solver.md. Shown once per '
-        'model; silence it with warnings.filterwarnings("ignore", category=diffmjx.TouchdownJumpWarning)',
+        f'(e.g. solimp="0 0.95 0.001 0.5 2"){limits}; see diffmjx.touchdown_jumps and docs/solver.md. Shown once '
+        'per model; silence it with warnings.filterwarnings("ignore", category=diffmjx.TouchdownJumpWarning)',
         TouchdownJumpWarning,
         stacklevel=_caller_level(),
     )

@@ -41,7 +41,7 @@ import numpy as np
 
 from diffmjx import checkpoint
 from diffmjx.config import Config, Preset, Section, knob
-from diffmjx.physics.checks import TouchdownJumpWarning, touchdown_jumps
+from diffmjx.physics.checks import TouchdownJumpWarning, jump_wording, touchdown_jumps
 from diffmjx.registry import FIT_METHODS, GRADIENT_MODES
 from diffmjx.sysid.distributed import batch_sharding, replicate, sharded_rows
 from diffmjx.sysid.fields import FIELDS
@@ -482,12 +482,13 @@ def _warn_touchdown_jumps(models, recs) -> None:
         jumps = touchdown_jumps(m) if any(r.variant == v for r in recs) else {}
         if jumps:
             named = ", ".join(f"{k!r} ({x:g})" for k, x in jumps.items())
+            what, limits = jump_wording(jumps)
             warnings.warn(
-                f"identify: contacts of {named} start with solimp[0] > 0, so their force jumps at every "
+                f"identify: {what} of {named} start with solimp[0] > 0, so their force jumps at every "
                 "touchdown and the fit's Jacobians miss that jump: on recordings that make and break contact "
                 "Levenberg-Marquardt converges slowly (a finger tapping a box: 17 % off after 30 steps, 5 % "
                 "after 8 with solimp[0] = 0). Where the real system allows it, model its contacts with "
-                'solimp[0] = 0 (e.g. solimp="0 0.95 0.001 0.5 2")',
+                f'solimp[0] = 0 (e.g. solimp="0 0.95 0.001 0.5 2"){limits}',
                 TouchdownJumpWarning,
                 stacklevel=3,
             )
