@@ -1382,6 +1382,31 @@ def sysid_touchdown() -> str:
     return "\n".join(out) + "\n"
 
 
+def sysid_limits() -> str:
+    """A hinge striking (or pressed against) its limits, fitted with MuJoCo's default solimplimit
+    and with solimplimit[0] = 0 (``experiments.sysid_limits``): loss at the truth, errors, intervals."""
+    rows = _rows("sysid_limits.csv")
+    names = {"default": "MuJoCo's default (0.9 at touch)", "solimplimit0": "`solimplimit[0]` = 0"}
+    out = [
+        "| case | `solimplimit` | fits | loss at the truth (median) | largest error: median, worst "
+        "| intervals holding the truth | converged |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for case in dict.fromkeys(r["case"] for r in rows):
+        for variant in names:
+            rs = [r for r in rows if r["case"] == case and r["variant"] == variant]
+            if not rs:
+                continue
+            err = [100 * float(r["max_rel_error"]) for r in rs]
+            held = sum(r["intervals_hold_truth"] == "True" for r in rs)
+            conv = sum(r["converged"] == "True" for r in rs)
+            out.append(
+                f"| {case} | {names[variant]} | {len(rs)} | {_exp(_median([float(r['loss_at_truth']) for r in rs]))} "
+                f"| {_median(err):.2g} %, {max(err):.2g} % | {held} of {len(rs)} | {conv} of {len(rs)} |"
+            )
+    return "\n".join(out) + "\n"
+
+
 TOSS_STEP_SETTINGS = {
     "paper": "paper (2 Newton iterations, MJX's plane–box rule, floor 1e-4)",
     "library": "library (converged solve, `deepest`)",
@@ -2132,6 +2157,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "speed_device": speed_device,
     "speed_device_rules": speed_device_rules,
     "sysid_touchdown": sysid_touchdown,
+    "sysid_limits": sysid_limits,
     "speed_toss_steps": speed_toss_steps,
     "speed_stiff": speed_stiff,
     "sysid_fig9_quick": sysid_fig9_quick,
