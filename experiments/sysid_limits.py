@@ -9,12 +9,14 @@ contact's does at touchdown (:func:`diffmjx.touchdown_jumps` lists both). The mo
 link (damping 0.1, friction loss 0.05) under random motor torques held for 50 ms, in two cases:
 ``strikes`` (range +-0.3 rad, torques up to 0.5 N m: it swings and strikes both ends) and
 ``pressed`` (range +-0.01 rad, torques up to 1 N m: it is pushed into one stop or the other, the
-limit engaging and releasing as the torque changes, like a gripper closed on its stop). Per case, variant (``default``; ``solimplimit0``: ``solimplimit = 0 0.95 0.001 0.5 2``
-in the real system and the model alike, a diagnosis of the jump, not a change of the task) and seed
-(the torques): a noise-free recording of the C engine (RK4 at 0.1 ms, 1 s at 10 ms),
-:func:`diffmjx.sysid.identify` of both the damping and the friction loss from 30 % above
-(``FitConfig`` defaults, ``--steps`` steps), and the loss at the true values (zero where
-simulation and data agree).
+limit engaging and releasing as the torque changes, like a gripper closed on its stop).
+
+Per case, variant and seed (the torques): a noise-free recording of the C engine (RK4 at 0.1 ms,
+1 s at 10 ms), :func:`diffmjx.sysid.identify` of both the damping and the friction loss from 30 %
+above (``FitConfig`` defaults, ``--steps`` steps), and the loss at the true values (zero where
+simulation and data agree). The variants, each in the real system and the model alike:
+``default`` (the scene's limit as MuJoCo compiles it) and ``solimplimit0`` (``solimplimit = 0 0.95
+0.001 0.5 2``: the force starts from zero; a diagnosis of the jump, not a change of the task).
 
 Writes ``docs/results/sysid_limits.csv``: one row per case, variant and seed (loss at the truth, final
 loss, largest error, whether every 95 % interval holds the truth, ``converged``, wall time).
