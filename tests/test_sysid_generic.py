@@ -367,6 +367,26 @@ def test_identify_recovers_two_parameters_of_a_hinge_model_within_one_percent(pe
     assert r.step == int(r.history.step[np.nanargmin(held)])
 
 
+def test_a_later_fit_of_the_same_model_reuses_the_compiled_simulation(pendulum_fit, monkeypatch):
+    """Another start and other data of the pendulum (the fixture's fit compiled its simulation):
+    ``Problem.evaluate`` traces nothing of the simulation again, and its residual and Jacobian equal
+    JAX's own ``jacfwd`` of the residual, to rounding."""
+    start = mujoco.MjModel.from_xml_string(START.replace('damping="0.42"', 'damping="0.2"'))
+    ps = ParameterSet(start, PENDULUM_PARAMS)
+    cfg = sysid.forward_config(diffmjx.Config())
+    problem = sysid.Problem(ps, [pendulum_recording(3).check(start)], horizon=5, stride=5, cfg=cfg)
+    traced = []
+    simulate = sysid.problem.simulated_residuals
+    monkeypatch.setattr(sysid.problem, "simulated_residuals", lambda *a: traced.append(1) or simulate(*a))
+    theta = jax.numpy.asarray(ps.theta0) + 0.1
+    r, j = problem.evaluate(theta)
+    assert traced == [], "the simulation was traced again"
+    j_ad = jax.jit(jax.jacfwd(problem.residuals))(theta)
+    np.testing.assert_allclose(np.asarray(r), np.asarray(problem.residuals(theta)), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(j), np.asarray(j_ad), rtol=0, atol=1e-10 * float(np.max(np.abs(j_ad))))
+    assert np.max(np.abs(np.asarray(j)[:, :2])) > 1e-3  # damping and gear move the residual
+
+
 def test_identify_reports_a_parameter_the_data_cannot_determine(pendulum_fit):
     r = pendulum_fit
     assert r.values["opt.wind[0]"] == 0.0  # never moved: nothing in the model feels a wind

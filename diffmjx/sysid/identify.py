@@ -368,8 +368,7 @@ def identify(
     start = time.perf_counter()
     held_fn = None
     if held_problem is not None:
-        held_args, held_loss_fn = held_problem.arguments(), jax.jit(held_problem.loss)
-        held_fn = lambda th: held_loss_fn(_local(th), held_args)
+        held_fn = lambda th: float(jnp.sum(held_problem.evaluate(_local(th), jacobian=False)[0] ** 2))
     runner = runner_cls(problem, fit)
     theta = jnp.asarray(ps.theta0)
     state = runner.init(theta)
@@ -403,7 +402,7 @@ def identify(
             tight = Problem(
                 ps, recs, fit.horizon, stride, _tightened(cfg, fit.tolerance_check), fit.weights, fit.batching
             )
-            r_tight = np.asarray(jax.jit(tight.residuals)(theta_best, tight.arguments()))
+            r_tight = np.asarray(tight.evaluate(theta_best, jacobian=False)[0])
             bias = tolerance_bias(residual, r_tight, jacobian)
         intervals, unident = confidence_intervals(
             residual, jacobian, ps.labels, values, fit.confidence, segments, bias=bias
@@ -663,9 +662,11 @@ class _LM:
     """``lm``: Levenberg–Marquardt (Marquardt's scaling, Nielsen's damping update, steps capped at
     ``fit.max_step``) on the residual vector.
 
-    One compiled program, the residual and its forward-mode Jacobian at a point, serves every step:
-    a trial point's Jacobian is the next step's if the trial is accepted (most are). It also gives
-    the start's loss, the returned values' loss and the intervals.
+    One compiled program, the residual and its forward-mode Jacobian at a point
+    (:meth:`Problem.evaluate`), serves every step: a trial point's Jacobian is the next step's if the
+    trial is accepted (most are). It also gives the start's loss, the returned values' loss and the
+    intervals, and it serves later fits of a model of the same structure with the same settings
+    in the same process (other starts, data, bounds), which skip its tracing and compilation.
 
     A fit method (registered in :data:`FIT_METHODS`) is a class like this one: ``simulation(cfg)``
     (the config its problem simulates with), ``init``, ``start`` (the start's loss and Jacobian, or
@@ -682,17 +683,9 @@ class _LM:
     def __init__(self, problem: Problem, fit: FitConfig):
         self.fit = fit
         self.problem = problem
-        self.args = problem.arguments()
-
-        def rj(theta, args):  # traced once: the residual rides along as the Jacobian's auxiliary output
-            r = lambda th: (problem.residuals(th, args),) * 2
-            j, res = jax.jacfwd(r, has_aux=True)(theta)
-            return res, j
-
-        self.rj = jax.jit(rj)
 
     def evaluate(self, theta):
-        r, j = self.rj(theta, self.args)
+        r, j = self.problem.evaluate(theta)
         return np.asarray(r), np.asarray(j)
 
     def init(self, theta):

@@ -49,15 +49,20 @@ __all__ = [
     "BATCHINGS",
     "ORIENTATIONS",
     "Group",
+    "GroupSpec",
     "Problem",
     "Weights",
     "cut",
+    "depends_on_first",
+    "group_jacobian",
+    "group_residuals",
     "map_segments",
     "predict",
     "quat_log",
     "refsafe_floor",
     "resolve_batching",
     "sensor_model",
+    "simulated_residuals",
     "state_residuals",
     "with_refsafe",
 ]
@@ -323,6 +328,98 @@ def _base(model: mujoco.MjModel, dt: float):
     return mjx.put_model(m, device=jax.local_devices()[0])
 
 
+class GroupSpec(NamedTuple):
+    """What a group's simulated residual depends on besides its traced inputs (the model, the sensor
+    terms, the segment arrays): hashable, the key under which every fit of a model structure with the
+    same settings reuses one compiled program (:func:`group_residuals`, :func:`group_jacobian`)."""
+
+    cfg: Config
+    weights: Weights
+    batching: str  # resolved: vmap or map
+    dt: float
+    sensors: bool
+
+
+def simulated_residuals(spec: GroupSpec, m, base, terms, arrays):
+    """(B, N, k) residuals of a group's segments (unnormalised).
+
+    Arguments:
+        spec: the group's :class:`GroupSpec`.
+        m: the ``mjx.Model`` with the parameters written in (:meth:`Problem.edit`).
+        base: the group's ``mjx.Model`` as put: ``mjx.make_data`` of it starts each segment.
+        terms: the sensors' ``(gain, bias, delay)`` per sensordata column, or ``()`` without sensors.
+        arrays: the segments (:meth:`Group.arrays` layout).
+    """
+    qpos0, qvel0, act0, ctrl, qpos, qvel, sens, sens_w, sens_ctrl = arrays
+    layout = manifold.JointLayout.from_model(base)  # static fields of the model: known while tracing
+    pq, pv, pa = predict(m, base, qpos0, qvel0, act0, ctrl, spec.cfg, batching=spec.batching)
+    r = state_residuals(layout, pq, pv, qpos, qvel, spec.weights)  # (B, N, k)
+    if not spec.sensors:
+        return r
+    # sensors at samples 0..N: the recorded first state, then the predicted ones; the residual
+    # compares 1..N (sample 0 is what a delay interpolates from)
+    d0 = _mjx.make_data(base)
+    gain, bias, delay = terms
+
+    def sense(q, v, a, c):
+        return forward_unchecked(m, d0.replace(qpos=q, qvel=v, act=a, ctrl=c), spec.cfg).sensordata
+
+    qs = jnp.concatenate([qpos0[:, None], pq], axis=1)
+    vs = jnp.concatenate([qvel0[:, None], pv], axis=1)
+    acts = jnp.concatenate([act0[:, None], pa], axis=1)
+    cs = jnp.concatenate([ctrl[:, :1], sens_ctrl], axis=1)
+    sim = map_segments(jax.vmap(sense), (qs, vs, acts, cs), spec.batching)
+    measured = sensor_model(sim, gain, bias, delay, spec.dt)[:, 1:]
+    return jnp.concatenate([r, jnp.sqrt(spec.weights.sensor) * sens_w[:, None] * (measured - sens)], axis=-1)
+
+
+@functools.partial(jax.jit, static_argnames=("spec",))
+def group_residuals(m, base, terms, arrays, *, spec: GroupSpec):
+    """:func:`simulated_residuals`, compiled once per model structure and ``spec`` for every fit."""
+    return simulated_residuals(spec, m, base, terms, arrays)
+
+
+@functools.partial(jax.jit, static_argnames=("spec", "moved"))
+def group_jacobian(z, m, base, terms, arrays, dleaves, dterms, *, spec: GroupSpec, moved: tuple[int, ...]):
+    """``(r, J)``: :func:`simulated_residuals` and its forward-mode Jacobian along the model's tangents.
+
+    The model's leaves ``moved`` (indices into ``jax.tree.leaves(m)``) and the sensor ``terms`` move
+    along ``dleaves`` and ``dterms`` (each with a leading axis of ``len(z)`` directions, e.g. their
+    derivatives by the fit's coordinates): ``J[..., i]`` is the residuals' derivative along direction
+    ``i``. The program depends on the parameters only through these inputs, so every fit of a model
+    structure (any start, data or parameter list of the same size) reuses it: ``jax.jit`` keys it on
+    the model's static fields, the shapes and ``spec`` and ``moved``.
+
+    Arguments:
+        z: zeros, one per direction (its length sets the Jacobian's width).
+    """
+    leaves, treedef = jax.tree.flatten(m)
+
+    def along(z):
+        moved_leaves = list(leaves)
+        for i, d in zip(moved, dleaves):
+            moved_leaves[i] = moved_leaves[i] + jnp.tensordot(z, d, axes=1)
+        t = tuple(x + jnp.tensordot(z, d, axes=1) for x, d in zip(terms, dterms))
+        r = simulated_residuals(spec, jax.tree.unflatten(treedef, moved_leaves), base, t, arrays)
+        return r, r
+
+    j, r = jax.jacfwd(along, has_aux=True)(z)
+    return r, j
+
+
+def depends_on_first(fn, *args) -> list[bool]:
+    """Which output leaves of ``fn(*args)`` depend on its first argument, from its traced program
+    (conservatively: an operation's outputs all depend on any input that does)."""
+    closed = jax.make_jaxpr(fn)(*args)
+    jaxpr = closed.jaxpr
+    var = lambda v: not hasattr(v, "val")  # a Literal holds a value; a Var does not
+    dep = set(jaxpr.invars[: len(jax.tree.leaves(args[0]))])
+    for eqn in jaxpr.eqns:
+        if any(var(v) and v in dep for v in eqn.invars):
+            dep.update(eqn.outvars)
+    return [var(v) and v in dep for v in jaxpr.outvars]
+
+
 @dataclasses.dataclass(eq=False)
 class Problem:
     """Segments of recordings, a :class:`~diffmjx.sysid.ParameterSet` and a simulation config.
@@ -380,38 +477,99 @@ class Problem:
     def _group_fns(self):
         return [self._residual_fn(g) for g in self.groups]
 
-    def _residual_fn(self, g: Group):
-        ps, cfg, w, batching = self.params, self.cfg, self.weights, self.batching_used
-        layout = self.layouts[g.variant]
-        sensors = g.sensordata is not None
-        variant = g.variant
+    def spec(self, g: Group) -> "GroupSpec":
+        """Group ``g``'s :class:`GroupSpec`: what its simulated residual depends on besides its inputs."""
+        return GroupSpec(self.cfg, self.weights, self.batching_used, float(g.dt), g.sensordata is not None)
+
+    def edit(self, values, base, variant: int, sensors: bool):
+        """``(m, terms)``: ``base`` with the physical ``values`` written in (ties, derived constants and
+        the model's own ``refsafe`` clamp applied) and, with ``sensors``, the sensors' ``(gain, bias,
+        delay)`` per sensordata column (else ``()``)."""
+        ps = self.params
         floor = refsafe_floor(ps.models[variant])
+        m = ps.model(values, base, variant)
+        m = m if floor is None else with_refsafe(m, floor)
+        terms = ps.sensor_terms(values, base.nsensordata, variant) if sensors else ()
+        return m, terms
+
+    def _residual_fn(self, g: Group):
+        spec = self.spec(g)
 
         def residuals(values, base, arrays):
-            qpos0, qvel0, act0, ctrl, qpos, qvel, sens, sens_w, sens_ctrl = arrays
-            m = ps.model(values, base, variant)
-            m = m if floor is None else with_refsafe(m, floor)
-            pq, pv, pa = predict(m, base, qpos0, qvel0, act0, ctrl, cfg, batching=batching)
-            r = state_residuals(layout, pq, pv, qpos, qvel, w)  # (B, N, k)
-            if not sensors:
-                return r
-            # sensors at samples 0..N: the recorded first state, then the predicted ones; the residual
-            # compares 1..N (sample 0 is what a delay interpolates from)
-            d0 = _mjx.make_data(base)
-            gain, bias, delay = ps.sensor_terms(values, base.nsensordata, variant)
-
-            def sense(q, v, a, c):
-                return forward_unchecked(m, d0.replace(qpos=q, qvel=v, act=a, ctrl=c), cfg).sensordata
-
-            qs = jnp.concatenate([qpos0[:, None], pq], axis=1)
-            vs = jnp.concatenate([qvel0[:, None], pv], axis=1)
-            acts = jnp.concatenate([act0[:, None], pa], axis=1)
-            cs = jnp.concatenate([ctrl[:, :1], sens_ctrl], axis=1)
-            sim = map_segments(jax.vmap(sense), (qs, vs, acts, cs), batching)
-            measured = sensor_model(sim, gain, bias, delay, g.dt)[:, 1:]
-            return jnp.concatenate([r, jnp.sqrt(w.sensor) * sens_w[:, None] * (measured - sens)], axis=-1)
+            m, terms = self.edit(values, base, g.variant, spec.sensors)
+            return simulated_residuals(spec, m, base, terms, arrays)
 
         return residuals
+
+    def moved(self, g: Group) -> tuple[int, ...]:
+        """Indices of the leaves of ``jax.tree.leaves(m)`` that the parameters move in group ``g``'s model."""
+        key = (g.variant, g.dt)
+        if key not in self._moved:
+            base = self.bases[key]
+
+            def leaves(values, base):
+                return jax.tree.leaves(self.edit(values, base, g.variant, False)[0])
+
+            deps = depends_on_first(leaves, jnp.asarray(self.params.start), base)
+            self._moved[key] = tuple(i for i, d in enumerate(deps) if d)
+        return self._moved[key]
+
+    @functools.cached_property
+    def _moved(self) -> dict:
+        return {}
+
+    @functools.cached_property
+    def _edits(self):
+        """The per-fit part of an evaluation, compiled: coordinates to the model (and the sensor terms)
+        and, for Jacobians, their derivatives by the coordinates (a small program; the simulation is
+        :func:`group_residuals` or :func:`group_jacobian`, shared by every fit)."""
+
+        def edit(theta, coords, base, variant, sensors):
+            return self.edit(self.params.to_values(theta, coords), base, variant, sensors)
+
+        def tangents(theta, coords, base, variant, sensors, moved):
+            def f(th):
+                m, terms = edit(th, coords, base, variant, sensors)
+                leaves = jax.tree.leaves(m)
+                return (tuple(leaves[i] for i in moved), terms), (m, terms)
+
+            jac, (m, terms) = jax.jacfwd(f, has_aux=True)(theta)
+            dleaves, dterms = jax.tree.map(lambda a: jnp.moveaxis(a, -1, 0), jac)
+            return m, terms, dleaves, dterms
+
+        return (
+            jax.jit(edit, static_argnames=("variant", "sensors")),
+            jax.jit(tangents, static_argnames=("variant", "sensors", "moved")),
+        )
+
+    @functools.cached_property
+    def _device_arrays(self):
+        return [jax.device_put(g.arrays()) for g in self.groups]
+
+    def evaluate(self, theta, jacobian: bool = True):
+        """:meth:`residuals` at ``theta`` and, with ``jacobian``, its forward-mode Jacobian by ``theta``
+        (else None), through the compiled programs every fit of the same model structure and settings
+        shares (:func:`group_residuals`, :func:`group_jacobian`): a second fit skips tracing and
+        compiling the simulation. Equal to ``jax.jacfwd(self.residuals)`` to rounding."""
+        edit, tangents = self._edits
+        coords = self.params.coords()
+        theta = jnp.asarray(theta)
+        rs, js = [], []
+        for g, arrays in zip(self.groups, self._device_arrays):
+            base, spec = self.bases[(g.variant, g.dt)], self.spec(g)
+            if not jacobian:
+                m, terms = edit(theta, coords, base, g.variant, spec.sensors)
+                rs.append(jnp.ravel(group_residuals(m, base, terms, arrays, spec=spec)))
+                continue
+            moved = self.moved(g)
+            m, terms, dleaves, dterms = tangents(theta, coords, base, g.variant, spec.sensors, moved)
+            z = jnp.zeros(theta.shape, theta.dtype)
+            r, j = group_jacobian(z, m, base, terms, arrays, dleaves, dterms, spec=spec, moved=moved)
+            rs.append(jnp.ravel(r))
+            js.append(jnp.reshape(j, (-1, theta.size)))
+        scale = jnp.sqrt(float(self.states))
+        r = jnp.concatenate(rs) / scale
+        return r, (jnp.concatenate(js) / scale if jacobian else None)
 
     def group_residuals(self, values, k: int, base, arrays):
         """(B, N, k) residuals of group ``k``'s segments ``arrays`` (:meth:`Group.arrays` layout), unnormalised."""
