@@ -1,7 +1,8 @@
 """Fair-peer study: time to 1 % and to 0.1 % parameter error, DiffMJX against ``mujoco.sysid`` at its best timestep.
 
     python -m experiments.sysid_peer [--models arm,box,ball,finger,finger_box,legged] [--seeds 2]
-                                     [--euler 1,2,4,8,16,32] [--rk4 1,2,4,8] [--fresh] [--plot-only]
+                                     [--euler 1,2,4,8,16,32] [--rk4 1,2,4,8] [--tolerances 1e-3,1e-4,1e-5,1e-7]
+                                     [--fresh] [--plot-only]
 
 The recovery study's models (:mod:`experiments.sysid_recovery`: the arm, the thrown box, the ball
 thrown at a wall, MyoSuite's muscle-driven finger) and two contact-rich ones: ``finger_box``
@@ -25,6 +26,9 @@ Each method at its best setting:
   segments, adaptive Tsit5 at each of ``--tolerances`` for rtol = atol): its time to an error is
   the time from the call (compilation included: ``IdentifyResult.start_s``) to the end of the
   first Levenberg–Marquardt step whose values are within it, at its fastest setting that reaches it.
+  The fits of a model run one after another in this process (each seed at every tolerance): the
+  first at a tolerance compiles the simulation's program, later ones reuse it (column ``program``:
+  ``compiled`` or ``reused``), and the summary gives the median over seeds and over each kind.
 
 Writes ``docs/results/sysid_peer.csv`` (one row per fit: method, timestep, error, wall time, time to
 1 % and to 0.1 %), ``sysid_peer_summary.csv`` (per model: each method's median time to each error,
@@ -78,8 +82,10 @@ def _time_to(errors: np.ndarray, times: np.ndarray, threshold: float) -> float:
     return float(times[hit[0]]) if hit.size else math.nan
 
 
-def run_diffmjx(name: str, seed: int, cfg: diffmjx.Config, fit: sysid.FitConfig) -> dict:
-    """DiffMJX's fit: its final error and the times at which each error was first reached."""
+def run_diffmjx(name: str, seed: int, cfg: diffmjx.Config, fit: sysid.FitConfig, program: str = "compiled") -> dict:
+    """DiffMJX's fit: its final error and the times at which each error was first reached.
+    ``program``: ``compiled`` for the first fit of this model and config in the process (it traces and
+    compiles, or loads from the persistent cache, the simulation's program), ``reused`` for a later one."""
     _, params, ps, recs, start = case(name, seed)
     t = time.perf_counter()
     res = sysid.identify(start, params, recs, cfg=cfg, fit=fit, progress=False)
@@ -96,6 +102,7 @@ def run_diffmjx(name: str, seed: int, cfg: diffmjx.Config, fit: sysid.FitConfig)
         "max_rel_error": final,
         "wall_s": wall,
         "setup_s": res.start_s,
+        "program": program,
         "iterations": len(res.history.step),
         **{f"time_to_{thr:g}": _time_to(errors, times, thr) for thr in THRESHOLDS},
     }
@@ -124,6 +131,7 @@ def run_peer(name: str, seed: int, integrator: str, divisor: int, fit: sysid.Fit
         "max_rel_error": final,
         "wall_s": wall,
         "setup_s": math.nan,
+        "program": "",
         "iterations": res.iterations,
         # no per-iteration values: the whole fit's time where its final values are within the error
         **{f"time_to_{thr:g}": (wall if final <= thr else math.nan) for thr in THRESHOLDS},
@@ -146,7 +154,8 @@ def _setting(r: dict | None) -> str:
 
 def summary(rows: list[dict]) -> list[dict]:
     """Per model and error: each method's median time over seeds at its best setting per seed (the
-    fastest that reaches the error), those settings and DiffMJX's time ratio."""
+    fastest that reaches the error), those settings and DiffMJX's time ratio; and DiffMJX's median
+    over the fits that compiled their program and over those that reused it (NaN where none)."""
     out = []
     for model in dict.fromkeys(r["model"] for r in rows):
         mine = [r for r in rows if r["model"] == model]
@@ -160,6 +169,12 @@ def summary(rows: list[dict]) -> list[dict]:
             times = {m: [float(b[key]) if b else math.nan for b in bs] for m, bs in best.items()}
             ours_m = _median_or_nan(times["diffmjx_lm"])
             peer_m = _median_or_nan(times["mujoco_sysid"])
+            # DiffMJX's fits that compiled their program against those that reused an earlier fit's
+            by_program = {
+                p: _median_or_nan([float(b[key]) for b in best["diffmjx_lm"] if b and b.get("program") == p])
+                for p in ("compiled", "reused")
+            }
+            later = by_program["reused"]
             out.append(
                 {
                     "model": model,
@@ -172,6 +187,9 @@ def summary(rows: list[dict]) -> list[dict]:
                     "peer_median_s": peer_m,
                     "peer_best_settings": "; ".join(_setting(b) for b in best["mujoco_sysid"]),
                     "ratio": ours_m / peer_m if math.isfinite(ours_m) and math.isfinite(peer_m) else math.nan,
+                    "diffmjx_compiled_s": by_program["compiled"],
+                    "diffmjx_reused_s": later,
+                    "ratio_reused": later / peer_m if math.isfinite(later) and math.isfinite(peer_m) else math.nan,
                 }
             )
     return out
@@ -186,7 +204,7 @@ def plot(rows: list[dict], png: Path) -> None:
     """Per model: each fit's final error against its wall time (the peer at each timestep, DiffMJX's
     time to each error as its path), with the 1 % and 0.1 % lines."""
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import LogLocator, NullFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     models = list(dict.fromkeys(r["model"] for r in rows))
     cols = 3
@@ -209,14 +227,19 @@ def plot(rows: list[dict], png: Path) -> None:
                 label=f"mujoco.sysid, {integ} (timestep swept)",
             )
         ours = [r for r in mine if r["method"] == "diffmjx_lm"]
-        ax.scatter(
-            [float(r["wall_s"]) for r in ours],
-            [max(float(r["max_rel_error"]), 1e-9) for r in ours],
-            color="tab:blue",
-            marker="o",
-            s=30,
-            label="DiffMJX (LM), end of fit",
-        )
+        for program, face in (("compiled", "tab:blue"), ("reused", "none")):
+            sel = [r for r in ours if r.get("program", "compiled") == program]
+            if not sel:
+                continue
+            ax.scatter(
+                [float(r["wall_s"]) for r in sel],
+                [max(float(r["max_rel_error"]), 1e-9) for r in sel],
+                facecolors=face,
+                edgecolors="tab:blue",
+                marker="o",
+                s=30,
+                label=f"DiffMJX (LM), end of fit ({'first fit' if program == 'compiled' else 'program reused'})",
+            )
         for thr in THRESHOLDS:
             t = [float(r[f"time_to_{thr:g}"]) for r in ours]
             ax.scatter(t, [thr] * len(t), color="tab:blue", marker="|", s=120, label=None)
@@ -224,6 +247,7 @@ def plot(rows: list[dict], png: Path) -> None:
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))  # plain seconds: 2, 5, 10, 20
         ax.xaxis.set_minor_formatter(NullFormatter())  # 1, 2, 5 per decade: minor labels overlap on short ranges
         ax.yaxis.set_minor_formatter(NullFormatter())
         ax.set_title(model, fontsize=10)
@@ -261,7 +285,7 @@ def main(argv=None) -> None:
     p.add_argument("--seeds", type=int, default=2)
     p.add_argument("--euler", default="1,2,4,8,16,32", help="the peer's timestep divisors, the model's integrator")
     p.add_argument("--rk4", default="1,2,4,8", help="the peer's timestep divisors with MuJoCo's RK4")
-    p.add_argument("--tolerances", default="1e-5,1e-7", help="DiffMJX's integrator.rtol = atol settings")
+    p.add_argument("--tolerances", default="1e-3,1e-4,1e-5,1e-7", help="DiffMJX's integrator.rtol = atol settings")
     p.add_argument("--out", type=Path, default=common.RESULTS)
     p.add_argument("--fresh", action="store_true")
     p.add_argument("--cached-only", action="store_true", help="summarise the fits already cached, run none")
@@ -294,12 +318,18 @@ def main(argv=None) -> None:
 
     cases = [(m, s) for m in args.models.split(",") for s in range(args.seeds)]
     rows: list[dict] = []
+    compiled: set = set()  # (model, config) whose program this process has compiled: later fits reuse it
     for name, seed in tqdm(cases, desc="sysid peer"):
         for cfg in cfgs if "diffmjx_lm" in methods else ():
             key = (name, seed, cfg.to_dict(), fit.to_dict())
             if args.cached_only and not common.stage_path("sysid_peer_diffmjx", key).exists():
                 continue
-            run = functools.partial(run_diffmjx, name, seed, cfg, fit)
+            program = "reused" if (name, cfg) in compiled else "compiled"
+
+            def run(name=name, seed=seed, cfg=cfg, program=program):
+                compiled.add((name, cfg))  # run here, not read from the stage cache
+                return run_diffmjx(name, seed, cfg, fit, program)
+
             row = common.stage("sysid_peer_diffmjx", key, run, args.fresh)
             rows.append({**row, "integrator": f"tsit5 rtol {cfg.integrator.rtol:g}"})  # the setting, by name
         for integ, div in settings if "mujoco_sysid" in methods else ():
