@@ -109,6 +109,7 @@ __all__ = [
     "with_efc_force",
     "with_tendon",
     "with_timestep",
+    "without_unused_statics",
     "wrap_inside",
 ]
 
@@ -229,6 +230,17 @@ def mjx_advance(m: Model, d: Data, act_dot, qacc, qvel) -> Data:
 
 def with_timestep(m: Model, dt) -> Model:
     return m.tree_replace({"opt.timestep": dt})
+
+
+def without_unused_statics(m: Model) -> Model:
+    """``m`` with static (hashed, not traced) float fields that its simulation never reads set to
+    zero, so that models differing only in them share compiled programs: MJX keeps a static copy
+    of ``geom_rbound`` that only sizes height-field collision grids; without a height field, a
+    fitted geom size would otherwise make every start a new program."""
+    if np.any(np.asarray(m.geom_type) == int(GeomType.HFIELD)):
+        return m
+    impl = m._impl.replace(geom_rbound_hfield=np.zeros_like(m._impl.geom_rbound_hfield))
+    return m.replace(_impl=impl)
 
 
 def contact_groups(m: Model, d: Data):

@@ -387,6 +387,24 @@ def test_a_later_fit_of_the_same_model_reuses_the_compiled_simulation(pendulum_f
     assert np.max(np.abs(np.asarray(j)[:, :2])) > 1e-3  # damping and gear move the residual
 
 
+def test_starts_that_differ_in_every_parameter_share_the_programs_key():
+    """Starts of the contact model that differ in every parameter, the ball's size included (MJX keeps
+    a static copy of each geom's bounding radius for height fields): the simulated models have one
+    static structure, the key of the compiled simulation, so a later fit reuses it; the values differ."""
+    m = mujoco.MjModel.from_xml_string(CONTACT)
+    rec = record(m, np.r_[0.4, 0.5, 0.0, 0.06, 1.0, 0.0, 0.0, 0.0], np.zeros(m.nv), np.zeros((3, 1)), 0.01)
+    ps = ParameterSet(m, CONTACT_PARAMS)
+    bases = [
+        sysid.Problem(
+            ParameterSet(ps.write(ps.start * f), CONTACT_PARAMS), [rec.check(m)], 2, 1, diffmjx.Config()
+        ).bases
+        for f in (1.0, 1.3)
+    ]
+    b0, b1 = (next(iter(b.values())) for b in bases)
+    assert jax.tree.structure(b0) == jax.tree.structure(b1)
+    assert float(b0.geom_size[2, 0]) != float(b1.geom_size[2, 0])
+
+
 def test_identify_reports_a_parameter_the_data_cannot_determine(pendulum_fit):
     r = pendulum_fit
     assert r.values["opt.wind[0]"] == 0.0  # never moved: nothing in the model feels a wind

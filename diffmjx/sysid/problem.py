@@ -325,7 +325,8 @@ def _base(model: mujoco.MjModel, dt: float):
     m = copy.deepcopy(model)
     m.opt.timestep = dt
     m.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_REFSAFE
-    return mjx.put_model(m, device=jax.local_devices()[0])
+    # static fields the simulation never reads are cleared: another start shares the compiled programs
+    return _mjx.without_unused_statics(mjx.put_model(m, device=jax.local_devices()[0]))
 
 
 class GroupSpec(NamedTuple):
