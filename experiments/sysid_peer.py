@@ -210,6 +210,7 @@ def plot(rows: list[dict], png: Path) -> None:
     cols = 3
     fig, axes = plt.subplots(math.ceil(len(models) / cols), cols, figsize=(12, 3.4 * math.ceil(len(models) / cols)))
     axes = np.atleast_1d(axes).ravel()
+    legend: dict = {}
     for ax, model in zip(axes, models):
         mine = [r for r in rows if r["model"] == model]
         peer = [r for r in mine if r["method"] == "mujoco_sysid"]
@@ -254,14 +255,16 @@ def plot(rows: list[dict], png: Path) -> None:
         ax.set_xlabel("wall time (s)", fontsize=8.5)
         ax.set_ylabel("largest relative error", fontsize=8.5)
         ax.grid(alpha=0.3, which="major")
-        ax.legend(fontsize=6.5, loc="best")
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            legend.setdefault(lab, h)  # one legend for the figure, below the panels: none hides a point
     for ax in axes[len(models) :]:
         ax.axis("off")
+    fig.legend(list(legend.values()), list(legend), loc="lower center", ncol=len(legend), fontsize=8, frameon=False)
     fig.suptitle(
         "Final parameter error against wall time, noise-free recordings (bars: DiffMJX's time to 1 % and 0.1 %)",
         fontsize=10,
     )
-    common.save_figure(fig, png)
+    common.save_figure(fig, png, rect=(0, 0.05, 1, 1))
 
 
 def _read(path: Path) -> list[dict]:
