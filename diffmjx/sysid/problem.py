@@ -504,20 +504,20 @@ class Problem:
 
     def moved(self, g: Group) -> tuple[int, ...]:
         """Indices of the leaves of ``jax.tree.leaves(m)`` that the parameters move in group ``g``'s model."""
-        key = (g.variant, g.dt)
-        if key not in self._moved:
-            base = self.bases[key]
-
-            def leaves(values, base):
-                return jax.tree.leaves(self.edit(values, base, g.variant, False)[0])
-
-            deps = depends_on_first(leaves, jnp.asarray(self.params.start), base)
-            self._moved[key] = tuple(i for i, d in enumerate(deps) if d)
-        return self._moved[key]
+        return self._moved[(g.variant, g.dt)]
 
     @functools.cached_property
     def _moved(self) -> dict:
-        return {}
+        """:meth:`moved` per ``(variant, dt)``, from the traced edit of each base model."""
+        out = {}
+        for (variant, dt), base in self.bases.items():
+
+            def leaves(values, base, variant=variant):
+                return jax.tree.leaves(self.edit(values, base, variant, False)[0])
+
+            deps = depends_on_first(leaves, jnp.asarray(self.params.start), base)
+            out[(variant, dt)] = tuple(i for i, d in enumerate(deps) if d)
+        return out
 
     @functools.cached_property
     def _edits(self):
