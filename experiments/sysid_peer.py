@@ -206,6 +206,9 @@ def plot(rows: list[dict], png: Path) -> None:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
+    def fits(ax, sel, **style):  # each fit's final error against its wall time
+        ax.scatter([float(r["wall_s"]) for r in sel], [max(float(r["max_rel_error"]), 1e-9) for r in sel], **style)
+
     models = list(dict.fromkeys(r["model"] for r in rows))
     cols = 3
     fig, axes = plt.subplots(math.ceil(len(models) / cols), cols, figsize=(12, 3.4 * math.ceil(len(models) / cols)))
@@ -218,28 +221,21 @@ def plot(rows: list[dict], png: Path) -> None:
             sel = [r for r in peer if r["integrator"] == integ]
             if not sel:
                 continue
-            ax.scatter(
-                [float(r["wall_s"]) for r in sel],
-                [max(float(r["max_rel_error"]), 1e-9) for r in sel],
-                color=color,
-                marker=marker,
-                s=24,
-                alpha=0.8,
-                label=f"mujoco.sysid, {integ} (timestep swept)",
-            )
+            fits(ax, sel, color=color, marker=marker, s=24, alpha=0.8, label=f"mujoco.sysid, {integ} (timestep swept)")
         ours = [r for r in mine if r["method"] == "diffmjx_lm"]
         for program, face in (("compiled", "tab:blue"), ("reused", "none")):
             sel = [r for r in ours if r.get("program", "compiled") == program]
             if not sel:
                 continue
-            ax.scatter(
-                [float(r["wall_s"]) for r in sel],
-                [max(float(r["max_rel_error"]), 1e-9) for r in sel],
+            kind = "first fit" if program == "compiled" else "program reused"
+            fits(
+                ax,
+                sel,
                 facecolors=face,
                 edgecolors="tab:blue",
                 marker="o",
                 s=30,
-                label=f"DiffMJX (LM), end of fit ({'first fit' if program == 'compiled' else 'program reused'})",
+                label=f"DiffMJX (LM), end of fit ({kind})",
             )
         for thr in THRESHOLDS:
             t = [float(r[f"time_to_{thr:g}"]) for r in ours]
