@@ -387,6 +387,28 @@ def test_a_later_fit_of_the_same_model_reuses_the_compiled_simulation(pendulum_f
     assert np.max(np.abs(np.asarray(j)[:, :2])) > 1e-3  # damping and gear move the residual
 
 
+def test_segments_run_in_shares_on_threads_give_the_one_thread_values(pendulum_fit):
+    """``Problem(threads=k)`` deals the segments to k shares that run side by side: every segment once,
+    in order (8 segments on 3 threads: the last share repeats one, dropped), and the same residual
+    and Jacobian as one thread, to rounding."""
+    idx, keep = sysid.problem.shares(8, 3)
+    assert idx.shape == (3, 3) and idx[:, 0].tolist() == [0, 1, 2]  # strided: share j holds j, j + 3, ...
+    assert np.array_equal(idx.T.reshape(-1)[keep], np.arange(8))
+    assert sysid.problem.shares(2, 4)[0].shape == (2, 1)  # never more shares than segments
+    with pytest.raises(ValueError, match="threads=0 is not allowed"):
+        sysid.problem.resolve_threads(0)
+    ps = ParameterSet(mujoco.MjModel.from_xml_string(START), PENDULUM_PARAMS)
+    cfg = sysid.forward_config(diffmjx.Config())
+    rec = pendulum_recording(3).check(ps.models[0])
+    theta = jax.numpy.asarray(ps.theta0) + 0.1
+    (r1, j1), (r3, j3) = (
+        sysid.Problem(ps, [rec], horizon=5, stride=5, cfg=cfg, threads=k).evaluate(theta) for k in (1, 3)
+    )
+    assert sysid.Problem(ps, [rec], horizon=5, stride=5, cfg=cfg).threads_used >= 1
+    np.testing.assert_allclose(np.asarray(r3), np.asarray(r1), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(j3), np.asarray(j1), rtol=0, atol=1e-10 * float(np.max(np.abs(j1))))
+
+
 def test_starts_that_differ_in_every_parameter_share_the_programs_key():
     """Starts of the contact model that differ in every parameter, the ball's size included (MJX keeps
     a static copy of each geom's bounding radius for height fields): the simulated models have one

@@ -94,6 +94,9 @@ class FitConfig(Section, Preset):
         max_step: the longest step in any unconstrained coordinate (a trust region: with ``LOG``
             coordinates 0.5 changes a value by at most a factor 1.65 per step).
         batching: how segments are simulated: ``auto``, ``map`` or ``vmap``.
+        threads: Levenberg–Marquardt's residuals and Jacobians run the segments in this many shares
+            at once, one thread each; None: every CPU core on a CPU backend, 1 on an accelerator
+            (:func:`~diffmjx.sysid.problem.resolve_threads`). Results move by rounding only.
         eval_every: held-out evaluation every this many steps.
         patience: stop after this many held-out evaluations without improvement; None: never.
         confidence: level of the reported intervals.
@@ -136,6 +139,7 @@ class FitConfig(Section, Preset):
     intervals: bool = knob(True)
     full_loss: bool = knob(True)
     batching: str = knob("auto", choices=BATCHINGS)
+    threads: int | None = knob(None, ge=1)
     eval_every: int = knob(1, ge=1)
     patience: int | None = knob(None, ge=1)
     confidence: float = knob(0.95, gt=0, lt=1)
@@ -288,7 +292,7 @@ def _check_recordings(recordings, models, what: str) -> list[Recording]:
 def _fingerprint(fit: FitConfig, cfg: Config, ps: ParameterSet, recs: Sequence[Recording]) -> str:
     arrays = [a for r in recs for a in (r.qpos, r.qvel, r.ctrl, np.float64(r.dt)) if a is not None]
     # a fit may run longer or stop otherwise, and batching moves results by rounding only: none of them is compared
-    free = ("batching", "steps", "patience", "intervals", "confidence")
+    free = ("batching", "threads", "steps", "patience", "intervals", "confidence")
     return checkpoint.fingerprint(
         fit={k: v for k, v in fit.to_dict().items() if k not in free},
         sim=cfg.to_dict(),
@@ -360,8 +364,9 @@ def identify(
         _warn_touchdown_jumps(models, recs)
     stride = fit.stride or fit.horizon
     runner_cls = FIT_METHODS[fit.method]  # the one place the method is read
-    problem = Problem(ps, recs, fit.horizon, stride, runner_cls.simulation(cfg), fit.weights, fit.batching)
-    held_problem = Problem(ps, held, fit.horizon, stride, cfg, fit.weights, fit.batching) if held else None
+    sim = runner_cls.simulation(cfg)
+    problem = Problem(ps, recs, fit.horizon, stride, sim, fit.weights, fit.batching, fit.threads)
+    held_problem = Problem(ps, held, fit.horizon, stride, cfg, fit.weights, fit.batching, fit.threads) if held else None
     ckpt = Path(checkpoint_path) if checkpoint_path is not None else None
     fp = _fingerprint(fit, cfg, ps, recs + held)
     saved = None if ckpt is None else checkpoint.load(ckpt, fp, "another fit", _CKPT_HINT)  # refused before compiling
@@ -400,7 +405,14 @@ def identify(
         bias = None
         if fit.tolerance_check is not None:
             tight = Problem(
-                ps, recs, fit.horizon, stride, _tightened(cfg, fit.tolerance_check), fit.weights, fit.batching
+                ps,
+                recs,
+                fit.horizon,
+                stride,
+                _tightened(cfg, fit.tolerance_check),
+                fit.weights,
+                fit.batching,
+                fit.threads,
             )
             r_tight = np.asarray(tight.evaluate(theta_best, jacobian=False)[0])
             bias = tolerance_bias(residual, r_tight, jacobian)
@@ -579,6 +591,7 @@ def _forward(problem: Problem) -> Problem:
         forward_config(problem.cfg),
         problem.weights,
         problem.batching,
+        problem.threads,
     )
 
 

@@ -26,7 +26,9 @@ contract (what a fit evaluates), read together by every optimiser and by the int
 
 import dataclasses
 import functools
+import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import jax
@@ -61,6 +63,7 @@ __all__ = [
     "quat_log",
     "refsafe_floor",
     "resolve_batching",
+    "resolve_threads",
     "sensor_model",
     "simulated_residuals",
     "state_residuals",
@@ -88,6 +91,44 @@ def resolve_batching(batching: str, cfg: Config) -> str:
     ic = cfg.integrator
     adaptive = ic.step_control == "pid" and not ic.fixed_step
     return "map" if adaptive and jax.default_backend() == "cpu" else "vmap"
+
+
+def resolve_threads(threads: int | None) -> int:
+    """How many threads :meth:`Problem.evaluate` runs segments on: ``threads`` itself, or for None
+    every CPU core this process may use where JAX computes on the CPU, and 1 on an accelerator
+    (one device runs one program at a time; more devices are :mod:`.distributed`'s).
+
+    A compiled simulation runs on one CPU core: its kernels are small and XLA does not spread
+    them. Programs called from several threads run side by side, so the segments, cut into one
+    share per thread, use every core (as ``mujoco.sysid``'s rollouts do)."""
+    if threads is not None:
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise ValueError(f"threads={threads!r} is not allowed; choose None (every core) or an integer >= 1")
+        return threads
+    if jax.default_backend() != "cpu":
+        return 1
+    cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
+    return max(1, len(cores))
+
+
+@functools.cache
+def _pool(threads: int) -> ThreadPoolExecutor:
+    """One pool of ``threads`` workers for every problem (created on first use)."""
+    return ThreadPoolExecutor(threads, thread_name_prefix="diffmjx-segments")
+
+
+def shares(size: int, threads: int) -> tuple[np.ndarray, np.ndarray]:
+    """``size`` segments dealt to ``min(threads, size)`` equal shares: ``(idx, keep)``, where
+    ``idx[j]`` are share ``j``'s segment indices (every ``threads``-th from ``j``: the fast and the
+    slow segments of a recording spread evenly) and ``keep`` picks, from the shares' outputs
+    stacked along a second axis and flattened (``out[i, j]`` is ``idx[j, i]``), each segment once in
+    order. The last shares repeat a segment where ``size`` does not divide evenly (its result dropped)."""
+    k = max(1, min(threads, size))
+    per = -(-size // k)
+    flat = np.arange(per * k)
+    keep = flat[:size]
+    idx = np.where(flat < size, flat, flat % size).reshape(per, k).T
+    return idx, keep
 
 
 def map_segments(fn, xs, batching: str = "auto", chunks: int = 1):
@@ -433,6 +474,8 @@ class Problem:
         cfg: the simulation's :class:`diffmjx.Config`.
         weights: the residual's :class:`Weights`.
         batching: how a group's segments run (:func:`~diffmjx.sysid.map_segments`).
+        threads: how many threads :meth:`evaluate` runs each group's segments on, a share each
+            (:func:`resolve_threads`; None: every CPU core on a CPU backend).
     """
 
     params: ParameterSet
@@ -442,6 +485,7 @@ class Problem:
     cfg: Config
     weights: Weights = dataclasses.field(default_factory=Weights)
     batching: str = "auto"
+    threads: int | None = None
 
     def __post_init__(self) -> None:
         self.groups = cut(self.recordings, self.horizon, self.stride)
@@ -451,6 +495,7 @@ class Problem:
         self.layouts = [manifold.JointLayout.from_model(mv) for mv in self.params.models]
         self.states = sum(g.size for g in self.groups) * self.horizon
         self.batching_used = resolve_batching(self.batching, self.cfg)
+        self.threads_used = resolve_threads(self.threads)
 
     def row_segments(self) -> tuple[np.ndarray, np.ndarray]:
         """Which segment each row of :meth:`residuals` belongs to, and each segment's
@@ -544,30 +589,54 @@ class Problem:
         )
 
     @functools.cached_property
-    def _device_arrays(self):
-        return [jax.device_put(g.arrays()) for g in self.groups]
+    def _shares(self):
+        """Per group: its segment arrays cut into :func:`shares` (on the device) and the rows to keep."""
+        out = []
+        for g in self.groups:
+            idx, keep = shares(g.size, self.threads_used)
+            out.append(([jax.device_put(g.take(i).arrays()) for i in idx], keep))
+        return out
 
     def evaluate(self, theta, jacobian: bool = True):
         """:meth:`residuals` at ``theta`` and, with ``jacobian``, its forward-mode Jacobian by ``theta``
         (else None), through the compiled programs every fit of the same model structure and settings
         shares (:func:`group_residuals`, :func:`group_jacobian`): a second fit skips tracing and
-        compiling the simulation. Equal to ``jax.jacfwd(self.residuals)`` to rounding."""
+        compiling the simulation. Each group's segments run in ``threads_used`` shares at once, one
+        per thread (:func:`resolve_threads`). Equal to ``jax.jacfwd(self.residuals)`` to rounding."""
         edit, tangents = self._edits
         coords = self.params.coords()
         theta = jnp.asarray(theta)
-        rs, js = [], []
-        for g, arrays in zip(self.groups, self._device_arrays):
+        calls, layout = [], []
+        for g, (parts, keep) in zip(self.groups, self._shares):
             base, spec = self.bases[(g.variant, g.dt)], self.spec(g)
-            if not jacobian:
+            if jacobian:
+                moved = self.moved(g)
+                m, terms, dleaves, dterms = tangents(theta, coords, base, g.variant, spec.sensors, moved)
+                z = jnp.zeros(theta.shape, theta.dtype)
+                fn = functools.partial(
+                    group_jacobian, z, m, base, terms, dleaves=dleaves, dterms=dterms, spec=spec, moved=moved
+                )
+            else:
                 m, terms = edit(theta, coords, base, g.variant, spec.sensors)
-                rs.append(jnp.ravel(group_residuals(m, base, terms, arrays, spec=spec)))
-                continue
-            moved = self.moved(g)
-            m, terms, dleaves, dterms = tangents(theta, coords, base, g.variant, spec.sensors, moved)
-            z = jnp.zeros(theta.shape, theta.dtype)
-            r, j = group_jacobian(z, m, base, terms, arrays, dleaves, dterms, spec=spec, moved=moved)
+                fn = functools.partial(group_residuals, m, base, terms, spec=spec)
+            layout.append((len(parts), keep))
+            calls += [functools.partial(fn, arrays=a) for a in parts]
+        if len(calls) == 1:
+            outs = [calls[0]()]
+        else:  # each share's program on its own thread: they run side by side, one core each
+            outs = list(_pool(self.threads_used).map(lambda call: jax.block_until_ready(call()), calls))
+        rs, js, at = [], [], 0
+        for n, keep in layout:
+            part = outs[at : at + n]
+            at += n
+            # share j's row i is segment idx[j, i]: stacked on a second axis, flattened, in order
+            join = lambda xs, keep=keep: jnp.reshape(jnp.stack(xs, axis=1), (-1, *xs[0].shape[1:]))[keep]
+            if jacobian:
+                r, j = join([o[0] for o in part]), join([o[1] for o in part])
+                js.append(jnp.reshape(j, (-1, theta.size)))
+            else:
+                r = join(part)
             rs.append(jnp.ravel(r))
-            js.append(jnp.reshape(j, (-1, theta.size)))
         scale = jnp.sqrt(float(self.states))
         r = jnp.concatenate(rs) / scale
         return r, (jnp.concatenate(js) / scale if jacobian else None)
