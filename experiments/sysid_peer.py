@@ -2,7 +2,7 @@
 
     python -m experiments.sysid_peer [--models arm,box,ball,finger,finger_box,legged] [--seeds 2]
                                      [--euler 1,2,4,8,16,32] [--rk4 1,2,4,8] [--tolerances 1e-3,1e-4,1e-5,1e-7]
-                                     [--fresh] [--plot-only]
+                                     [--fresh] [--plot-only] [--persistent-cache]
 
 The recovery study's models (:mod:`experiments.sysid_recovery`: the arm, the thrown box, the ball
 thrown at a wall, MyoSuite's muscle-driven finger) and two contact-rich ones: ``finger_box``
@@ -29,6 +29,12 @@ Each method at its best setting:
   The fits of a model run one after another in this process (each seed at every tolerance): the
   first at a tolerance compiles the simulation's program, later ones reuse it (column ``program``:
   ``compiled`` or ``reused``), and the summary gives the median over seeds and over each kind.
+  JAX's persistent compile cache starts empty (a new folder; ``--persistent-cache``: the user's
+  cache, with what earlier runs left in it), so the first fit of a model compiles as a user's
+  first ever does with :func:`diffmjx.enable_compilation_cache`, and later fits load what it
+  wrote; columns ``cache_hits`` and ``cache_misses`` count the programs a fit loaded from that
+  cache and compiled for it. Column ``threads``: the CPU threads a fit ran on (``mujoco.sysid``: 2; DiffMJX: ``FitConfig``'s
+  default, every core, since its segments run in shares on threads; rows fitted before that: 1).
 
 Writes ``docs/results/sysid_peer.csv`` (one row per fit: method, timestep, error, wall time, time to
 1 % and to 0.1 %), ``sysid_peer_summary.csv`` (per model: each method's median time to each error,
@@ -56,6 +62,7 @@ from experiments import common
 from experiments.sysid_recovery import HORIZON, MODELS, STRIDE, perturbed, record
 
 THRESHOLDS = (0.01, 0.001)
+PEER_THREADS = 2  # mujoco.sysid's rollouts on both cores of the study's machine
 DEFAULT_MODELS = "arm,box,ball,finger,finger_box,legged"
 
 
@@ -82,11 +89,35 @@ def _time_to(errors: np.ndarray, times: np.ndarray, threshold: float) -> float:
     return float(times[hit[0]]) if hit.size else math.nan
 
 
+class _CacheEvents:
+    """Counts of JAX's persistent-cache lookups (``jax.monitoring`` events): a program loaded from the
+    cache is a hit, one compiled is a miss (programs too quick to compile are not looked up)."""
+
+    def __init__(self):
+        self.counts = {"hits": 0, "misses": 0}
+        import jax
+
+        jax.monitoring.register_event_listener(self._event)
+
+    def _event(self, event: str, **_) -> None:
+        if event == "/jax/compilation_cache/cache_hits":
+            self.counts["hits"] += 1
+        elif event == "/jax/compilation_cache/cache_misses":
+            self.counts["misses"] += 1
+
+
+@functools.cache
+def _cache_events() -> _CacheEvents:
+    return _CacheEvents()
+
+
 def run_diffmjx(name: str, seed: int, cfg: diffmjx.Config, fit: sysid.FitConfig, program: str = "compiled") -> dict:
     """DiffMJX's fit: its final error and the times at which each error was first reached.
     ``program``: ``compiled`` for the first fit of this model and config in the process (it traces and
     compiles, or loads from the persistent cache, the simulation's program), ``reused`` for a later one."""
     _, params, ps, recs, start = case(name, seed)
+    cache = _cache_events()
+    before = dict(cache.counts)
     t = time.perf_counter()
     res = sysid.identify(start, params, recs, cfg=cfg, fit=fit, progress=False)
     wall = time.perf_counter() - t
@@ -103,6 +134,10 @@ def run_diffmjx(name: str, seed: int, cfg: diffmjx.Config, fit: sysid.FitConfig,
         "wall_s": wall,
         "setup_s": res.start_s,
         "program": program,
+        "threads": sysid.problem.resolve_threads(fit.threads),
+        # programs this fit loaded from JAX's persistent cache and compiled (a reused program is neither)
+        "cache_hits": cache.counts["hits"] - before["hits"],
+        "cache_misses": cache.counts["misses"] - before["misses"],
         "iterations": len(res.history.step),
         **{f"time_to_{thr:g}": _time_to(errors, times, thr) for thr in THRESHOLDS},
     }
@@ -119,7 +154,7 @@ def run_peer(name: str, seed: int, integrator: str, divisor: int, fit: sysid.Fit
     if integrator == "rk4":
         start.opt.integrator = mujoco.mjtIntegrator.mjINT_RK4
     t = time.perf_counter()
-    res = sysid.identify_mujoco_sysid(start, params, recs, fit=fit, n_threads=2)
+    res = sysid.identify_mujoco_sysid(start, params, recs, fit=fit, n_threads=PEER_THREADS)
     wall = time.perf_counter() - t
     final = float(_errors(sysid.ParameterSet(res.model, params).start, ps.start))
     return {
@@ -132,6 +167,7 @@ def run_peer(name: str, seed: int, integrator: str, divisor: int, fit: sysid.Fit
         "wall_s": wall,
         "setup_s": math.nan,
         "program": "",
+        "threads": PEER_THREADS,
         "iterations": res.iterations,
         # no per-iteration values: the whole fit's time where its final values are within the error
         **{f"time_to_{thr:g}": (wall if final <= thr else math.nan) for thr in THRESHOLDS},
@@ -264,8 +300,13 @@ def plot(rows: list[dict], png: Path) -> None:
 
 
 def _read(path: Path) -> list[dict]:
+    """The CSV's rows; fits from before the ``threads`` column ran DiffMJX on one thread."""
     with open(path) as f:
-        return list(csv.DictReader(f))
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        if not r.get("threads"):
+            r["threads"] = str(PEER_THREADS) if r["method"] == "mujoco_sysid" else "1"
+    return rows
 
 
 def _key(r: dict) -> tuple:
@@ -290,6 +331,11 @@ def main(argv=None) -> None:
     p.add_argument("--cached-only", action="store_true", help="summarise the fits already cached, run none")
     p.add_argument("--plot-only", action="store_true")
     p.add_argument(
+        "--persistent-cache",
+        action="store_true",
+        help="use the user's persistent compile cache (default: an empty one, so a first fit compiles)",
+    )
+    p.add_argument(
         "--methods", default="diffmjx_lm,mujoco_sysid", help="the methods to run (the CSV's other rows are kept)"
     )
     args = p.parse_args(argv)
@@ -305,7 +351,16 @@ def main(argv=None) -> None:
         rows = _read(csv_path)
         plot(rows, png)
         return
-    diffmjx.enable_compilation_cache()
+    if args.persistent_cache:
+        diffmjx.enable_compilation_cache()
+    else:  # an empty cache: a first fit compiles, as a user's first ever does, and later fits find what it wrote
+        import atexit
+        import shutil
+        import tempfile
+
+        empty = tempfile.mkdtemp(prefix="diffmjx-sysid-peer-cache-")
+        atexit.register(shutil.rmtree, empty, ignore_errors=True)
+        diffmjx.enable_compilation_cache(empty)
     cfgs = [
         diffmjx.Config().override(f"integrator.rtol={t}", f"integrator.atol={t}") for t in args.tolerances.split(",")
     ]
@@ -336,7 +391,7 @@ def main(argv=None) -> None:
             if args.cached_only and not common.stage_path("sysid_peer_mujoco", key).exists():
                 continue
             run = functools.partial(run_peer, name, seed, integ, div, fit)
-            rows.append(common.stage("sysid_peer_mujoco", key, run, args.fresh))
+            rows.append({"threads": PEER_THREADS, **common.stage("sysid_peer_mujoco", key, run, args.fresh)})
         common.write_csv(csv_path, merged(_read(csv_path) if csv_path.exists() else [], rows))
     rows = merged(_read(csv_path), rows)
     table = summary(rows)
