@@ -375,7 +375,8 @@ def main(argv=None) -> None:
     compiled: set = set()  # (model, config) whose program this process has compiled: later fits reuse it
     for name, seed in tqdm(cases, desc="sysid peer"):
         for cfg in cfgs if "diffmjx_lm" in methods else ():
-            key = (name, seed, cfg.to_dict(), fit.to_dict())
+            # a fit with the user's cache is another measurement than one from an empty cache (the default)
+            key = (name, seed, cfg.to_dict(), fit.to_dict()) + (("persistent cache",) if args.persistent_cache else ())
             if args.cached_only and not common.stage_path("sysid_peer_diffmjx", key).exists():
                 continue
             program = "reused" if (name, cfg) in compiled else "compiled"
