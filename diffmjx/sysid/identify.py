@@ -366,7 +366,7 @@ def identify(
     runner_cls = FIT_METHODS[fit.method]  # the one place the method is read
     sim = runner_cls.simulation(cfg)
     problem = Problem(ps, recs, fit.horizon, stride, sim, fit.weights, fit.batching, fit.threads)
-    held_problem = Problem(ps, held, fit.horizon, stride, cfg, fit.weights, fit.batching, fit.threads) if held else None
+    held_problem = dataclasses.replace(problem, recordings=held, cfg=cfg) if held else None
     ckpt = Path(checkpoint_path) if checkpoint_path is not None else None
     fp = _fingerprint(fit, cfg, ps, recs + held)
     saved = None if ckpt is None else checkpoint.load(ckpt, fp, "another fit", _CKPT_HINT)  # refused before compiling
@@ -404,16 +404,7 @@ def identify(
         segments = (*problem.row_segments(), problem.horizon)
         bias = None
         if fit.tolerance_check is not None:
-            tight = Problem(
-                ps,
-                recs,
-                fit.horizon,
-                stride,
-                _tightened(cfg, fit.tolerance_check),
-                fit.weights,
-                fit.batching,
-                fit.threads,
-            )
+            tight = dataclasses.replace(problem, cfg=_tightened(cfg, fit.tolerance_check))
             r_tight = np.asarray(tight.evaluate(theta_best, jacobian=False)[0])
             bias = tolerance_bias(residual, r_tight, jacobian)
         intervals, unident = confidence_intervals(
@@ -583,16 +574,7 @@ def _with_bias(intervals: dict[str, Interval], bias) -> dict[str, Interval]:
 
 def _forward(problem: Problem) -> Problem:
     """The problem with its simulation differentiated in forward mode (for Jacobians)."""
-    return Problem(
-        problem.params,
-        problem.recordings,
-        problem.horizon,
-        problem.stride,
-        forward_config(problem.cfg),
-        problem.weights,
-        problem.batching,
-        problem.threads,
-    )
+    return dataclasses.replace(problem, cfg=forward_config(problem.cfg))
 
 
 class _Track:

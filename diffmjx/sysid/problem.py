@@ -131,6 +131,12 @@ def shares(size: int, threads: int) -> tuple[np.ndarray, np.ndarray]:
     return idx, keep
 
 
+def _unshare(outs, keep):
+    """The outputs of :func:`shares`' programs (pytrees, leading segment axis) in segment order:
+    share ``j``'s row ``i`` is segment ``idx[j, i]``, so they are stacked on a second axis and flattened."""
+    return jax.tree.map(lambda *xs: jnp.reshape(jnp.stack(xs, axis=1), (-1, *xs[0].shape[1:]))[keep], *outs)
+
+
 def map_segments(fn, xs, batching: str = "auto", chunks: int = 1):
     """``fn`` applied to every row of the arrays ``xs``, stacked: ``vmap``, or one row after another.
 
@@ -627,16 +633,12 @@ class Problem:
             outs = list(_pool(self.threads_used).map(lambda call: jax.block_until_ready(call()), calls))
         rs, js, at = [], [], 0
         for n, keep in layout:
-            part = outs[at : at + n]
+            out = _unshare(outs[at : at + n], keep)
             at += n
-            # share j's row i is segment idx[j, i]: stacked on a second axis, flattened, in order
-            join = lambda xs, keep=keep: jnp.reshape(jnp.stack(xs, axis=1), (-1, *xs[0].shape[1:]))[keep]
-            if jacobian:
-                r, j = join([o[0] for o in part]), join([o[1] for o in part])
-                js.append(jnp.reshape(j, (-1, theta.size)))
-            else:
-                r = join(part)
+            r, j = out if jacobian else (out, None)
             rs.append(jnp.ravel(r))
+            if jacobian:
+                js.append(jnp.reshape(j, (-1, theta.size)))
         scale = jnp.sqrt(float(self.states))
         r = jnp.concatenate(rs) / scale
         return r, (jnp.concatenate(js) / scale if jacobian else None)
