@@ -300,13 +300,8 @@ def plot(rows: list[dict], png: Path) -> None:
 
 
 def _read(path: Path) -> list[dict]:
-    """The CSV's rows; fits from before the ``threads`` column ran DiffMJX on one thread."""
     with open(path) as f:
-        rows = list(csv.DictReader(f))
-    for r in rows:
-        if not r.get("threads"):
-            r["threads"] = str(PEER_THREADS) if r["method"] == "mujoco_sysid" else "1"
-    return rows
+        return list(csv.DictReader(f))
 
 
 def _key(r: dict) -> tuple:
@@ -316,7 +311,11 @@ def _key(r: dict) -> tuple:
 def merged(old: list[dict], new: list[dict]) -> list[dict]:
     """``old`` rows (the CSV's) with the fits of ``new`` in their place, and ``new``'s others appended:
     a run of some models, seeds or methods leaves the CSV's other fits as they were."""
-    return common.replaced_rows(old, new, _key)
+    rows = common.replaced_rows(old, new, _key)
+    for r in rows:  # fits from before the column (the CSV's, the stage cache's): DiffMJX ran on one thread
+        if r.get("threads") in (None, ""):
+            r["threads"] = PEER_THREADS if r["method"] == "mujoco_sysid" else 1
+    return rows
 
 
 def main(argv=None) -> None:
@@ -392,7 +391,7 @@ def main(argv=None) -> None:
             if args.cached_only and not common.stage_path("sysid_peer_mujoco", key).exists():
                 continue
             run = functools.partial(run_peer, name, seed, integ, div, fit)
-            rows.append({"threads": PEER_THREADS, **common.stage("sysid_peer_mujoco", key, run, args.fresh)})
+            rows.append(common.stage("sysid_peer_mujoco", key, run, args.fresh))
         common.write_csv(csv_path, merged(_read(csv_path) if csv_path.exists() else [], rows))
     rows = merged(_read(csv_path), rows)
     table = summary(rows)
