@@ -3,9 +3,11 @@ on the GPU, and resumable stages for long runs."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import pickle
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -36,6 +38,51 @@ def enable_compilation_cache(path: str | Path | None = None) -> Path:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     return path
+
+
+CPU_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
+"""XLA options :func:`jit` compiles with on a CPU: XLA:CPU's elemental emitters instead of its newer
+fusion emitters. Measured on system identification's Jacobian programs (one share, one thread, cold
+cache): compilation 10-14 % shorter and runs 5-16 % shorter on three models (a 2-link arm, a thrown
+box, a muscle finger). Results agree to rounding (neither setting uses fast math)."""
+
+
+@functools.cache
+def compiler_options() -> dict[str, Any]:
+    """The per-program XLA options :func:`jit` uses: :data:`CPU_COMPILER_OPTIONS` on a CPU backend
+    whose XLA knows them, else none (an accelerator, or a jaxlib that dropped an option: an option
+    XLA does not know fails every compile, so it is tried once on a tiny program first)."""
+    if jax.default_backend() != "cpu":
+        return {}
+    try:
+        jax.jit(lambda x: x + 1, compiler_options=CPU_COMPILER_OPTIONS)(0.0)
+    except Exception as e:  # XLA's error type differs across jaxlib versions
+        if "compile option" not in str(e):
+            raise
+        return {}
+    return dict(CPU_COMPILER_OPTIONS)
+
+
+def jit(fn: Callable, **kwargs) -> Callable:
+    """``jax.jit(fn, **kwargs)`` compiled with :func:`compiler_options`, decided at the first call
+    (so importing DiffMJX never starts JAX's backends). Concurrent first calls share one ``jax.jit``
+    (and so one trace and compile). ``lower`` is forwarded for profiling."""
+    lock = threading.Lock()
+    compiled: list[Callable] = []
+
+    def get() -> Callable:
+        if not compiled:
+            with lock:
+                if not compiled:
+                    compiled.append(jax.jit(fn, compiler_options=compiler_options(), **kwargs))
+        return compiled[0]
+
+    @functools.wraps(fn)
+    def call(*args, **kw):
+        return get()(*args, **kw)
+
+    call.lower = lambda *args, **kw: get().lower(*args, **kw)
+    return call
 
 
 GPU_XLA_FLAGS = ("--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL", "--xla_gpu_graph_min_graph_size=1")

@@ -45,3 +45,24 @@ def test_enable_gpu_adds_flags_once_and_refuses_after_jax_ran():
     jax.numpy.zeros(1).block_until_ready()
     with pytest.raises(RuntimeError, match="before JAX's first computation"):
         diffmjx.enable_gpu()
+
+
+def test_runtime_jit_compiles_with_the_cpu_options_and_gives_jax_jit_values(monkeypatch):
+    """``runtime.jit`` adds the CPU's compiler options where this jaxlib knows them (a CPU here), gives
+    ``jax.jit``'s values, and compiles without an option XLA refuses instead of failing every call."""
+    import jax.numpy as jnp
+
+    from diffmjx import runtime
+
+    assert runtime.compiler_options() == runtime.CPU_COMPILER_OPTIONS
+    f = runtime.jit(lambda x, n: jnp.sin(x) ** n, static_argnames=("n",))
+    x = jnp.linspace(0.0, 1.0, 5)
+    assert jnp.array_equal(f(x, n=3), jax.jit(lambda x: jnp.sin(x) ** 3)(x))
+
+    runtime.compiler_options.cache_clear()
+    monkeypatch.setattr(runtime, "CPU_COMPILER_OPTIONS", {"xla_no_such_option_in_any_jaxlib": False})
+    try:
+        assert runtime.compiler_options() == {}
+        assert float(runtime.jit(lambda x: x * 2)(1.5)) == 3.0
+    finally:
+        runtime.compiler_options.cache_clear()

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 
-from diffmjx import _mjx
+from diffmjx import _mjx, runtime
 from diffmjx._mjx import mjx
 from diffmjx.config import Config
 from diffmjx.integration.integrate import rollout
@@ -421,13 +421,13 @@ def simulated_residuals(spec: GroupSpec, m, base, terms, arrays):
     return jnp.concatenate([r, jnp.sqrt(spec.weights.sensor) * sens_w[:, None] * (measured - sens)], axis=-1)
 
 
-@functools.partial(jax.jit, static_argnames=("spec",))
+@functools.partial(runtime.jit, static_argnames=("spec",))
 def group_residuals(m, base, terms, arrays, *, spec: GroupSpec):
     """:func:`simulated_residuals`, compiled once per model structure and ``spec`` for every fit."""
     return simulated_residuals(spec, m, base, terms, arrays)
 
 
-@functools.partial(jax.jit, static_argnames=("spec", "moved"))
+@functools.partial(runtime.jit, static_argnames=("spec", "moved"))
 def group_jacobian(z, m, base, terms, arrays, dleaves, dterms, *, spec: GroupSpec, moved: tuple[int, ...]):
     """``(r, J)``: :func:`simulated_residuals` and its forward-mode Jacobian along the model's tangents.
 
@@ -590,8 +590,8 @@ class Problem:
             return m, terms, dleaves, dterms
 
         return (
-            jax.jit(edit, static_argnames=("variant", "sensors")),
-            jax.jit(tangents, static_argnames=("variant", "sensors", "moved")),
+            runtime.jit(edit, static_argnames=("variant", "sensors")),
+            runtime.jit(tangents, static_argnames=("variant", "sensors", "moved")),
         )
 
     @functools.cached_property
