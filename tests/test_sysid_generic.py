@@ -409,6 +409,20 @@ def test_segments_run_in_shares_on_threads_give_the_one_thread_values(pendulum_f
     np.testing.assert_allclose(np.asarray(j3), np.asarray(j1), rtol=0, atol=1e-10 * float(np.max(np.abs(j1))))
 
 
+def test_segments_out_of_step_budget_are_warned_of_and_listed(pendulum_fit):
+    """A fit whose simulation runs out of ``integrator.max_steps`` (here: two steps per period at
+    rtol 1e-12) warns at the start, naming the recording and sample, and lists the segments at the
+    returned values; a fit within budget lists none."""
+    assert pendulum_fit.budget_exhausted == []
+    ps = ParameterSet(mujoco.MjModel.from_xml_string(START), PENDULUM_PARAMS[:1])
+    rec = dataclasses.replace(pendulum_recording(5, periods=10), name="swing")
+    cfg = diffmjx.Config().override("integrator.rtol=1e-12", "integrator.atol=1e-12", "integrator.max_steps=2")
+    fit = sysid.FitConfig(horizon=5, stride=5, steps=1, intervals=False)
+    with pytest.warns(sysid.BudgetExhaustedWarning, match=r"2 of 2 segments .* recording 'swing' from sample 0"):
+        res = sysid.identify(ps.models[0], PENDULUM_PARAMS[:1], [rec], cfg=cfg, fit=fit, progress=False)
+    assert res.budget_exhausted == [("swing", 0), ("swing", 5)]
+
+
 def test_starts_that_differ_in_every_parameter_share_the_programs_key():
     """Starts of the contact model that differ in every parameter, the ball's size included (MJX keeps
     a static copy of each geom's bounding radius for height fields): the simulated models have one

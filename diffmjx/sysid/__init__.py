@@ -32,6 +32,7 @@ from diffmjx.sysid.distributed import batch_sharding
 from diffmjx.sysid.fields import FIELDS, FieldKind
 from diffmjx.sysid.identify import (
     METHODS,
+    BudgetExhaustedWarning,
     FitConfig,
     History,
     IdentifyResult,
@@ -55,6 +56,7 @@ __all__ = [
     "METHODS",
     "ORIENTATIONS",
     "QUAT_TOL",
+    "BudgetExhaustedWarning",
     "FieldKind",
     "FitConfig",
     "History",

@@ -213,6 +213,10 @@ class IdentifyResult(NamedTuple):
         start_s: seconds from the call to the first step (``setup_s`` and the held-out loss at the
             start, compiled): with ``history.wall_s`` summed, the time at which a step's values
             were reached.
+        budget_exhausted: ``(recording name, first sample)`` of the segments whose simulation at
+            the returned values ran out of ``integrator.max_steps`` (their residuals are of a solve
+            stopped early; :class:`BudgetExhaustedWarning`); None where not evaluated (Adam without
+            intervals).
     """
 
     values: dict[str, Any]
@@ -234,6 +238,7 @@ class IdentifyResult(NamedTuple):
     jacobian: np.ndarray | None
     segments: tuple | None
     start_s: float = math.nan
+    budget_exhausted: list[tuple[str, int]] | None = None
 
 
 def select_fit(fits):
@@ -386,6 +391,7 @@ def identify(
         )
     if jac0 is not None:
         _warn_no_effect(np.asarray(jac0), ps)
+    warned = _warn_budget(problem, getattr(runner, "exhausted", None), "start")
     track = _Track(ps, fit, held_fn, float(held_fn(theta)) if held_fn else math.inf)
     start_s = time.perf_counter() - start
     hist = runner.run(theta, state, track, fp, ckpt, saved, progress)
@@ -397,6 +403,9 @@ def identify(
     unident: list = []
     jacobian = segments = None
     loss_best, residual, jac = runner.end(theta_best)
+    exhausted = _exhausted_segments(problem, getattr(runner, "exhausted", None))
+    if not warned:  # once per fit: the start's warning already told where the budget runs out
+        _warn_budget(problem, getattr(runner, "exhausted", None), "fitted values")
     if jac is not None:
         # the Jacobian in physical values: the coordinates map each component on its own
         _, dx = jax.jvp(ps.to_values, (theta_best,), (jnp.ones_like(theta_best),))
@@ -441,7 +450,40 @@ def identify(
         jacobian=jacobian,
         segments=segments,
         start_s=start_s,
+        budget_exhausted=exhausted,
     )
+
+
+def _exhausted_segments(problem: Problem, flags) -> list[tuple[str, int]] | None:
+    """``(recording name, first sample)`` of each segment flagged in ``flags`` (None: not evaluated)."""
+    if flags is None:
+        return None
+    keys = problem.row_segments()[1][np.asarray(flags, bool)]
+    return [(problem.recordings[int(i)].name, int(s)) for i, s in keys]
+
+
+def _warn_budget(problem: Problem, flags, where: str) -> bool:
+    """Warn of segments whose simulation ran out of ``integrator.max_steps`` (their residuals are of a
+    solve stopped early), naming the first and how many; whether it warned."""
+    bad = _exhausted_segments(problem, flags)
+    if not bad:
+        return False
+    name, first = bad[0]
+    warnings.warn(
+        f"identify: {len(bad)} of {len(flags)} segments ran out of the integrator's step budget "
+        f"(integrator.max_steps={problem.cfg.integrator.max_steps}) at the {where}, the first of recording "
+        f"{name!r} from sample {first}: their residuals are of simulations stopped early, which pull the fit "
+        "off. The adaptive solve could not meet integrator.rtol and atol there (e.g. a body resting on a "
+        "contact that switches on and off at every step): loosen the tolerances or raise integrator.max_steps",
+        BudgetExhaustedWarning,
+        stacklevel=3,
+    )
+    return True
+
+
+class BudgetExhaustedWarning(UserWarning):
+    """Segments of a fit whose adaptive simulation ran out of ``integrator.max_steps``
+    (:attr:`IdentifyResult.budget_exhausted` lists them at the returned values)."""
 
 
 def _local(theta) -> np.ndarray:
@@ -678,9 +720,10 @@ class _LM:
     def __init__(self, problem: Problem, fit: FitConfig):
         self.fit = fit
         self.problem = problem
+        self.exhausted: np.ndarray | None = None  # the last evaluation's segments out of step budget
 
     def evaluate(self, theta):
-        r, j = self.problem.evaluate(theta)
+        r, j, self.exhausted = self.problem.evaluate(theta, flags=True)
         return np.asarray(r), np.asarray(j)
 
     def init(self, theta):
@@ -801,6 +844,11 @@ class _Adam:
 
     def init(self, theta):
         return self.scale.init(theta)
+
+    @property
+    def exhausted(self) -> np.ndarray | None:
+        """The segments out of step budget at the intervals' last evaluation (None without intervals)."""
+        return None if self.jacobians is None else self.jacobians.exhausted
 
     @property
     def evaluates_loss(self) -> bool:

@@ -310,7 +310,9 @@ def cut(recordings: Sequence[Recording], horizon: int, stride: int) -> list[Grou
     return groups
 
 
-def predict(m, base, qpos0, qvel0, act0, ctrl, cfg: Config, *, batching: str = "auto", chunks: int = 1):
+def predict(
+    m, base, qpos0, qvel0, act0, ctrl, cfg: Config, *, batching: str = "auto", chunks: int = 1, flags: bool = False
+):
     """The states after each period of every segment, simulated by ``m`` from its first state.
 
     Arguments:
@@ -320,14 +322,19 @@ def predict(m, base, qpos0, qvel0, act0, ctrl, cfg: Config, *, batching: str = "
         ctrl: (B, N, nu) controls of the N periods.
         cfg: the simulation's :class:`diffmjx.Config`.
         batching, chunks: how the B rollouts run (:func:`map_segments`; ``auto`` as :func:`resolve_batching` says).
+        flags: also return which segments ran out of the step budget.
 
     Returns:
-        ``(qpos, qvel, act)`` of shapes (B, N, nq), (B, N, nv) and (B, N, na).
+        ``(qpos, qvel, act)`` of shapes (B, N, nq), (B, N, nv) and (B, N, na); with ``flags`` a fourth,
+        (B,) booleans: the segment's adaptive solve ran out of ``integrator.max_steps`` in some period
+        (its states from there on are where the solve stopped, not the period's end).
     """
     d0 = _mjx.make_data(base)
 
     def one(qp, qv, a, u):
         _, traj = rollout(m, d0.replace(qpos=qp, qvel=qv, act=a), u, cfg)
+        if flags:
+            return traj.qpos, traj.qvel, traj.act, jnp.any(traj.stats.budget_exhausted)
         return traj.qpos, traj.qvel, traj.act
 
     xs = tuple(jnp.asarray(x) for x in (qpos0, qvel0, act0, ctrl))
@@ -388,8 +395,9 @@ class GroupSpec(NamedTuple):
     sensors: bool
 
 
-def simulated_residuals(spec: GroupSpec, m, base, terms, arrays):
-    """(B, N, k) residuals of a group's segments (unnormalised).
+def simulated_residuals(spec: GroupSpec, m, base, terms, arrays, flags: bool = False):
+    """(B, N, k) residuals of a group's segments (unnormalised); with ``flags`` also (B,) booleans,
+    the segments whose simulation ran out of the step budget (:func:`predict`).
 
     Arguments:
         spec: the group's :class:`GroupSpec`.
@@ -400,10 +408,10 @@ def simulated_residuals(spec: GroupSpec, m, base, terms, arrays):
     """
     qpos0, qvel0, act0, ctrl, qpos, qvel, sens, sens_w, sens_ctrl = arrays
     layout = manifold.JointLayout.from_model(base)  # static fields of the model: known while tracing
-    pq, pv, pa = predict(m, base, qpos0, qvel0, act0, ctrl, spec.cfg, batching=spec.batching)
+    pq, pv, pa, exhausted = predict(m, base, qpos0, qvel0, act0, ctrl, spec.cfg, batching=spec.batching, flags=True)
     r = state_residuals(layout, pq, pv, qpos, qvel, spec.weights)  # (B, N, k)
     if not spec.sensors:
-        return r
+        return (r, exhausted) if flags else r
     # sensors at samples 0..N: the recorded first state, then the predicted ones; the residual
     # compares 1..N (sample 0 is what a delay interpolates from)
     d0 = _mjx.make_data(base)
@@ -418,18 +426,20 @@ def simulated_residuals(spec: GroupSpec, m, base, terms, arrays):
     cs = jnp.concatenate([ctrl[:, :1], sens_ctrl], axis=1)
     sim = map_segments(jax.vmap(sense), (qs, vs, acts, cs), spec.batching)
     measured = sensor_model(sim, gain, bias, delay, spec.dt)[:, 1:]
-    return jnp.concatenate([r, jnp.sqrt(spec.weights.sensor) * sens_w[:, None] * (measured - sens)], axis=-1)
+    r = jnp.concatenate([r, jnp.sqrt(spec.weights.sensor) * sens_w[:, None] * (measured - sens)], axis=-1)
+    return (r, exhausted) if flags else r
 
 
-@functools.partial(runtime.jit, static_argnames=("spec",))
-def group_residuals(m, base, terms, arrays, *, spec: GroupSpec):
+@functools.partial(runtime.jit, static_argnames=("spec", "flags"))
+def group_residuals(m, base, terms, arrays, *, spec: GroupSpec, flags: bool = False):
     """:func:`simulated_residuals`, compiled once per model structure and ``spec`` for every fit."""
-    return simulated_residuals(spec, m, base, terms, arrays)
+    return simulated_residuals(spec, m, base, terms, arrays, flags)
 
 
 @functools.partial(runtime.jit, static_argnames=("spec", "moved"))
 def group_jacobian(z, m, base, terms, arrays, dleaves, dterms, *, spec: GroupSpec, moved: tuple[int, ...]):
-    """``(r, J)``: :func:`simulated_residuals` and its forward-mode Jacobian along the model's tangents.
+    """``(r, J, exhausted)``: :func:`simulated_residuals`, its forward-mode Jacobian along the model's
+    tangents, and the segments whose simulation ran out of the step budget.
 
     The model's leaves ``moved`` (indices into ``jax.tree.leaves(m)``) and the sensor ``terms`` move
     along ``dleaves`` and ``dterms`` (each with a leading axis of ``len(z)`` directions, e.g. their
@@ -448,11 +458,11 @@ def group_jacobian(z, m, base, terms, arrays, dleaves, dterms, *, spec: GroupSpe
         for i, d in zip(moved, dleaves):
             moved_leaves[i] = moved_leaves[i] + jnp.tensordot(z, d, axes=1)
         t = tuple(x + jnp.tensordot(z, d, axes=1) for x, d in zip(terms, dterms))
-        r = simulated_residuals(spec, jax.tree.unflatten(treedef, moved_leaves), base, t, arrays)
-        return r, r
+        r, exhausted = simulated_residuals(spec, jax.tree.unflatten(treedef, moved_leaves), base, t, arrays, True)
+        return r, (r, exhausted)
 
-    j, r = jax.jacfwd(along, has_aux=True)(z)
-    return r, j
+    j, (r, exhausted) = jax.jacfwd(along, has_aux=True)(z)
+    return r, j, exhausted
 
 
 def depends_on_first(fn, *args) -> list[bool]:
@@ -603,12 +613,16 @@ class Problem:
             out.append(([jax.device_put(g.take(i).arrays()) for i in idx], keep))
         return out
 
-    def evaluate(self, theta, jacobian: bool = True):
+    def evaluate(self, theta, jacobian: bool = True, flags: bool = False):
         """:meth:`residuals` at ``theta`` and, with ``jacobian``, its forward-mode Jacobian by ``theta``
         (else None), through the compiled programs every fit of the same model structure and settings
         shares (:func:`group_residuals`, :func:`group_jacobian`): a second fit skips tracing and
         compiling the simulation. Each group's segments run in ``threads_used`` shares at once, one
-        per thread (:func:`resolve_threads`). Equal to ``jax.jacfwd(self.residuals)`` to rounding."""
+        per thread (:func:`resolve_threads`). Equal to ``jax.jacfwd(self.residuals)`` to rounding.
+
+        With ``flags``, a third result: (segments,) booleans in :meth:`row_segments`' order, True
+        where the segment's simulation ran out of ``integrator.max_steps`` (its residual is of a
+        solve stopped early)."""
         edit, tangents = self._edits
         coords = self.params.coords()
         theta = jnp.asarray(theta)
@@ -624,24 +638,26 @@ class Problem:
                 )
             else:
                 m, terms = edit(theta, coords, base, g.variant, spec.sensors)
-                fn = functools.partial(group_residuals, m, base, terms, spec=spec)
+                fn = functools.partial(group_residuals, m, base, terms, spec=spec, flags=True)
             layout.append((len(parts), keep))
             calls += [functools.partial(fn, arrays=a) for a in parts]
         if len(calls) == 1:
             outs = [calls[0]()]
         else:  # each share's program on its own thread: they run side by side, one core each
             outs = list(_pool(self.threads_used).map(lambda call: jax.block_until_ready(call()), calls))
-        rs, js, at = [], [], 0
+        rs, js, exhausted, at = [], [], [], 0
         for n, keep in layout:
             out = _unshare(outs[at : at + n], keep)
             at += n
-            r, j = out if jacobian else (out, None)
+            r, j, ex = out if jacobian else (out[0], None, out[1])
             rs.append(jnp.ravel(r))
+            exhausted.append(np.asarray(ex))
             if jacobian:
                 js.append(jnp.reshape(j, (-1, theta.size)))
         scale = jnp.sqrt(float(self.states))
         r = jnp.concatenate(rs) / scale
-        return r, (jnp.concatenate(js) / scale if jacobian else None)
+        j = jnp.concatenate(js) / scale if jacobian else None
+        return (r, j, np.concatenate(exhausted)) if flags else (r, j)
 
     def group_residuals(self, values, k: int, base, arrays):
         """(B, N, k) residuals of group ``k``'s segments ``arrays`` (:meth:`Group.arrays` layout), unnormalised."""
