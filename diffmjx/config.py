@@ -53,6 +53,7 @@ __all__ = [
     "ADJOINTS",
     "BOX_BOX_RULES",
     "BUDGET_POLICIES",
+    "CAPSULE_CAPSULE_RULES",
     "DEFAULT_PRESET",
     "GRADIENTS",
     "PAPER_PRESET",
@@ -90,6 +91,7 @@ GRADIENTS = ("auto", "unroll", "implicit")
 PLANE_BOX_RULES = registry.PLANE_BOX_RULES  # collision.*'s choices: the pairs' collision functions
 PLANE_CYLINDER_RULES = registry.PLANE_CYLINDER_RULES
 BOX_BOX_RULES = registry.BOX_BOX_RULES
+CAPSULE_CAPSULE_RULES = registry.CAPSULE_CAPSULE_RULES
 
 AUTO_KINK_FACTOR = 10.0
 """``integrator.kink_step=auto`` is ``min(AUTO_KINK_FACTOR * rtol, AUTO_KINK_MAX)`` seconds."""
@@ -283,6 +285,12 @@ class CollisionConfig(Section):
             tilted corner on a larger box comes out up to 1 / cos(tilt) too deep) and repeats
             points to fill four slots (one corner is four contacts, and the count changes when
             the next corner touches: the force jumps), with ``smooth`` on a blend of it.
+        capsule_capsule: two capsules' contacts without ``smooth``: ``paired``, as MuJoCo's C
+            engine makes them, one at the closest points and, for parallel axes, two: each end of
+            one capsule against the other (a foot lying across another keeps both its ends in
+            contact); ``mjx``, MJX's rule, always one contact, at the middle of a parallel overlap
+            (another force and torque than the C engine's). With ``smooth`` the pair takes the
+            smoothed blend of MJX's rule, one contact, either way.
     """
 
     _section = "collision"
@@ -292,6 +300,7 @@ class CollisionConfig(Section):
     plane_box: str = knob("deepest", choices=PLANE_BOX_RULES)
     plane_cylinder: str = knob("deepest", choices=PLANE_CYLINDER_RULES)
     box_box: str = knob("clipped", choices=BOX_BOX_RULES)
+    capsule_capsule: str = knob("paired", choices=CAPSULE_CAPSULE_RULES)
 
 
 @dataclasses.dataclass(frozen=True)

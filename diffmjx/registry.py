@@ -22,6 +22,7 @@ from typing import Any, Generic, TypeVar
 
 __all__ = [
     "BOX_BOX_RULES",
+    "CAPSULE_CAPSULE_RULES",
     "FIT_METHODS",
     "GRADIENT_MODES",
     "PLANE_BOX_RULES",
@@ -131,8 +132,8 @@ class GradientModeEntry:
 
 @dataclasses.dataclass(frozen=True)
 class CollisionRuleEntry:
-    """A ``collision.plane_box``, ``collision.plane_cylinder`` or ``collision.box_box`` choice: the
-    collision function of that geom-type pair.
+    """A ``collision.plane_box``, ``collision.plane_cylinder``, ``collision.box_box`` or
+    ``collision.capsule_capsule`` choice: the collision function of that geom-type pair.
 
     Attributes:
         build: ``(sharpness, apart) -> collider``: an MJX collider (a function with MJX's collision
@@ -169,3 +170,6 @@ PLANE_CYLINDER_RULES: Registry[CollisionRuleEntry] = Registry("collision.plane_c
 
 BOX_BOX_RULES: Registry[CollisionRuleEntry] = Registry("collision.box_box")
 """``collision.box_box`` -> :class:`CollisionRuleEntry` (registered by :mod:`diffmjx.physics.collision.driver`)."""
+
+CAPSULE_CAPSULE_RULES: Registry[CollisionRuleEntry] = Registry("collision.capsule_capsule")
+"""``collision.capsule_capsule`` -> :class:`CollisionRuleEntry` (registered by :mod:`diffmjx.physics.collision.driver`)."""

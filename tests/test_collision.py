@@ -635,3 +635,61 @@ def test_capsule_box_gives_the_true_distance_apart_and_mjx_manifold_touching(cap
         e[i] = h
         fd = (float(contact(q + e)[0][0]) - float(contact(q - e)[0][0])) / (2 * h)
         assert g[i] == pytest.approx(fd, abs=1e-6)
+
+
+CAPSULES = """
+<mujoco>
+  <option timestep="0.002"/>
+  <worldbody>
+    <geom name="rail" type="capsule" fromto="0 -0.1 0 0 0.1 0" size="0.02"/>
+    <body name="bar" pos="0 0.05 0.039">
+      <freejoint/>
+      <geom name="bar" type="capsule" fromto="0 -0.08 0 0 0.08 0" size="0.02" mass="0.3"/>
+    </body>
+  </worldbody>
+</mujoco>
+"""
+
+
+def _axis_angle(axis, angle):
+    return np.r_[np.cos(angle / 2), np.sin(angle / 2) * np.asarray(axis, float)]
+
+
+CAPSULE_POSES = {  # the bar's position and orientation; the rail lies along y at the origin
+    "parallel, shifted": ([0.0, 0.05, 0.039], [1.0, 0.0, 0.0, 0.0]),
+    "anti-parallel": ([0.0, 0.05, 0.039], _axis_angle([1, 0, 0], np.pi)),
+    "parallel, inside, 6 mm deep": ([0.0, 0.0, 0.034], [1.0, 0.0, 0.0, 0.0]),
+    "tilted 5e-5 rad (parallel to the C engine)": ([0.0, 0.02, 0.039], _axis_angle([1, 0, 0], 5e-5)),
+    "tilted 0.09 rad": ([0.0, 0.05, 0.039], _axis_angle([0, 0, 1], 0.09)),
+    "crossed through the rail's axis": ([0.0, 0.0, 0.0], _axis_angle([0, 0, 1], np.pi / 2)),
+}
+
+
+@pytest.mark.parametrize("pose", list(CAPSULE_POSES))
+def test_capsule_pairs_get_the_c_engines_contacts(pose):
+    """A bar lying on a fixed rail: ``collision.capsule_capsule=paired`` (the default) makes the C
+    engine's contacts (for parallel axes, within 1e-4 rad, the two ends of the overlap; else the
+    closest points; axes that cross, the normal along their cross product) and so its accelerations.
+    MJX's rule (one contact, mid-overlap, its closest points found otherwise) gives other ones."""
+    import mujoco
+
+    m = mujoco.MjModel.from_xml_string(CAPSULES)
+    mx = mjx.put_model(m)
+    cfg = diffmjx.Config()
+    assert cfg.collision.capsule_capsule == "paired"
+    pos, quat = CAPSULE_POSES[pose]
+    d = mujoco.MjData(m)
+    d.qpos[:] = [*pos, *(np.asarray(quat) / np.linalg.norm(quat))]
+    d.qvel[:] = [0.1, 0.0, -0.2, 0.3, 0.0, 0.5]
+    mujoco.mj_forward(m, d)
+    dx = mjx.make_data(mx).replace(qpos=jnp.asarray(d.qpos), qvel=jnp.asarray(d.qvel))
+    out = {rule: _forward(mx, dx, cfg.override(f"collision.capsule_capsule={rule}")) for rule in ("paired", "mjx")}
+    c = _mjx.contact(out["paired"])
+    on = np.asarray(c.dist) < 0
+    mine = sorted(((x, tuple(p)) for x, p in zip(np.asarray(c.dist)[on], np.asarray(c.pos)[on])), key=lambda x: x[1])
+    theirs = sorted(((x.dist, tuple(x.pos)) for x in d.contact[: d.ncon]), key=lambda x: x[1])
+    assert len(mine) == len(theirs) == (2 if "parallel" in pose else 1)
+    np.testing.assert_allclose([x[0] for x in mine], [x[0] for x in theirs], atol=1e-12)
+    np.testing.assert_allclose([x[1] for x in mine], [x[1] for x in theirs], atol=1e-12)
+    np.testing.assert_allclose(np.asarray(out["paired"].qacc), d.qacc, rtol=1e-7, atol=1e-7)
+    assert np.max(np.abs(np.asarray(out["mjx"].qacc) - d.qacc)) > 1e-3

@@ -5,7 +5,7 @@ As MJX's ``collision_driver``: the table of which geom pairs use which function 
 :mod:`diffmjx.physics.collision.pairs` and :mod:`diffmjx.physics.collision.box_box` in place of MJX's for those
 pairs; every other pair keeps MJX's function. Which functions is set by one typed object, the
 ``collision`` section of :class:`diffmjx.Config` (:class:`diffmjx.config.CollisionConfig`:
-``smooth``, ``sharpness`` and the three pair rules); :func:`stage` picks MJX's stage or
+``smooth``, ``sharpness`` and the four pair rules); :func:`stage` picks MJX's stage or
 :func:`collide` for it. :func:`check_model` rejects, up front, what this
 stage cannot collide.
 """
@@ -25,6 +25,7 @@ from diffmjx.physics.collision.box_box import SLOTS, box_box, box_box_clipped
 from diffmjx.physics.collision.pairs import (
     capsule_box,
     capsule_capsule,
+    capsule_capsule_paired,
     plane_box,
     plane_box_deepest,
     plane_capsule,
@@ -34,7 +35,13 @@ from diffmjx.physics.collision.pairs import (
     sphere_capsule,
     sphere_cylinder,
 )
-from diffmjx.registry import BOX_BOX_RULES, PLANE_BOX_RULES, PLANE_CYLINDER_RULES, CollisionRuleEntry
+from diffmjx.registry import (
+    BOX_BOX_RULES,
+    CAPSULE_CAPSULE_RULES,
+    PLANE_BOX_RULES,
+    PLANE_CYLINDER_RULES,
+    CollisionRuleEntry,
+)
 
 __all__ = [
     "BOX_BOX_SLOTS",
@@ -81,14 +88,18 @@ def table(rules: CollisionConfig, apart: bool = False) -> dict:
               :func:`~diffmjx.physics.collision.box_box.box_box_clipped`, the C engine's construction
               (smoothed at ``sharpness`` under ``smooth``); ``mjx`` keeps MJX's rule (under
               ``smooth`` the blend of it, :func:`~diffmjx.physics.collision.box_box.box_box`).
+            * ``capsule_capsule``: ``paired`` replaces MJX's capsule-capsule by
+              :func:`~diffmjx.physics.collision.pairs.capsule_capsule_paired`, the C engine's
+              contacts (two slots; under ``smooth`` the blend of MJX's one contact and an empty
+              slot); ``mjx`` keeps MJX's rule.
 
         apart: the contacts that contacts from distance build their rows from: under ``smooth``
             with ``box_box=clipped``, box-box takes the blend of MJX's rule (padded to the clipped
             rule's eight slots, so the layout is the forward's), which reports the true distance
             of boxes apart where the clipped construction reports only penetrating points.
 
-    The three pair fields pick entries of :data:`diffmjx.registry.PLANE_BOX_RULES`,
-    ``PLANE_CYLINDER_RULES`` and ``BOX_BOX_RULES`` (:class:`~diffmjx.registry.CollisionRuleEntry`):
+    The four pair fields pick entries of :data:`diffmjx.registry.PLANE_BOX_RULES`,
+    ``PLANE_CYLINDER_RULES``, ``BOX_BOX_RULES`` and ``CAPSULE_CAPSULE_RULES`` (:class:`~diffmjx.registry.CollisionRuleEntry`):
     another rule for one of these pairs is one function and one ``register`` line.
 
     Returns:
@@ -143,18 +154,34 @@ def _box_box_clipped(sharpness, apart):
     return _mjx.convex_collider(ncon=BOX_BOX_SLOTS)(fn)
 
 
+def _capsule_capsule_paired(sharpness, apart):
+    if sharpness is None:
+        return _mjx.primitive_collider(ncon=2)(capsule_capsule_paired)
+
+    # smoothed: the blend of MJX's one contact, in the two slots of the unsmoothed rule's layout (the
+    # forward's and contacts from distance's contacts keep one layout)
+    def smoothed(cap1, cap2):
+        dist, pos, frame = capsule_capsule(cap1, cap2, sharpness)
+        return jnp.stack([dist, 1.0]), jnp.stack([pos, pos]), jnp.stack([frame, frame])
+
+    return _mjx.primitive_collider(ncon=2)(smoothed)
+
+
 PLANE_BOX_RULES.register("deepest", CollisionRuleEntry(_plane_box_deepest))
 PLANE_BOX_RULES.register("mjx", CollisionRuleEntry(_keep))
 PLANE_CYLINDER_RULES.register("deepest", CollisionRuleEntry(_plane_cylinder_deepest))
 PLANE_CYLINDER_RULES.register("mjx", CollisionRuleEntry(_keep))
 BOX_BOX_RULES.register("clipped", CollisionRuleEntry(_box_box_clipped))
 BOX_BOX_RULES.register("mjx", CollisionRuleEntry(_keep))
+CAPSULE_CAPSULE_RULES.register("paired", CollisionRuleEntry(_capsule_capsule_paired))
+CAPSULE_CAPSULE_RULES.register("mjx", CollisionRuleEntry(_keep))
 
 # (geom types, the registry of their rules, the collision config field that picks one)
 _RULES = (
     ((_G.PLANE, _G.BOX), PLANE_BOX_RULES, "plane_box"),
     ((_G.PLANE, _G.CYLINDER), PLANE_CYLINDER_RULES, "plane_cylinder"),
     ((_G.BOX, _G.BOX), BOX_BOX_RULES, "box_box"),
+    ((_G.CAPSULE, _G.CAPSULE), CAPSULE_CAPSULE_RULES, "capsule_capsule"),
 )
 
 
@@ -268,11 +295,9 @@ def stage(rules: CollisionConfig | None):
 
     Returns:
         MJX's own collision stage where ``rules`` is None or asks for nothing of DiffMJX's
-        (``smooth`` off and the three rules ``mjx``); else :func:`collide` under ``rules``.
+        (``smooth`` off and every pair rule ``mjx``); else :func:`collide` under ``rules``.
     """
-    if rules is None or (
-        not rules.smooth and rules.plane_box == "mjx" and rules.plane_cylinder == "mjx" and rules.box_box == "mjx"
-    ):
+    if rules is None or (not rules.smooth and all(getattr(rules, name) == "mjx" for *_, name in _RULES)):
         return _mjx.collision
     return functools.partial(collide, rules=rules)
 
@@ -284,7 +309,7 @@ def detect(m, d, rules: CollisionConfig | None = None):
         m: ``mjx.Model``.
         d: ``mjx.Data`` (only ``qpos`` and the mocap poses are read).
         rules: the ``collision`` section of :class:`diffmjx.Config`; None (the default) for MJX's
-            collision stage unchanged, as does a section with ``smooth`` off and the three rules
+            collision stage unchanged, as does a section with ``smooth`` off and every pair rule
             ``mjx``.
 
     Returns:

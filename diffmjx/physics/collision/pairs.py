@@ -191,10 +191,14 @@ def _segment_point(a, b, p):
     return a + jnp.clip(t, 0.0, 1.0) * ab
 
 
-def _sphere_sphere(p1, r1, p2, r2):
+def _sphere_sphere(p1, r1, p2, r2, coincident=None):
+    """Contact of two spheres; ``coincident``: the normal where the centres coincide (else the
+    regularised zero vector)."""
     delta = p2 - p1
     norm = jnp.sqrt(jnp.dot(delta, delta) + 1e-30)
     n = delta / norm
+    if coincident is not None:
+        n = jnp.where(jnp.dot(delta, delta) < 1e-30, coincident, n)
     dist = norm - (r1 + r2)
     return dist, p1 + n * (r1 + 0.5 * dist), n
 
@@ -431,6 +435,70 @@ def capsule_box(cap, box, sharpness=None):
     if sharpness is None:
         return dist, pos, jax.vmap(_mjx.make_frame)(normal)
     return dist, pos, jax.vmap(lambda v: smooth_frame(v, 4.0 / (sharpness * cap.size[0])))(normal)
+
+
+PARALLEL = 1e-8
+"""MuJoCo 3.17's capsule-capsule treats axes as parallel where ``det <= PARALLEL * |h1|^2 |h2|^2`` (the
+determinant of the closest-point equations, axes scaled by the half-lengths): sin(angle) <= 1e-4."""
+
+
+def capsule_capsule_paired(cap1, cap2):
+    """Capsule-capsule as MuJoCo's C engine (3.17) makes it: two contact slots, unsmoothed.
+
+    Axes that are not parallel (:data:`PARALLEL`) have one contact, at the closest points of the two
+    segments (the second slot empty): the lines' closest points, then a parameter outside its segment
+    clipped to the end and the other re-solved, as the C engine does (MJX's construction puts them up
+    to 1e-5 m from the C engine's near parallel). Parallel axes (a foot lying across another, a
+    planar model's capsules) have two, where MJX has one at the middle of the overlap: the ends of
+    the overlap, each end of the first capsule paired with its projection on the second, or, where
+    that falls off the second, the second's nearer end with its projection on the first. Slots are
+    reported at their true distances; a row exists only within the pair's margin, as for any contact.
+
+    Arguments:
+        cap1, cap2: MJX ``GeomInfo`` of the two capsules (``pos``, ``mat``, ``size``).
+
+    Returns:
+        ``(dist, pos, frame)`` of shapes (2,), (2, 3), (2, 3, 3); the empty slot has distance 1.
+    """
+    h1, h2 = cap1.mat[:, 2] * cap1.size[1], cap2.mat[:, 2] * cap2.size[1]
+    r1, r2 = cap1.size[0], cap2.size[0]
+    # closest points as parameters x1, x2 in [-1, 1] along the half-axes h1, h2
+    dif = cap1.pos - cap2.pos
+    ma, mb, mc = jnp.dot(h1, h1), -jnp.dot(h1, h2), jnp.dot(h2, h2)
+    u, v = -jnp.dot(h1, dif), jnp.dot(h2, dif)
+    det = ma * mc - mb * mb
+    parallel = det <= PARALLEL * ma * mc
+    safe = jnp.where(parallel, 1.0, det)  # no NaN in either branch's derivative
+
+    def contact(x1, x2):
+        dist, pos, n = _sphere_sphere(cap1.pos + x1 * h1, r1, cap2.pos + x2 * h2, r2, _crossed_normal(h1, h2))
+        return dist, pos, _mjx.make_frame(n)
+
+    # general: the unconstrained solution, clipped one parameter at a time, the other re-solved
+    x1, x2 = (mc * u - mb * v) / safe, (ma * v - mb * u) / safe
+    x2 = jnp.where(x1 > 1, (v - mb) / mc, jnp.where(x1 < -1, (v + mb) / mc, x2))
+    x1 = jnp.clip(x1, -1.0, 1.0)
+    x1 = jnp.where(x2 > 1, jnp.clip((u - mb) / ma, -1, 1), jnp.where(x2 < -1, jnp.clip((u + mb) / ma, -1, 1), x1))
+    general = contact(x1, jnp.clip(x2, -1.0, 1.0))
+
+    # parallel: the ends of the overlap, from capsule 1's -1 end, then its +1 end
+    def end(sign):
+        y2 = (v - sign * mb) / mc  # capsule 1's end on capsule 2's axis
+        y1 = jnp.where(y2 < -1, jnp.clip((u + mb) / ma, -1, 1), jnp.where(y2 > 1, jnp.clip((u - mb) / ma, -1, 1), sign))
+        return contact(y1, jnp.clip(y2, -1.0, 1.0))
+
+    first, second = end(-1.0), end(1.0)
+    slot0 = tuple(jnp.where(parallel, a, b) for a, b in zip(first, general))
+    slot1 = (jnp.where(parallel, second[0], 1.0), second[1], second[2])
+    return tuple(jnp.stack(x) for x in zip(slot0, slot1))
+
+
+def _crossed_normal(h1, h2):
+    """The C engine's normal where two capsules' closest points coincide (their axes cross): the unit
+    cross product of the axes, or x where they are parallel."""
+    c = jnp.cross(h1, h2)
+    norm = jnp.sqrt(jnp.dot(c, c) + 1e-300)
+    return jnp.where(norm > 1e-15, c / norm, jnp.array([1.0, 0.0, 0.0]))
 
 
 def capsule_capsule(cap1, cap2, sharpness):
