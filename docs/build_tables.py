@@ -1394,6 +1394,36 @@ def sysid_touchdown() -> str:
     return "\n".join(out) + "\n"
 
 
+def sysid_floor() -> str:
+    """The legged body's loss at the true values: DiffMJX per capsule rule and tolerance, the C engine
+    per step, the data's own convergence (``experiments.sysid_floor``)."""
+    rows = _rows("sysid_floor.csv")
+    out = [
+        "| simulation | loss at the truth | worst five of the segments' share | segments out of step budget |",
+        "|---|---|---|---|",
+    ]
+    engine = [r for r in rows if r["kind"] == "c_engine"]
+    for k, r in enumerate(engine):  # the first at the data's own step
+        label = f"C engine, RK4 at {1e3 * float(r['step']):g} ms" + (" (the data's own step)" if k == 0 else "")
+        out.append(f"| {label} | {_exp(float(r['loss_at_truth']))} | - | - |")
+    for r in rows:
+        if r["kind"] == "fit":
+            rule = r.get("capsule_capsule") or "paired"
+            first = f" ({r['first_exhausted']})" if r["first_exhausted"] else ""
+            out.append(
+                f"| DiffMJX, `capsule_capsule={rule}`, rtol {float(r['rtol']):g} | {_exp(float(r['loss_at_truth']))} "
+                f"| {100 * float(r['worst5_share']):.0f} % | {r['exhausted_segments']} of {r['segments']}{first} |"
+            )
+    data = [r for r in rows if r["kind"] == "data"]
+    if data:
+        changes = ", ".join(f"{1e3 * float(r['max_qpos_change']):.1f} mm" for r in data)
+        out.append("")
+        out.append(
+            f"Largest change of a recorded `qpos` when each recording is simulated at a quarter of its step: {changes}."
+        )
+    return "\n".join(out) + "\n"
+
+
 def sysid_limits() -> str:
     """A hinge striking (or pressed against) its limits, fitted with MuJoCo's default solimplimit
     and with solimplimit[0] = 0 (``experiments.sysid_limits``): loss at the truth, errors, intervals."""
@@ -2170,6 +2200,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "speed_device_rules": speed_device_rules,
     "sysid_touchdown": sysid_touchdown,
     "sysid_limits": sysid_limits,
+    "sysid_floor": sysid_floor,
     "speed_toss_steps": speed_toss_steps,
     "speed_stiff": speed_stiff,
     "sysid_fig9_quick": sysid_fig9_quick,
