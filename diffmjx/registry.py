@@ -1,7 +1,8 @@
 """One registry per choice: the names a config field accepts, each with the properties the library reads.
 
 A config field whose value picks an implementation (``integrator.solver``, ``integrator.adjoint``,
-``planner.kind``, ``fit.method``, ``collision.plane_box``, ``collision.plane_cylinder``, ``collision.box_box``)
+``planner.kind``, ``fit.method``, ``collision.plane_box``, ``collision.plane_cylinder``, ``collision.box_box``,
+``collision.capsule_capsule``)
 takes its choices from a :class:`Registry`, and every module that needs to know
 something about the choice (is the solver one of MJX's fixed-step integrators? can ``jax.jacfwd``
 differentiate the gradient mode?) asks the registry entry, never the name. Adding a choice is one

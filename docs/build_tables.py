@@ -1416,10 +1416,11 @@ def sysid_floor() -> str:
             )
     data = [r for r in rows if r["kind"] == "data"]
     if data:
-        changes = ", ".join(f"{1e3 * float(r['max_qpos_change']):.1f} mm" for r in data)
+        changes = ", ".join(f"{float(r['max_qpos_change']):.3g}" for r in data)
         out.append("")
         out.append(
-            f"Largest change of a recorded `qpos` when each recording is simulated at a quarter of its step: {changes}."
+            "Largest change of a recorded `qpos` coordinate (a position in m, a hinge angle in rad or a quaternion "
+            f"component) when each recording is simulated at a quarter of its step: {changes}."
         )
     return "\n".join(out) + "\n"
 

@@ -87,6 +87,7 @@ CONFIGS = {
         "collision.plane_box=mjx",
         "collision.plane_cylinder=mjx",
         "collision.box_box=mjx",
+        "collision.capsule_capsule=mjx",
         "solver.min_iterations=0",
         "solver.max_tolerance=1",
     ),

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import dataclasses
 import time
 from pathlib import Path
 
@@ -40,23 +39,6 @@ from diffmjx import sysid
 from experiments import common
 from experiments import sysid_recovery as recovery
 from experiments.sysid_peer import case
-
-
-def recordings_at(name: str, truth: mujoco.MjModel, seed: int, step: float) -> list[sysid.Recording]:
-    """The recovery study's recordings of ``name`` (the same starts and controls), simulated by the C
-    engine with RK4 at ``step`` instead of ``GEN_STEP``."""
-    spec = recovery.MODELS[name]
-    out = []
-    for k in range(spec["recordings"]):
-        d = mujoco.MjData(truth)
-        rng = np.random.default_rng([100 * seed + k, 7])
-        recovery._initial_state(name, truth, d, rng)
-        ctrl = recovery._controls(truth, round(spec["seconds"] / spec["dt"]), rng)
-        rec = sysid.Recording.simulate(
-            truth, ctrl, spec["dt"], qpos0=d.qpos, qvel0=d.qvel, step=step, name=f"{name}-{100 * seed + k}"
-        )
-        out.append(dataclasses.replace(rec, sensordata=None))
-    return out
 
 
 def fit_rows(name: str, seed: int, tolerances: list[float], rules: list[str]) -> list[dict]:
@@ -124,7 +106,10 @@ def c_engine_loss(problem: sysid.Problem, truth: mujoco.MjModel, step: float) ->
 
 def data_rows(name: str, seed: int) -> list[dict]:
     truth, _, _, recs, _ = case(name, seed)
-    fine = recordings_at(name, truth, seed, recovery.GEN_STEP / 4)
+    fine = [
+        recovery.record(name, truth, 100 * seed + k, False, step=recovery.GEN_STEP / 4)
+        for k in range(recovery.MODELS[name]["recordings"])
+    ]
     rows = []
     for a, b in zip(recs, fine):
         change = np.max(np.abs(b.qpos - a.qpos), axis=1)

@@ -188,16 +188,22 @@ def _initial_state(name: str, m: mujoco.MjModel, d: mujoco.MjData, rng: np.rando
         d.qpos[:] = rng.uniform(0.8 * lo + 0.2 * hi, 0.2 * lo + 0.8 * hi)
 
 
-def record(name: str, truth: mujoco.MjModel, seed: int, noise: bool) -> sysid.Recording:
+def record(name: str, truth: mujoco.MjModel, seed: int, noise: bool, step: float | None = None) -> sysid.Recording:
     """One recording of the "real system": the C engine at the true values, RK4 at ``GEN_STEP``
-    (:meth:`diffmjx.sysid.Recording.simulate`), with noise added if asked."""
+    (or ``step``; :meth:`diffmjx.sysid.Recording.simulate`), with noise added if asked."""
     spec = MODELS[name]
     d = mujoco.MjData(truth)
     rng = np.random.default_rng([seed, 7])
     _initial_state(name, truth, d, rng)
     ctrl = _controls(truth, round(spec["seconds"] / spec["dt"]), rng)
     rec = sysid.Recording.simulate(
-        truth, ctrl, spec["dt"], qpos0=d.qpos, qvel0=d.qvel, step=GEN_STEP, name=f"{name}-{seed}"
+        truth,
+        ctrl,
+        spec["dt"],
+        qpos0=d.qpos,
+        qvel0=d.qvel,
+        step=GEN_STEP if step is None else step,
+        name=f"{name}-{seed}",
     )
     if not noise:
         return dataclasses.replace(rec, sensordata=None)

@@ -28,7 +28,12 @@ def test_fixed_step_rollout_of_the_baoding_hand_equals_mjx_step(hand):
     mj, mx = hand
     d = mjx.make_data(mx).replace(qpos=jnp.asarray(mj.qpos0), ctrl=0.3 * jnp.ones(mj.nu))
     u = 0.3 * jnp.ones((2, mj.nu))
-    cfg = diffmjx.Config().override("integrator.solver=mjx_euler", "solver.min_iterations=0", "solver.max_tolerance=1")
+    cfg = diffmjx.Config().override(
+        "integrator.solver=mjx_euler",
+        "solver.min_iterations=0",
+        "solver.max_tolerance=1",
+        "collision.capsule_capsule=mjx",  # MJX's contacts, which mjx.step makes
+    )
     ours, traj = jax.jit(lambda d: diffmjx.rollout(mx, d, u, cfg))(d)
     ref = jax.jit(lambda d: mjx.step(mx, mjx.step(mx, d)))(d)
     assert traj.qpos.shape == (2, mj.nq)

@@ -151,7 +151,14 @@ def contacts_fn(mx: mjx.Model, smooth: bool, sharpness: float):
     d0 = mjx.make_data(mx)
     rules = None  # MJX's collision stage
     if smooth:
-        rules = CollisionConfig(smooth=True, sharpness=sharpness, plane_box="mjx", plane_cylinder="mjx", box_box="mjx")
+        rules = CollisionConfig(
+            smooth=True,
+            sharpness=sharpness,
+            plane_box="mjx",
+            plane_cylinder="mjx",
+            box_box="mjx",
+            capsule_capsule="mjx",
+        )
 
     def contacts(qpos):
         c = collision.detect(mx, d0.replace(qpos=qpos), rules)

@@ -497,8 +497,10 @@ def _crossed_normal(h1, h2):
     """The C engine's normal where two capsules' closest points coincide (their axes cross): the unit
     cross product of the axes, or x where they are parallel."""
     c = jnp.cross(h1, h2)
-    norm = jnp.sqrt(jnp.dot(c, c) + 1e-300)
-    return jnp.where(norm > 1e-15, c / norm, jnp.array([1.0, 0.0, 0.0]))
+    sq = jnp.dot(c, c)
+    crossed = sq > 1e-30
+    norm = jnp.sqrt(jnp.where(crossed, sq, 1.0))  # no 0/0 in the branch not taken (its derivative too)
+    return jnp.where(crossed, c / norm, jnp.array([1.0, 0.0, 0.0], c.dtype))
 
 
 def capsule_capsule(cap1, cap2, sharpness):
