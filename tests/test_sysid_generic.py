@@ -5,6 +5,7 @@ Recordings are made by MuJoCo's C engine at known values with a fine RK4 step (1
 """
 
 import dataclasses
+import re
 import warnings
 
 import jax
@@ -411,15 +412,21 @@ def test_segments_run_in_shares_on_threads_give_the_one_thread_values(pendulum_f
 
 def test_segments_out_of_step_budget_are_warned_of_and_listed(pendulum_fit):
     """A fit whose simulation runs out of ``integrator.max_steps`` (here: two steps per period at
-    rtol 1e-12) warns at the start, naming the recording and sample, and lists the segments at the
-    returned values; a fit within budget lists none."""
+    rtol 1e-12) warns at the start, naming the recording and sample, and once for its held-out
+    recordings, and lists the segments at the returned values; a fit within budget lists none."""
     assert pendulum_fit.budget_exhausted == []
     ps = ParameterSet(mujoco.MjModel.from_xml_string(START), PENDULUM_PARAMS[:1])
     rec = dataclasses.replace(pendulum_recording(5, periods=10), name="swing")
     cfg = diffmjx.Config().override("integrator.rtol=1e-12", "integrator.atol=1e-12", "integrator.max_steps=2")
     fit = sysid.FitConfig(horizon=5, stride=5, steps=1, intervals=False)
-    with pytest.warns(sysid.BudgetExhaustedWarning, match=r"2 of 2 segments .* recording 'swing' from sample 0"):
-        res = sysid.identify(ps.models[0], PENDULUM_PARAMS[:1], [rec], cfg=cfg, fit=fit, progress=False)
+    held = dataclasses.replace(pendulum_recording(6, periods=5), name="held")
+    with pytest.warns(sysid.BudgetExhaustedWarning) as caught:
+        res = sysid.identify(
+            ps.models[0], PENDULUM_PARAMS[:1], [rec], held_out=[held], cfg=cfg, fit=fit, progress=False
+        )
+    messages = [str(w.message) for w in caught if w.category is sysid.BudgetExhaustedWarning]
+    assert any(re.search(r"2 of 2 segments .* at the start, .* recording 'swing' from sample 0", m) for m in messages)
+    assert any("1 of 1 segments" in m and "held-out" in m and "'held' from sample 0" in m for m in messages)
     assert res.budget_exhausted == [("swing", 0), ("swing", 5)]
 
 

@@ -378,7 +378,14 @@ def identify(
     start = time.perf_counter()
     held_fn = None
     if held_problem is not None:
-        held_fn = lambda th: float(jnp.sum(held_problem.evaluate(_local(th), jacobian=False)[0] ** 2))
+        held_warned = [False]
+
+        def held_fn(th):
+            r, _, exhausted = held_problem.evaluate(_local(th), jacobian=False, flags=True)
+            if not held_warned[0]:  # once per fit, at the first held-out evaluation that runs out
+                held_warned[0] = _warn_budget(held_problem, exhausted, "held-out recordings' evaluation")
+            return float(jnp.sum(r**2))
+
     runner = runner_cls(problem, fit)
     theta = jnp.asarray(ps.theta0)
     state = runner.init(theta)
@@ -414,7 +421,9 @@ def identify(
         bias = None
         if fit.tolerance_check is not None:
             tight = dataclasses.replace(problem, cfg=_tightened(cfg, fit.tolerance_check))
-            r_tight = np.asarray(tight.evaluate(theta_best, jacobian=False)[0])
+            r_tight, _, exhausted_tight = tight.evaluate(theta_best, jacobian=False, flags=True)
+            r_tight = np.asarray(r_tight)
+            _warn_budget(tight, exhausted_tight, "intervals' tolerance check (fit.tolerance_check)")
             bias = tolerance_bias(residual, r_tight, jacobian)
         intervals, unident = confidence_intervals(
             residual, jacobian, ps.labels, values, fit.confidence, segments, bias=bias
