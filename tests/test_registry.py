@@ -19,6 +19,7 @@ from diffmjx.jacobians import forward_config
 from diffmjx.physics.collision import detect
 from diffmjx.registry import (
     BOX_BOX_RULES,
+    CAPSULE_CAPSULE_RULES,
     FIT_METHODS,
     GRADIENT_MODES,
     PLANE_BOX_RULES,
@@ -58,6 +59,7 @@ def test_each_config_choice_list_is_its_registry():
         ("collision", "plane_box"): PLANE_BOX_RULES,
         ("collision", "plane_cylinder"): PLANE_CYLINDER_RULES,
         ("collision", "box_box"): BOX_BOX_RULES,
+        ("collision", "capsule_capsule"): CAPSULE_CAPSULE_RULES,
     }
     for (section, name), reg in fields.items():
         section_cls = type(getattr(diffmjx.Config(), section))
@@ -74,6 +76,7 @@ def test_each_config_choice_list_is_its_registry():
     assert tuple(PLANNERS) == ("gradient", "sampling", "hybrid", "ilqr")
     assert tuple(PLANE_BOX_RULES) == tuple(PLANE_CYLINDER_RULES) == ("deepest", "mjx")
     assert tuple(BOX_BOX_RULES) == ("clipped", "mjx")
+    assert tuple(CAPSULE_CAPSULE_RULES) == ("paired", "mjx")
 
 
 def test_a_toy_collision_rule_runs_by_name():
