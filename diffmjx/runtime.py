@@ -43,8 +43,9 @@ def enable_compilation_cache(path: str | Path | None = None) -> Path:
 CPU_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
 """XLA options :func:`jit` compiles with on a CPU: XLA:CPU's elemental emitters instead of its newer
 fusion emitters. Measured on system identification's Jacobian programs (one share, one thread, cold
-cache): compilation 10-14 % shorter and runs 5-16 % shorter on three models (a 2-link arm, a thrown
-box, a muscle finger). Results agree to rounding (neither setting uses fast math)."""
+cache; a one-off probe, not a committed benchmark): compilation 10-14 % shorter and runs 5-16 %
+shorter on three models (a 2-link arm, a thrown box, a muscle finger). Results agree to rounding
+(neither setting uses fast math)."""
 
 
 @functools.cache

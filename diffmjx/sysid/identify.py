@@ -467,7 +467,10 @@ def _exhausted_segments(problem: Problem, flags) -> list[tuple[str, int]] | None
     """``(recording name, first sample)`` of each segment flagged in ``flags`` (None: not evaluated)."""
     if flags is None:
         return None
-    keys = problem.row_segments()[1][np.asarray(flags, bool)]
+    flags = np.asarray(flags, bool)
+    if not flags.any():  # the common case, after every held-out evaluation: no segment keys built
+        return []
+    keys = problem.row_segments()[1][flags]
     return [(problem.recordings[int(i)].name, int(s)) for i, s in keys]
 
 
