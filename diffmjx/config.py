@@ -26,7 +26,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from diffmjx import registry
@@ -442,14 +442,15 @@ class Config(Preset):
         """Plain nested dict of built-in types (tuples as lists), ready for YAML or JSON."""
         return {name: getattr(self, name).to_dict() for name in _SECTIONS}
 
-    def override(self, *assignments: str) -> Config:
+    def override(self, *assignments: str | Sequence[str]) -> Config:
         """Return a new config with ``section.field=value`` assignments applied together (checked once, after all of them).
 
         Values are parsed as YAML (``true``, ``null``, ``[0, 0.01, 0.1, 1, 2]``), with
         number-like strings such as ``1e-6`` converted for numeric fields (:func:`apply_overrides`).
 
         Arguments:
-            *assignments: ``"section.field=value"`` strings, e.g. ``"integrator.rtol=1e-8"``.
+            *assignments: ``"section.field=value"`` strings, e.g. ``"integrator.rtol=1e-8"``, or
+                lists of them (``cfg.override(args.set)`` and ``cfg.override(*args.set)`` agree).
 
         Returns:
             A new, validated :class:`Config`.
@@ -457,7 +458,18 @@ class Config(Preset):
         Raises:
             ValueError: for an unknown key (listing the allowed ones) or a bad value (naming the
                 field and what is allowed).
+            TypeError: for an assignment that is not a string.
         """
+        flat: list[str] = []
+        for a in assignments:
+            items = [a] if isinstance(a, str) else list(a) if isinstance(a, (list, tuple)) else [a]
+            for item in items:
+                if not isinstance(item, str):
+                    raise TypeError(
+                        f"Config.override: assignments are 'section.field=value' strings, got {type(item).__name__} {item!r}"
+                    )
+                flat.append(item)
+        assignments = tuple(flat)
         allowed = [f"{name}.{field}" for name, section in _SECTIONS.items() for field in section.field_names()]
         sections = apply_overrides(
             {name: getattr(self, name) for name in _SECTIONS},

@@ -49,6 +49,14 @@ def test_override_returns_new_config() -> None:
     assert new.override("integrator.dt0=null").integrator.dt0 is None
 
 
+def test_override_takes_a_list_as_well_and_names_a_non_string() -> None:
+    sets = ["integrator.rtol=1e-6", "integrator.atol=1e-6"]
+    assert Config().override(sets) == Config().override(*sets)
+    assert Config().override(sets).integrator.atol == 1e-6
+    with pytest.raises(TypeError, match="section.field=value"):
+        Config().override(["integrator.rtol", 1e-6])
+
+
 def test_exponent_string_parses_as_float() -> None:
     assert Config().override("integrator.atol=1e-6").integrator.atol == 1e-6
     assert Config.from_dict({"integrator": {"rtol": "1e-6"}}).integrator.rtol == 1e-6
