@@ -158,6 +158,12 @@ class IntegratorConfig(Section):
             the error of the state, not of its sensitivities, which carry about ten times the
             error of the backsolve adjoint's (whose adjoint solve has its own error control) at
             equal ``rtol``; :meth:`tolerances` gives the values used.
+        saltation: with the ``checkpoint`` and ``forward`` adjoints and a Diffrax Runge–Kutta
+            solver, each step's derivative gains the saltation term of every contact or joint limit
+            whose distance crosses zero within it: the force jump at a touchdown (``solimp[0] > 0``,
+            MuJoCo's default 0.9) times the change of the touchdown time, which the derivative of
+            the discrete solve otherwise misses at any tolerance
+            (:mod:`diffmjx.integration.saltation`). The forward values are unchanged.
     """
 
     _section = "integrator"
@@ -182,12 +188,23 @@ class IntegratorConfig(Section):
     on_budget_exhausted: str = knob("flag", choices=BUDGET_POLICIES)
     kink_step: float | str | None = knob("auto", check=_check_kink_step)
     dto_tighten: float = knob(10.0, ge=1)
+    saltation: bool = knob(True)
 
     @property
     def fixed_step(self) -> bool:
         """Whether ``solver`` is one of MJX's fixed-step integrators (``mjx_*``) rather than a Diffrax
         tableau (its :class:`~diffmjx.registry.SolverEntry`'s ``fixed_step``)."""
         return SOLVERS[self.solver].fixed_step
+
+    @property
+    def carries_jumps(self) -> bool:
+        """Whether derivatives carry the force jump at a touchdown (``saltation`` on, with a gradient
+        mode and solver that can: ``checkpoint``, ``forward`` or ``backsolve`` with a Diffrax
+        Runge–Kutta solver)."""
+        solver, mode = SOLVERS[self.solver], ADJOINTS[self.adjoint]
+        if not self.saltation or not solver.runge_kutta:
+            return False
+        return mode.saltation in ("step", "adjoint")
 
     def tolerances(self, *, backsolve: bool | None = None) -> tuple[float, float]:
         """``(rtol, atol)`` of the forward solve: ``rtol`` and ``atol`` divided by ``dto_tighten``

@@ -103,11 +103,14 @@ class SolverEntry:
         fixed_step: one of MJX's fixed-step integrators: no Diffrax objects, no adjoint; its
             derivatives are JAX's own through the steps, in either mode.
         embedded: has an embedded error estimate, so an adaptive step-size controller can drive it.
+        runge_kutta: an explicit Runge–Kutta tableau whose steps' stages DiffMJX can read (the
+            saltation term of :mod:`diffmjx.integration.saltation` in the discretised modes).
     """
 
     build: Callable[[], Any]
     fixed_step: bool = False
     embedded: bool = True
+    runge_kutta: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,12 +126,16 @@ class GradientModeEntry:
             Jacobians use it as it is; otherwise they switch to ``forward``).
         reverse: ``jax.grad`` can differentiate it (system identification's Adam takes a forward-only
             mode's gradient by ``jax.jacfwd``).
+        saltation: where the mode carries the force jump at a touchdown (``integrator.saltation``,
+            with a Runge–Kutta solver): ``step`` (each step's derivative), ``adjoint`` (the adjoint
+            solve's steps) or ``none``.
     """
 
     build: Callable[..., Any]
     continuous: bool
     forward: bool
     reverse: bool = True
+    saltation: str = "none"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -62,10 +62,14 @@ def test_budget_exhausted_can_raise(mx):
         jax.block_until_ready(diffmjx.rollout(mx, cube_toss_data(mx), jnp.zeros((40, 0)), cfg))
 
 
+# derivatives that do not carry the force jump at a touchdown (the default config's do)
+NO_SALTATION = diffmjx.Config().override("integrator.saltation=false")
+
+
 def test_a_touchdown_force_jump_is_named_and_warned_about(mx):
     """MuJoCo's default solimp starts the contact force at 0.9 of its stiff value at touchdown: a
-    jump that no gradient sees (experiments.box_box, nine initial velocities: median 15.8 % with it,
-    0.00 % without)."""
+    jump that derivatives without the saltation term miss (experiments.box_box, nine initial
+    velocities: median 15.8 % with it, 0.00 % without). The default config carries it: quiet."""
     import warnings
 
     import mujoco
@@ -74,14 +78,20 @@ def test_a_touchdown_force_jump_is_named_and_warned_about(mx):
     drop = load("box_drop")[0]
     assert diffmjx.touchdown_jumps(drop) == {"table": 0.9, "geom 1": 0.9}
     with pytest.warns(diffmjx.TouchdownJumpWarning, match="'table' \\(0.9\\)") as caught:
-        diffmjx.validate(mjx.put_model(drop), diffmjx.Config())
+        diffmjx.validate(mjx.put_model(drop), NO_SALTATION)
     assert caught[0].filename == __file__  # points at the caller, not into the package
+    assert "integrator.saltation is off" in str(caught[0].message)
+    with pytest.warns(diffmjx.TouchdownJumpWarning, match="integrator.adjoint=sensitivity with"):
+        diffmjx.validate(mjx.put_model(drop), diffmjx.Config().override("integrator.adjoint=sensitivity"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        diffmjx.validate(mjx.put_model(drop), diffmjx.Config())
     # solimp[0] = 0 (the cube toss) starts the force from zero: nothing to say
     assert diffmjx.touchdown_jumps(mx) == {}
     drop.geom_solimp[:, 0] = 0.0
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        diffmjx.validate(mjx.put_model(drop), diffmjx.Config())
+        diffmjx.validate(mjx.put_model(drop), NO_SALTATION)
     # an explicit contact pair carries its own solimp
     pair = mujoco.MjModel.from_xml_string(
         '<mujoco><worldbody><geom name="a" size="1" solimp="0 0.9 0.001"/><body><freejoint/>'
@@ -130,20 +140,20 @@ def test_touchdown_warning_is_shown_once_per_model():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for _ in range(3):
-            diffmjx.validate(mjx.put_model(drop), diffmjx.Config())
+            diffmjx.validate(mjx.put_model(drop), NO_SALTATION)
         drop.geom_solimp[0, 0] = 0.8  # another model
-        diffmjx.validate(mjx.put_model(drop), diffmjx.Config())
+        diffmjx.validate(mjx.put_model(drop), NO_SALTATION)
     jumps = [w for w in caught if issubclass(w.category, diffmjx.TouchdownJumpWarning)]
     assert len(jumps) == 2 and "'table' (0.9)" in str(jumps[0].message) and "'table' (0.8)" in str(jumps[1].message)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         warnings.filterwarnings("ignore", category=diffmjx.TouchdownJumpWarning)
         drop.geom_solimp[0, 0] = 0.7
-        diffmjx.validate(mjx.put_model(drop), diffmjx.Config())
+        diffmjx.validate(mjx.put_model(drop), NO_SALTATION)
     # raised while JAX traces: it points at the user's code, not into JAX
     m = mjx.put_model(drop)
     with pytest.warns(diffmjx.TouchdownJumpWarning) as caught:
-        jax.jit(lambda x: diffmjx.forward(m, mjx.make_data(m)).qpos[0] + x)(0.0)
+        jax.jit(lambda x: diffmjx.forward(m, mjx.make_data(m), NO_SALTATION).qpos[0] + x)(0.0)
     assert caught[0].filename == __file__
 
 
@@ -183,9 +193,13 @@ def test_touchdown_jumps_lists_limits_that_start_with_a_force():
     assert diffmjx.touchdown_jumps(model) == {"joint hinge": 0.9, "tendon cable": 0.9}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        diffmjx.validate(mjx.put_model(model), NO_SALTATION)
         diffmjx.validate(mjx.put_model(model), diffmjx.Config())
-    (shown,) = [str(w.message) for w in caught if issubclass(w.category, diffmjx.TouchdownJumpWarning)]
-    assert shown.startswith("contacts and limits of 'joint hinge' (0.9), 'tendon cable' (0.9) start with")
-    assert "solimplimit[0] = 0 for a limit" in shown
+    shown = [str(w.message) for w in caught if issubclass(w.category, diffmjx.TouchdownJumpWarning)]
+    assert shown[0].startswith("contacts and limits of 'joint hinge' (0.9), 'tendon cable' (0.9) start with")
+    assert "solimplimit[0] = 0 for a limit" in shown[0]
+    # the saltation term covers the hinge's limit, not the tendon's
+    assert diffmjx.touchdown_jumps(model, diffmjx.Config()) == {"tendon cable": 0.9}
+    assert shown[1].startswith("contacts and limits of 'tendon cable' (0.9) start with") and len(shown) == 2
     model.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_LIMIT
     assert diffmjx.touchdown_jumps(model) == {}

@@ -53,6 +53,7 @@ LAYERS = (
     ("integration",),  # the integration package (its docstring only) ...
     ("integration.term", "integration.stepsize"),  # one period's Diffrax term; its step-size controller
     ("integration.adjoints",),  # gradient modes of a period's solve
+    ("integration.saltation",),  # the force jump at a touchdown in a period's derivatives
     ("integration.period",),  # one Diffrax period
     ("integration.fixed_step",),  # MJX's fixed-step integrators
     ("integration.method",),  # config -> integration method

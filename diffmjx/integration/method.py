@@ -36,7 +36,11 @@ DIFFRAX_SOLVERS = {
 """The Diffrax tableaus among ``integrator.solver``'s choices (each registered in :data:`SOLVERS`)."""
 
 for _name, _cls in DIFFRAX_SOLVERS.items():
-    _entry = SolverEntry(lambda cfg, cls=_cls: cls(), embedded=issubclass(_cls, diffrax.AbstractAdaptiveSolver))
+    _entry = SolverEntry(
+        lambda cfg, cls=_cls: cls(),
+        embedded=issubclass(_cls, diffrax.AbstractAdaptiveSolver),
+        runge_kutta=issubclass(_cls, diffrax.AbstractRungeKutta),
+    )
     SOLVERS.register(_name, _entry)
 for _name, _cls in (("mjx_euler", MJXEuler), ("mjx_rk4", MJXRK4), ("mjx_implicitfast", MJXImplicitFast)):
     SOLVERS.register(_name, SolverEntry(_cls, fixed_step=True))
@@ -107,9 +111,10 @@ GRADIENT_MODES.register(
         lambda cfg, solver, controller: diffrax.RecursiveCheckpointAdjoint(checkpoints=cfg.integrator.checkpoints),
         continuous=False,
         forward=False,
+        saltation="step",
     ),
 )
-GRADIENT_MODES.register("backsolve", GradientModeEntry(_backsolve, continuous=True, forward=False))
+GRADIENT_MODES.register("backsolve", GradientModeEntry(_backsolve, continuous=True, forward=False, saltation="adjoint"))
 GRADIENT_MODES.register(
     "interpolated",
     GradientModeEntry(functools.partial(_backsolve, interpolated=True), continuous=True, forward=False),
@@ -121,7 +126,11 @@ GRADIENT_MODES.register(
 GRADIENT_MODES.register(
     "forward",
     GradientModeEntry(
-        lambda cfg, solver, controller: diffrax.ForwardMode(), continuous=False, forward=True, reverse=False
+        lambda cfg, solver, controller: diffrax.ForwardMode(),
+        continuous=False,
+        forward=True,
+        reverse=False,
+        saltation="step",
     ),
 )
 

@@ -14,6 +14,7 @@ import diffrax
 import jax
 import jax.numpy as jnp
 
+from diffmjx.integration import saltation
 from diffmjx.integration.adjoints import PeriodSolve, mode_of
 from diffmjx.integration.stepsize import first_step, with_first_step
 from diffmjx.integration.term import PeriodTerm
@@ -65,8 +66,10 @@ def diffrax_period(m, d, layout, dt_hint, method):
     if warm:
         controller = with_first_step(controller, dt0, kink_step if kinks else None)
         mode, dt0 = mode.warm_start(method.stepsize_controller, dt0)
+    # the force jump at each touchdown in the derivatives (integrator.saltation)
+    mode, solver = saltation.carry_jumps(mode, method.solver, field, m, d, kinks)
     spec = PeriodSolve(
-        solver=method.solver,
+        solver=solver,
         t0=t0,
         t1=t0 + period,
         dt0=dt0,

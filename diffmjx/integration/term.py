@@ -86,10 +86,22 @@ class PeriodTerm:
         self.nefc = _mjx.efc(collision.allocate(m, d, cfg.collision)).J.shape[0]
         self.pyramidal = self.nefc > 0 and m.opt.cone == _mjx.ConeType.PYRAMIDAL
 
+    @property
+    def cfg(self) -> Config:
+        return self._cfg
+
+    @property
+    def layout(self):
+        return self._layout
+
+    def data(self, args):
+        """``(m, d0)``: the model and the period's data (its forward-pass inputs) from ``args``."""
+        m, inputs = self._unpack(args)
+        return m, collision.allocate(m, _mjx.make_data(m), self._cfg.collision).replace(**inputs)
+
     def evaluate(self, t, y, args):
         """``(m, (dy, d))``: the model and the vector field with its data at state ``y``."""
-        m, inputs = self._unpack(args)
-        d0 = collision.allocate(m, _mjx.make_data(m), self._cfg.collision).replace(**inputs)
+        m, d0 = self.data(args)
         return m, vector_field(m, d0, y, t, self._layout, self._cfg)
 
     def state_code(self, t, y, args):

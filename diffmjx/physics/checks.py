@@ -48,16 +48,23 @@ def _mixed_solimp0(imp, solmix, priority, g1: int, g2: int) -> float:
     return float(mix * imp[g1] + (1.0 - mix) * imp[g2])
 
 
-def touchdown_jumps(m) -> dict[str, float]:
+# joints whose limits the saltation term covers (diffmjx.integration.saltation.event_distances)
+_SLIDING = (int(mujoco.mjtJoint.mjJNT_SLIDE), int(mujoco.mjtJoint.mjJNT_HINGE))
+
+
+def touchdown_jumps(m, cfg: Config | None = None) -> dict[str, float]:
     """Geoms (and explicit contact pairs), and joint and tendon limits, whose constraint force jumps
     at touchdown: ``solimp[0]`` (a limit's ``solimplimit[0]``), the impedance at zero distance,
     above MuJoCo's ``mjMINIMP`` (1e-4).
 
     Such a contact switches on with a finite force the instant the distance crosses zero (MuJoCo's
-    default ``solimp`` starts at 0.9). The integrator steps over the jump and AD, through any
-    adjoint, misses the term it adds to the gradient (the jump times the change of the touchdown
-    time), at every touchdown, at every tolerance: gradients through a touchdown can be tens of
-    percent off (docs/solver.md). ``solimp[0] = 0`` starts the force from zero.
+    default ``solimp`` starts at 0.9). The integrator steps over the jump, and the derivative of
+    the solve misses the term it adds (the jump times the change of the touchdown time), at every
+    touchdown, at every tolerance, unless the config carries it: ``integrator.saltation`` (on by
+    default) adds it for contacts and hinge and slide limits in the ``checkpoint``, ``forward`` and
+    ``backsolve`` gradient modes (:attr:`diffmjx.config.IntegratorConfig.carries_jumps`). Without
+    it gradients through a touchdown can be tens of percent off (docs/solver.md).
+    ``solimp[0] = 0`` starts the force from zero.
 
     Only contacts the model can make count: the candidate geom pairs MJX collides (``contype`` /
     ``conaffinity`` bits, ``<pair>``, ``<exclude>``, no self or parent-child pairs, pairs of types
@@ -68,6 +75,8 @@ def touchdown_jumps(m) -> dict[str, float]:
 
     Arguments:
         m: ``mjx.Model`` or ``mujoco.MjModel``, with concrete (not traced) arrays.
+        cfg: a :class:`diffmjx.Config`: list only the jumps its derivatives miss (every one where
+            it does not carry jumps; else tendon limits and limits of ball joints). None: all.
 
     Returns:
         ``{name: solimp[0]}`` for every geom (name, or ``geom <id>`` if unnamed) with its own
@@ -98,6 +107,7 @@ def touchdown_jumps(m) -> dict[str, float]:
             geoms.update(int(g) for g in (g1, g2) if imp[g] > MINIMP)
     out = {name(adr[g], "geom", g): float(imp[g]) for g in sorted(geoms)}
     out.update({f"pair {i}": float(pair_imp[i]) for i in sorted(pairs)})
+    carried = set(out)  # contacts: the saltation term covers them, and hinge and slide limits
     if not int(m.opt.disableflags) & int(mujoco.mjtDisableBit.mjDSBL_LIMIT):
         # a limit is a constraint that switches on at its range's end, with its own impedance
         for kind, limited, solimp, adrs in (
@@ -107,7 +117,12 @@ def touchdown_jumps(m) -> dict[str, float]:
             imp0 = np.asarray(solimp).reshape(-1, 5)[:, 0]
             for i in np.flatnonzero(np.asarray(limited, bool) & (imp0 > MINIMP)):
                 text = name(adrs[i], kind, i)
-                out[text if text == f"{kind} {i}" else f"{kind} {text}"] = float(imp0[i])
+                key = text if text == f"{kind} {i}" else f"{kind} {text}"
+                out[key] = float(imp0[i])
+                if kind == "joint" and int(m.jnt_type[i]) in _SLIDING:
+                    carried.add(key)
+    if cfg is not None and cfg.integrator.carries_jumps:
+        return {k: v for k, v in out.items() if k not in carried}
     return out
 
 
@@ -121,41 +136,55 @@ def jump_wording(jumps: dict[str, float]) -> tuple[str, str]:
     return "contacts and limits", ", and solimplimit[0] = 0 for a limit"
 
 
-_JUMPS: dict[str, dict[str, float]] = {}  # model fingerprint -> touchdown_jumps(m)
+_JUMPS: dict[tuple, dict[str, float]] = {}  # (model fingerprint, carries jumps) -> touchdown_jumps(m, cfg)
 _WARNED: dict[tuple, list] = {}  # (model fingerprint, filter list's id, its filters) warned -> that list
+
+
+def may_jump(m) -> bool:
+    """Whether a constraint of ``m`` may switch on with a force jump (:func:`touchdown_jumps` lists
+    one), True where a field it reads is traced (values unknown while tracing)."""
+    if any(isinstance(getattr(m, f), jax.core.Tracer) for f in _JUMP_FIELDS):
+        return True
+    key = (_fingerprint(m), None)
+    if key not in _JUMPS:
+        _JUMPS[key] = touchdown_jumps(m)
+    return bool(_JUMPS[key])
 
 
 def _fingerprint(m) -> str:
     """A hash of the model fields :func:`touchdown_jumps` reads."""
     h = hashlib.sha256()
     h.update(m.names if isinstance(m.names, bytes) else bytes(m.names))
-    fields = (
-        "geom_solimp",
-        "geom_solmix",
-        "geom_priority",
-        "geom_type",
-        "geom_contype",
-        "geom_conaffinity",
-        "geom_bodyid",
-        "body_parentid",
-        "body_weldid",
-        "pair_solimp",
-        "pair_geom1",
-        "pair_geom2",
-        "exclude_signature",
-        "jnt_solimp",
-        "jnt_limited",
-        "name_jntadr",
-        "tendon_solimp_lim",
-        "tendon_limited",
-        "name_tendonadr",
-    )
-    for f in fields:
+    for f in _JUMP_FIELDS:
         a = np.ascontiguousarray(np.asarray(getattr(m, f)))
         h.update(f"{f}{a.shape}{a.dtype}".encode())
         h.update(a.tobytes())
     h.update(str(int(m.opt.disableflags)).encode())
     return h.hexdigest()
+
+
+_JUMP_FIELDS = (
+    "geom_solimp",
+    "geom_solmix",
+    "geom_priority",
+    "geom_type",
+    "geom_contype",
+    "geom_conaffinity",
+    "geom_bodyid",
+    "body_parentid",
+    "body_weldid",
+    "pair_solimp",
+    "pair_geom1",
+    "pair_geom2",
+    "exclude_signature",
+    "jnt_solimp",
+    "jnt_limited",
+    "name_jntadr",
+    "tendon_solimp_lim",
+    "tendon_limited",
+    "name_tendonadr",
+    "jnt_type",
+)
 
 
 def _warn_touchdown_jumps(m, cfg: Config) -> None:
@@ -172,9 +201,10 @@ def _warn_touchdown_jumps(m, cfg: Config) -> None:
     )
     if any(isinstance(x, jax.core.Tracer) for x in fields):  # a model built inside a trace: values unknown
         return
-    key = _fingerprint(m)
+    carried = cfg.integrator.carries_jumps
+    key = (_fingerprint(m), carried)
     if key not in _JUMPS:
-        _JUMPS[key] = touchdown_jumps(m)
+        _JUMPS[key] = touchdown_jumps(m, cfg)
     jumps = _JUMPS[key]
     # once per model: tracing, vmap and each rollout call validate the same model again. New warning
     # filters (a ``catch_warnings`` block, ``pytest.warns``, ``filterwarnings``) show it again; the
@@ -183,17 +213,29 @@ def _warn_touchdown_jumps(m, cfg: Config) -> None:
     if not jumps or seen in _WARNED:
         return
     _WARNED[seen] = warnings.filters
+    warnings.warn(jump_message(jumps, cfg), TouchdownJumpWarning, stacklevel=_caller_level())
+
+
+def jump_message(jumps: dict[str, float], cfg: Config, who: str = "") -> str:
+    """The :class:`TouchdownJumpWarning` about ``jumps`` (:func:`touchdown_jumps` with ``cfg``) that
+    ``cfg``'s derivatives miss; ``who``: a prefix naming the caller (``"identify: "``)."""
     listed = ", ".join(f"{k!r} ({v:.3g})" for k, v in list(jumps.items())[:6])
     more = f" and {len(jumps) - 6} more" if len(jumps) > 6 else ""
     what, limits = jump_wording(jumps)
-    warnings.warn(
-        f"{what} of {listed}{more} start with solimp[0] > 0 (the impedance at touch): their force jumps "
-        "at every touchdown, and no gradient sees that jump, so gradients through a touchdown can be tens "
-        "of percent off at any tolerance. For gradients through contact set solimp[0] = 0 "
-        f'(e.g. solimp="0 0.95 0.001 0.5 2"){limits}; see diffmjx.touchdown_jumps and docs/solver.md. Shown once '
-        'per model; silence it with warnings.filterwarnings("ignore", category=diffmjx.TouchdownJumpWarning)',
-        TouchdownJumpWarning,
-        stacklevel=_caller_level(),
+    ic = cfg.integrator
+    if ic.carries_jumps:
+        why = "the saltation term covers contacts and hinge and slide limits, not these"
+    elif not ic.saltation:
+        why = "integrator.saltation is off"
+    else:
+        why = f"integrator.adjoint={ic.adjoint} with integrator.solver={ic.solver} cannot carry it"
+    return (
+        f"{who}{what} of {listed}{more} start with solimp[0] > 0 (the impedance at touch): their force jumps "
+        f"at every touchdown, and these gradients miss that jump ({why}), so gradients through a touchdown can "
+        "be tens of percent off at any tolerance. The default integrator (tsit5 with the backsolve, checkpoint "
+        f'or forward adjoint, integrator.saltation=true) carries it; or set solimp[0] = 0 (e.g. solimp="0 0.95 '
+        f'0.001 0.5 2"){limits}; see diffmjx.touchdown_jumps and docs/solver.md. Shown once per model; silence '
+        'it with warnings.filterwarnings("ignore", category=diffmjx.TouchdownJumpWarning)'
     )
 
 

@@ -41,7 +41,7 @@ import numpy as np
 
 from diffmjx import checkpoint
 from diffmjx.config import Config, Preset, Section, knob
-from diffmjx.physics.checks import TouchdownJumpWarning, jump_wording, touchdown_jumps
+from diffmjx.physics.checks import TouchdownJumpWarning, jump_message, touchdown_jumps
 from diffmjx.registry import FIT_METHODS, GRADIENT_MODES
 from diffmjx.sysid.distributed import batch_sharding, replicate, sharded_rows
 from diffmjx.sysid.fields import FIELDS
@@ -365,11 +365,11 @@ def identify(
         raise ValueError("no recordings given")
     held = _check_recordings(held_out, models, "held_out")
     _warn_refsafe(ps, models, recs)
-    if not cfg.cfd.enabled:
-        _warn_touchdown_jumps(models, recs)
     stride = fit.stride or fit.horizon
     runner_cls = FIT_METHODS[fit.method]  # the one place the method is read
     sim = runner_cls.simulation(cfg)
+    if not cfg.cfd.enabled:
+        _warn_touchdown_jumps(models, recs, sim)
     problem = Problem(ps, recs, fit.horizon, stride, sim, fit.weights, fit.batching, fit.threads)
     held_problem = dataclasses.replace(problem, recordings=held, cfg=cfg) if held else None
     ckpt = Path(checkpoint_path) if checkpoint_path is not None else None
@@ -529,25 +529,16 @@ def _warn_refsafe(ps: ParameterSet, models, recs) -> None:
                 )
 
 
-def _warn_touchdown_jumps(models, recs) -> None:
+def _warn_touchdown_jumps(models, recs, sim: Config) -> None:
     """Warn, naming the geoms, of contacts whose force jumps at touchdown (``solimp[0] > 0``,
-    MuJoCo's default) in a model that recordings are fitted with: the Jacobians miss the jump's
-    term at every touchdown, which slows Levenberg–Marquardt to a crawl on contact-rich recordings
-    (docs/sysid.md, the fair-peer study's finger and box)."""
+    MuJoCo's default) in a model that recordings are fitted with, where the fit's derivatives
+    (``sim``, the simulation they differentiate) miss the jump's term: at every touchdown, which
+    slows Levenberg–Marquardt to a crawl on contact-rich recordings (docs/sysid.md, the fair-peer
+    study's finger and box). With ``integrator.saltation`` (the default) they carry it."""
     for v, m in enumerate(models):
-        jumps = touchdown_jumps(m) if any(r.variant == v for r in recs) else {}
+        jumps = touchdown_jumps(m, sim) if any(r.variant == v for r in recs) else {}
         if jumps:
-            named = ", ".join(f"{k!r} ({x:g})" for k, x in jumps.items())
-            what, limits = jump_wording(jumps)
-            warnings.warn(
-                f"identify: {what} of {named} start with solimp[0] > 0, so their force jumps at every "
-                "touchdown and the fit's Jacobians miss that jump: on recordings that make and break contact "
-                "Levenberg-Marquardt converges slowly (a finger tapping a box: 17 % off after 30 steps, 5 % "
-                "after 8 with solimp[0] = 0). Where the real system allows it, model its contacts with "
-                f'solimp[0] = 0 (e.g. solimp="0 0.95 0.001 0.5 2"){limits}',
-                TouchdownJumpWarning,
-                stacklevel=3,
-            )
+            warnings.warn(jump_message(jumps, sim, "identify: "), TouchdownJumpWarning, stacklevel=3)
             return
 
 

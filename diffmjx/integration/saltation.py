@@ -1,0 +1,340 @@
+r"""The force jump at a touchdown in discretise-then-optimise derivatives (the saltation term).
+
+A contact whose impedance at zero distance is above zero (MuJoCo's default ``solimp`` starts at
+0.9) switches its force on with a jump the instant its distance ``r`` crosses zero; a joint limit
+does the same at the end of its range. The vector field is discontinuous there, and the derivative
+of the discrete solve (the ``checkpoint`` and ``forward`` gradient modes) misses what the jump adds:
+a perturbation that moves the touchdown by ``tau`` leaves the state with ``(f+ - f-) tau`` more or
+less, at any tolerance. For an event surface ``r(x, theta) = 0`` crossed at rate ``r_dot`` the
+exact correction of the state's tangent right after the event is the saltation term
+
+.. math:: \delta x^+ = \delta x^- + (f^+ - f^-) \, \delta r / \dot r ,
+
+``delta r`` the tangent of the distance (through the state and through parameters such as a geom's
+size), ``f+ - f-`` the jump of the vector field (its acceleration part).
+
+:class:`JumpAware` wraps a Diffrax Runge–Kutta solver: after each step it looks for an event
+distance that changed sign within the step (from the distance and its rate at the step's end),
+locates the first such crossing on the step's dense output (two Newton steps), evaluates the vector
+field just before and just after it, so that ``f+ - f-`` is that event's own jump (a touchdown's
+force switching on; a lift-off's switching off where the force had not gone to zero before the
+distance did; nothing where it had), and adds the term to the step's end state through a custom
+derivative. :class:`AdjointJumpAware` does the same on the ``backsolve`` adjoint's backward steps,
+with the term's transpose. The forward values are untouched: the term is zero, and a solve that
+autodiff never enters never evaluates it. A crossing too slow for the simulation to resolve its time
+(a body resting on a contact's edge) gets a regularised factor (:func:`coefficients`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from diffmjx import _mjx
+from diffmjx.integration.adjoints import Backsolve, Discretised
+from diffmjx.physics import checks, collision, manifold
+from diffmjx.physics.dynamics import State
+
+__all__ = [
+    "AdjointJumpAware",
+    "JumpAware",
+    "carry_jumps",
+    "coefficients",
+    "distances_of",
+    "event_distances",
+    "has_events",
+    "limit_rows",
+    "with_adjoint_jumps",
+    "wrap",
+]
+
+
+def limit_rows(m) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(qposadr, sign, joint)`` of every limited hinge or slide joint's two ends (static)."""
+    jtype = np.asarray(m.jnt_type)
+    limited = np.asarray(m.jnt_limited, dtype=bool) & np.isin(jtype, (_mjx.JointType.HINGE, _mjx.JointType.SLIDE))
+    ids = np.flatnonzero(limited)
+    adr = np.asarray(m.jnt_qposadr)[ids]
+    return np.repeat(adr, 2), np.tile([1.0, -1.0], ids.size), np.repeat(ids, 2)
+
+
+def has_events(m, d, cfg) -> bool:
+    """Whether a period of ``m`` can cross an event: a contact slot or a limited hinge or slide joint."""
+    return bool(_mjx.ncon(collision.allocate(m, d, cfg.collision)) or limit_rows(m)[0].size)
+
+
+def event_distances(m, d, rules) -> jax.Array:
+    """Signed distances whose zero switches a constraint on: each contact slot's distance less its
+    margin, then each limited hinge or slide joint's distance to both ends of its range less its
+    margin."""
+    out = []
+    if _mjx.ncon(d):
+        c = collision.detect(m, d, rules)
+        out.append(c.dist - c.includemargin)
+    adr, sign, joint = limit_rows(m)
+    if adr.size:
+        lo_hi = jnp.asarray(m.jnt_range)[joint]
+        q = d.qpos[adr]
+        gap = jnp.where(sign > 0, q - lo_hi[:, 0], lo_hi[:, 1] - q)
+        out.append(gap - jnp.asarray(m.jnt_margin)[joint])
+    if not out:
+        return jnp.zeros((0,), d.qpos.dtype)
+    return jnp.concatenate(out)
+
+
+class JumpAware(diffrax.AbstractAdaptiveSolver, diffrax.AbstractWrappedSolver):
+    """A Runge–Kutta ``solver`` whose steps' derivatives carry the saltation term of each crossing.
+
+    Attributes:
+        solver: the wrapped Diffrax solver (explicit Runge–Kutta with an embedded error estimate).
+        resolution: the simulation's absolute tolerance, below which a crossing's timing is not
+            resolved (:func:`coefficients`).
+        distances: ``(xi, args) -> r``, the event distances (:func:`event_distances`) at the period
+            state whose tangent displacement is ``xi``.
+        split: ``y -> State`` (the ODE state may carry kink control's sentinel).
+        vector_field: ``(t, y, args)``: the period's vector field (rates on either side of an event).
+    """
+
+    solver: diffrax.AbstractAdaptiveSolver
+    resolution: float = eqx.field(static=True)
+    distances: Callable = eqx.field(static=True)
+    split: Callable = eqx.field(static=True)
+    vector_field: Callable = eqx.field(static=True)
+
+    @property
+    def scan_kind(self):
+        # Diffrax reads (and, where None, replaces) a Runge-Kutta solver's scan kind by its adjoint;
+        # a wrapper passes its solver's, set beforehand (:func:`wrap`)
+        return getattr(self.solver, "scan_kind", None)
+
+    @property
+    def term_structure(self):
+        return self.solver.term_structure
+
+    @property
+    def interpolation_cls(self):  # pyright: ignore
+        return self.solver.interpolation_cls
+
+    @property
+    def term_compatible_contr_kwargs(self):
+        return self.solver.term_compatible_contr_kwargs
+
+    def order(self, terms):
+        return self.solver.order(terms)
+
+    def strong_order(self, terms):
+        return self.solver.strong_order(terms)
+
+    def error_order(self, terms):
+        return self.solver.error_order(terms)
+
+    def init(self, terms, t0, t1, y0, args):
+        return self.solver.init(terms, t0, t1, y0, args)
+
+    def func(self, terms, t0, y0, args):
+        return self.solver.func(terms, t0, y0, args)
+
+    def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
+        y1, err, dense, state, result = self.solver.step(terms, t0, t1, y0, args, solver_state, made_jump)
+        s1 = self.split(y1)
+        qvel = _with_jump(self, s1.qvel, s1.xi, args, (t0, t1, dense))
+        return _replace_state(y1, s1._replace(qvel=qvel)), err, dense, state, result
+
+    def located(self, t0, t1, dense, args, forward=lambda y: y):
+        """``(jump, coef, lin)`` of a step from ``t0`` to ``t1`` (either direction) with Diffrax's
+        ``dense`` output: the jump of the acceleration (forward in time) at the first event crossed
+        within it, located on the dense solution, per event distance the factor of its tangent
+        (:func:`coefficients`: nonzero for that event alone) and the distances' linearisation at the
+        step's end. ``forward``: the ODE state of the forward solve within the solver's state."""
+        h = t1 - t0
+        interp = self.solver.interpolation_cls(t0=t0, t1=t1, **dense)
+
+        def at(t):  # the state on the dense solution and its rate there
+            y, dy = jax.jvp(interp.evaluate, (t,), (jnp.ones_like(t),))
+            return self.split(forward(y)), self.split(forward(dy))
+
+        def event(t, j):  # distance j and its rate at t
+            s, d = at(t)
+            return jax.jvp(lambda xi: self.distances(xi, args)[j], (s.xi,), (d.xi,))
+
+        s1, d1 = at(t1)
+        r, lin = jax.linearize(self.distances, s1.xi, args)
+        zero_args = jax.tree.map(_zero_tangent, args)
+        r_dot = lin(d1.xi, zero_args)
+        r0 = r - h * r_dot  # the distances at the step's start, to first order
+        crossed = (r0 > 0) != (r > 0)
+        theta = jnp.where(crossed, r0 / jnp.where(crossed, r0 - r, 1.0), 2.0)  # linear guess of the crossing
+        j = jnp.argmin(theta)
+        lo, hi = jnp.minimum(t0, t1), jnp.maximum(t0, t1)
+
+        def newton(t, _):
+            rj, rdj = event(t, j)
+            return jnp.clip(t - rj / jnp.where(rdj == 0, 1.0, rdj), lo, hi), None
+
+        t, _ = jax.lax.scan(newton, t0 + h * jnp.clip(theta[j], 0.0, 1.0), None, length=2)
+        rj, rdj = event(t, j)
+        # either side of the event on the dense solution: the vector field there, the event between
+        delta = 2.0 * jnp.abs(rj / jnp.where(rdj == 0, 1.0, rdj)) + 1e-12 * (1.0 + jnp.abs(t))
+
+        def rates(tt):
+            return self.split(self.vector_field(tt, forward(interp.evaluate(tt)), args))
+
+        jump = rates(jnp.minimum(t + delta, hi)).qvel - rates(jnp.maximum(t - delta, lo)).qvel
+        jump = jnp.where(jnp.isfinite(jump), jump, 0.0)
+        s, _ = at(t)
+        r_ddot = jax.jvp(lambda xi: self.distances(xi, args)[j], (s.xi,), (jump,))[1]
+        coef = coefficients(jnp.any(crossed), rdj, r_ddot, self.resolution)
+        return jump, jnp.zeros_like(r).at[j].set(coef), lin
+
+
+class AdjointJumpAware(JumpAware):
+    """The backward solve of the ``backsolve`` adjoint with the saltation term's adjoint: where a
+    backward step crosses an event, ``a_y`` gains ``grad r (f+ - f-) . a_y / r_dot`` and the
+    parameters' adjoint ``d r / d args`` times the same factor (the transpose of
+    :class:`JumpAware`'s term). The state is Diffrax's ``(y, a_y, a_args, a_term)``."""
+
+    def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
+        aug1, err, dense, state, result = self.solver.step(terms, t0, t1, y0, args, solver_state, made_jump)
+        y1, a_y1, a_args1, a_term1 = aug1
+        a0 = self.split(y0[1])  # the adjoint at the step's start: the later side of an event in it
+        jump, coef, _ = self.located(t0, t1, dense, args, forward=lambda y: y[0])
+        scale = jnp.vdot(jump, a0.qvel)
+        d_xi, d_args = jax.vjp(self.distances, self.split(y1).xi, args)[1](coef * scale)
+        a_s1 = self.split(a_y1)
+        a_y1 = _replace_state(a_y1, a_s1._replace(xi=a_s1.xi + d_xi))
+        a_args1 = jax.tree.map(
+            lambda a, g: a if a is None else a + g.astype(a.dtype),
+            a_args1,
+            d_args,
+            is_leaf=lambda x: x is None,
+        )
+        return (y1, a_y1, a_args1, a_term1), err, dense, state, result
+
+
+def wrap(solver, adjoint, field, kinks: bool) -> JumpAware:
+    """``solver`` as a :class:`JumpAware` for one period of ``field``
+    (:class:`diffmjx.integration.term.PeriodTerm`) differentiated by the Diffrax ``adjoint``.
+
+    Diffrax's ``ForwardMode`` and ``DirectAdjoint`` set a Runge-Kutta solver's stage loop to the scan
+    kind they can differentiate (``lax``, ``bounded``) when it has none, on the solver they are given:
+    here that is set on the wrapped one (``RecursiveCheckpointAdjoint`` keeps the default)."""
+    kinds = {diffrax.ForwardMode: "lax", diffrax.DirectAdjoint: "bounded"}
+    kind = next((k for cls, k in kinds.items() if isinstance(adjoint, cls)), None)
+    if kind is not None and getattr(solver, "scan_kind", "set") is None:
+        solver = eqx.tree_at(lambda s: s.scan_kind, solver, kind, is_leaf=lambda x: x is None)
+    term = field.term(kinks)
+    split = (lambda y: y[0]) if kinks else _state
+    return JumpAware(solver, _resolution(field), distances_of(field), split, term.vf)
+
+
+def carry_jumps(mode, solver, field, m, d, kinks: bool):
+    """``(mode, solver)`` of one period, with the saltation term where ``integrator.saltation`` asks
+    for it and the gradient mode and solver can carry it: a discretised mode's Runge–Kutta solver
+    wrapped (:func:`wrap`), or the ``backsolve`` mode's adjoint solve (:func:`with_adjoint_jumps`).
+    Unchanged where the period has no events (no contact slot, no
+    limited hinge or slide joint) or none switches on with a jump (:func:`diffmjx.physics.checks.may_jump`:
+    every ``solimp[0]`` and ``solimplimit[0]`` at MuJoCo's least impedance or below, as on the cube toss).
+
+    Arguments:
+        mode: the period's gradient mode (:mod:`diffmjx.integration.adjoints`).
+        solver: the Diffrax solver.
+        field: the period's :class:`diffmjx.integration.term.PeriodTerm`.
+        m, d: the model and the period's data.
+        kinks: whether the state carries kink control's sentinel.
+    """
+    if not field.cfg.integrator.saltation or not isinstance(solver, diffrax.AbstractRungeKutta):
+        return mode, solver
+    if not has_events(m, d, field.cfg) or not checks.may_jump(m):
+        return mode, solver  # no constraint that switches on with a jump: nothing to add
+    if isinstance(mode, Backsolve):
+        back = mode.adjoint.kwargs.get("solver") or solver
+        runge_kutta = isinstance(back, diffrax.AbstractRungeKutta)
+        return (with_adjoint_jumps(mode, back, field) if runge_kutta else mode), solver
+    if isinstance(mode, Discretised) and not mode.continuous:
+        return mode, wrap(solver, mode.adjoint, field, kinks)
+    return mode, solver
+
+
+def with_adjoint_jumps(mode, solver, field):
+    """The ``backsolve`` gradient mode ``mode`` (:class:`diffmjx.integration.adjoints.Backsolve`)
+    whose backward solve (its own solver, else ``solver``) is an :class:`AdjointJumpAware` for one
+    period of ``field``."""
+    kwargs = {
+        **mode.adjoint.kwargs,
+        "solver": AdjointJumpAware(solver, _resolution(field), distances_of(field), _state, field.term(False).vf),
+    }
+    return Backsolve(diffrax.BacksolveAdjoint(**kwargs))
+
+
+def _resolution(field) -> float:
+    """The forward solve's ``atol`` (:meth:`diffmjx.config.IntegratorConfig.tolerances`)."""
+    return float(field.cfg.integrator.tolerances()[1])
+
+
+def _state(y):
+    return y
+
+
+def _replace_state(y, s: State):
+    """``y`` (a :class:`State`, or kink control's ``(State, sentinel)``) with ``s`` as its state."""
+    return s if isinstance(y, State) else (s, *y[1:])
+
+
+def _with_jump(solver: JumpAware, qvel1, xi1, args, step):
+    """``qvel1``, whose tangent gains the saltation term of the first event crossed in the step.
+
+    ``step``: ``(t0, t1, dense)``, the step's times and Diffrax's dense output; only their values are
+    used (their tangents are the step's own, already in ``qvel1``'s)."""
+
+    @jax.custom_jvp
+    def jump(qvel1, xi1, args, step):
+        return qvel1
+
+    @jump.defjvp
+    def jump_jvp(primals, tangents):
+        qvel1, _, args, step = primals
+        dqvel, dxi, dargs, _ = tangents
+        t0, t1, dense = jax.lax.stop_gradient(step)
+        jump_acc, coef, lin = solver.located(t0, t1, dense, args)
+        return qvel1, dqvel + jump_acc * jnp.sum(coef * lin(dxi, dargs))
+
+    return jump(qvel1, xi1, args, step)
+
+
+def coefficients(crossed, r_dot, r_ddot, resolution):
+    """The factor of an event's distance tangent in the saltation term: ``r_dot / (r_dot**2 +
+    |r_ddot| resolution)`` where ``crossed`` (0 elsewhere), ``r_dot`` the distance's rate at the
+    event and ``r_ddot`` its acceleration's jump there.
+
+    ``1 / r_dot`` is the exact factor. The regularisation takes over for crossings slower than
+    ``sqrt(|r_ddot| resolution)``: the speed at which the jump moves the distance by the
+    simulation's own resolution (its ``atol``) within the time the crossing takes. Slower ones (a
+    body at rest on a contact's edge, which the solve's own error moves across it and back)
+    are not resolved by the simulation, and their exact terms, one per spurious crossing, multiply
+    into tangents of 1e150; with the tolerance the regularisation vanishes."""
+    coef = r_dot / (r_dot**2 + jnp.abs(r_ddot) * resolution + 1e-300)
+    return jnp.where(crossed & jnp.isfinite(coef), coef, 0.0)
+
+
+def _zero_tangent(x):
+    x = jnp.asarray(x)
+    if jnp.issubdtype(x.dtype, jnp.inexact):
+        return jnp.zeros_like(x)
+    return np.zeros(x.shape, jax.dtypes.float0)
+
+
+def distances_of(field) -> Callable:
+    """``(xi, args) -> r`` of a :class:`diffmjx.integration.term.PeriodTerm`: kinematics and the
+    collision stage at the period state ``xi``, then :func:`event_distances`."""
+
+    def distances(xi, args):
+        m, d0 = field.data(args)
+        qpos = manifold.retract(field.layout, d0.qpos, xi)
+        return event_distances(m, d0.replace(qpos=qpos), field.cfg.collision)
+
+    return distances
