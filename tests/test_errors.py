@@ -83,9 +83,18 @@ def test_a_touchdown_force_jump_is_named_and_warned_about(mx):
     assert "integrator.saltation is off" in str(caught[0].message)
     with pytest.warns(diffmjx.TouchdownJumpWarning, match="integrator.adjoint=sensitivity with"):
         diffmjx.validate(mjx.put_model(drop), diffmjx.Config().override("integrator.adjoint=sensitivity"))
+    # the default config carries the jump of every contact but box-box ones (the box on the table)
+    assert diffmjx.touchdown_jumps(drop, diffmjx.Config()) == {"table": 0.9, "geom 1": 0.9}
+    with pytest.warns(diffmjx.TouchdownJumpWarning, match="not box-box contacts"):
+        diffmjx.validate(mjx.put_model(drop), diffmjx.Config())
+    ball = mujoco.MjModel.from_xml_string(
+        '<mujoco><worldbody><geom type="plane" size="1 1 .1"/><body><freejoint/><geom size=".1"/></body>'
+        "</worldbody></mujoco>"
+    )
+    assert diffmjx.touchdown_jumps(ball) == {"geom 0": 0.9, "geom 1": 0.9}
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        diffmjx.validate(mjx.put_model(drop), diffmjx.Config())
+        diffmjx.validate(mjx.put_model(ball), diffmjx.Config())
     # solimp[0] = 0 (the cube toss) starts the force from zero: nothing to say
     assert diffmjx.touchdown_jumps(mx) == {}
     drop.geom_solimp[:, 0] = 0.0

@@ -22,7 +22,8 @@ distance did; nothing where it had), and adds the term to the step's end state t
 derivative. :class:`AdjointJumpAware` does the same on the ``backsolve`` adjoint's backward steps,
 with the term's transpose. The forward values are untouched: the term is zero, and a solve that
 autodiff never enters never evaluates it. A crossing too slow for the simulation to resolve its time
-(a body resting on a contact's edge) gets a regularised factor (:func:`coefficients`).
+(a body resting on a contact's edge) gets a regularised factor (:func:`coefficients`). Box-box
+contact slots are left out (:func:`distances_at`).
 """
 
 from __future__ import annotations
@@ -45,10 +46,12 @@ __all__ = [
     "JumpAware",
     "carry_jumps",
     "coefficients",
+    "distances_at",
     "distances_of",
     "event_distances",
     "has_events",
     "limit_rows",
+    "probe_of",
     "with_adjoint_jumps",
     "wrap",
 ]
@@ -70,12 +73,20 @@ def has_events(m, d, cfg) -> bool:
 
 def event_distances(m, d, rules) -> jax.Array:
     """Signed distances whose zero switches a constraint on: each contact slot's distance less its
-    margin, then each limited hinge or slide joint's distance to both ends of its range less its
-    margin."""
+    margin (1 for a box-box slot, never crossed), then each limited hinge or slide joint's distance
+    to both ends of its range less its margin."""
+    return distances_at(m, d, collision.detect(m, d, rules) if _mjx.ncon(d) else None)
+
+
+def distances_at(m, d, contact) -> jax.Array:
+    """:func:`event_distances` from ``d``'s positions and its ``contact`` struct (None: no slots)."""
     out = []
-    if _mjx.ncon(d):
-        c = collision.detect(m, d, rules)
-        out.append(c.dist - c.includemargin)
+    if contact is not None:
+        # box-box slots are handed from point to point (the clipped rule's fade-ins): their distance
+        # is no event function, and the term stays off for them (touchdown_jumps keeps naming them)
+        types = jnp.asarray(m.geom_type)[contact.geom]
+        box_box = jnp.all(types == int(_mjx.GeomType.BOX), axis=-1)
+        out.append(jnp.where(box_box, 1.0, contact.dist - contact.includemargin))
     adr, sign, joint = limit_rows(m)
     if adr.size:
         lo_hi = jnp.asarray(m.jnt_range)[joint]
@@ -97,7 +108,8 @@ class JumpAware(diffrax.AbstractAdaptiveSolver, diffrax.AbstractWrappedSolver):
         distances: ``(xi, args) -> r``, the event distances (:func:`event_distances`) at the period
             state whose tangent displacement is ``xi``.
         split: ``y -> State`` (the ODE state may carry kink control's sentinel).
-        vector_field: ``(t, y, args)``: the period's vector field (rates on either side of an event).
+        vector_field: ``(t, state, args) -> (qacc, r)``: the period's acceleration and event distances
+            at a :class:`State` (:func:`probe_of`), on either side of an event.
     """
 
     solver: diffrax.AbstractAdaptiveSolver
@@ -172,23 +184,33 @@ class JumpAware(diffrax.AbstractAdaptiveSolver, diffrax.AbstractWrappedSolver):
         j = jnp.argmin(theta)
         lo, hi = jnp.minimum(t0, t1), jnp.maximum(t0, t1)
 
-        def newton(t, _):
+        def newton(carry, _):  # (t, distance j and its rate at the previous t)
+            t, _, _ = carry
             rj, rdj = event(t, j)
-            return jnp.clip(t - rj / jnp.where(rdj == 0, 1.0, rdj), lo, hi), None
+            return (jnp.clip(t - rj / jnp.where(rdj == 0, 1.0, rdj), lo, hi), rj, rdj), None
 
-        t, _ = jax.lax.scan(newton, t0 + h * jnp.clip(theta[j], 0.0, 1.0), None, length=2)
-        rj, rdj = event(t, j)
+        start = t0 + h * jnp.clip(theta[j], 0.0, 1.0)
+        (t, rj, rdj), _ = jax.lax.scan(newton, (start, r[j], r_dot[j]), None, length=3)
         # either side of the event on the dense solution: the vector field there, the event between
+        # (the last Newton step moved t by rj / rdj, far more than the distance left at t)
         delta = 2.0 * jnp.abs(rj / jnp.where(rdj == 0, 1.0, rdj)) + 1e-12 * (1.0 + jnp.abs(t))
 
-        def rates(tt):
-            return self.split(self.vector_field(tt, forward(interp.evaluate(tt)), args))
+        def probe(tt):  # the acceleration and event distance j there
+            acc, dist = self.vector_field(tt, self.split(forward(interp.evaluate(tt))), args)
+            return acc, dist[j]
 
-        jump = rates(jnp.minimum(t + delta, hi)).qvel - rates(jnp.maximum(t - delta, lo)).qvel
-        jump = jnp.where(jnp.isfinite(jump), jump, 0.0)
-        s, _ = at(t)
-        r_ddot = jax.jvp(lambda xi: self.distances(xi, args)[j], (s.xi,), (jump,))[1]
-        coef = coefficients(jnp.any(crossed), rdj, r_ddot, self.resolution)
+        # both sides in one vmapped evaluation: the vector field is traced and compiled once
+        (before, after), (r_before, r_after) = jax.vmap(probe)(
+            jnp.stack([jnp.maximum(t - delta, lo), jnp.minimum(t + delta, hi)])
+        )
+        jump = jnp.where(jnp.isfinite(after - before), after - before, 0.0)
+        # an event, not a contact slot handed to another point (box-box): the distance is
+        # continuous through it and changes sign between the two sides
+        event_ok = ((r_before > 0) != (r_after > 0)) & (
+            jnp.abs(r_after - r_before) <= 4.0 * jnp.abs(rdj) * delta + 1e-12
+        )
+        r_ddot = lin(jump, zero_args)[j]  # the jump along the distance's gradient (at the step's end)
+        coef = coefficients(jnp.any(crossed) & event_ok, rdj, r_ddot, self.resolution)
         return jump, jnp.zeros_like(r).at[j].set(coef), lin
 
 
@@ -227,9 +249,8 @@ def wrap(solver, adjoint, field, kinks: bool) -> JumpAware:
     kind = next((k for cls, k in kinds.items() if isinstance(adjoint, cls)), None)
     if kind is not None and getattr(solver, "scan_kind", "set") is None:
         solver = eqx.tree_at(lambda s: s.scan_kind, solver, kind, is_leaf=lambda x: x is None)
-    term = field.term(kinks)
     split = (lambda y: y[0]) if kinks else _state
-    return JumpAware(solver, _resolution(field), distances_of(field), split, term.vf)
+    return JumpAware(solver, _resolution(field), distances_of(field), split, probe_of(field))
 
 
 def carry_jumps(mode, solver, field, m, d, kinks: bool):
@@ -266,7 +287,7 @@ def with_adjoint_jumps(mode, solver, field):
     period of ``field``."""
     kwargs = {
         **mode.adjoint.kwargs,
-        "solver": AdjointJumpAware(solver, _resolution(field), distances_of(field), _state, field.term(False).vf),
+        "solver": AdjointJumpAware(solver, _resolution(field), distances_of(field), _state, probe_of(field)),
     }
     return Backsolve(diffrax.BacksolveAdjoint(**kwargs))
 
@@ -326,6 +347,17 @@ def _zero_tangent(x):
     if jnp.issubdtype(x.dtype, jnp.inexact):
         return jnp.zeros_like(x)
     return np.zeros(x.shape, jax.dtypes.float0)
+
+
+def probe_of(field) -> Callable:
+    """``(t, state, args) -> (qacc, r)`` of a :class:`diffmjx.integration.term.PeriodTerm`: the vector
+    field's acceleration and the event distances of the same evaluation."""
+
+    def probe(t, state, args):
+        m, (dy, d) = field.evaluate(t, state, args)
+        return dy.qvel, distances_at(m, d, _mjx.contact(d) if _mjx.ncon(d) else None)
+
+    return probe
 
 
 def distances_of(field) -> Callable:

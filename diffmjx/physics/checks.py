@@ -76,7 +76,8 @@ def touchdown_jumps(m, cfg: Config | None = None) -> dict[str, float]:
     Arguments:
         m: ``mjx.Model`` or ``mujoco.MjModel``, with concrete (not traced) arrays.
         cfg: a :class:`diffmjx.Config`: list only the jumps its derivatives miss (every one where
-            it does not carry jumps; else tendon limits and limits of ball joints). None: all.
+            it does not carry jumps; else geoms in box-box pairs, tendon limits and limits of ball
+            joints). None: all.
 
     Returns:
         ``{name: solimp[0]}`` for every geom (name, or ``geom <id>`` if unnamed) with its own
@@ -98,8 +99,10 @@ def touchdown_jumps(m, cfg: Config | None = None) -> dict[str, float]:
     solmix, priority = np.asarray(m.geom_solmix), np.asarray(m.geom_priority)
     pair_imp = np.asarray(m.pair_solimp).reshape(-1, 5)[:, 0]
     types, adr = np.asarray(m.geom_type), np.asarray(m.name_geomadr)
-    geoms, pairs = set(), set()
+    geoms, pairs, box_box = set(), set(), set()
     for g1, g2, pair in _mjx.geom_pairs(m):
+        if types[g1] == types[g2] == int(mujoco.mjtGeom.mjGEOM_BOX):
+            box_box.update((int(g1), int(g2)))
         if pair >= 0:
             if pair_imp[pair] > MINIMP:
                 pairs.add(int(pair))
@@ -107,7 +110,8 @@ def touchdown_jumps(m, cfg: Config | None = None) -> dict[str, float]:
             geoms.update(int(g) for g in (g1, g2) if imp[g] > MINIMP)
     out = {name(adr[g], "geom", g): float(imp[g]) for g in sorted(geoms)}
     out.update({f"pair {i}": float(pair_imp[i]) for i in sorted(pairs)})
-    carried = set(out)  # contacts: the saltation term covers them, and hinge and slide limits
+    # the saltation term covers contacts (but box-box ones) and hinge and slide limits
+    carried = {name(adr[g], "geom", g) for g in sorted(geoms - box_box)} | {f"pair {i}" for i in pairs}
     if not int(m.opt.disableflags) & int(mujoco.mjtDisableBit.mjDSBL_LIMIT):
         # a limit is a constraint that switches on at its range's end, with its own impedance
         for kind, limited, solimp, adrs in (
@@ -224,7 +228,7 @@ def jump_message(jumps: dict[str, float], cfg: Config, who: str = "") -> str:
     what, limits = jump_wording(jumps)
     ic = cfg.integrator
     if ic.carries_jumps:
-        why = "the saltation term covers contacts and hinge and slide limits, not these"
+        why = "the saltation term covers contacts and hinge and slide limits, not box-box contacts, tendon or ball-joint limits"
     elif not ic.saltation:
         why = "integrator.saltation is off"
     else:
