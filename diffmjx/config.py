@@ -188,7 +188,7 @@ class IntegratorConfig(Section):
     on_budget_exhausted: str = knob("flag", choices=BUDGET_POLICIES)
     kink_step: float | str | None = knob("auto", check=_check_kink_step)
     dto_tighten: float = knob(10.0, ge=1)
-    saltation: bool = knob(True)
+    saltation: bool = knob(False)
 
     @property
     def fixed_step(self) -> bool:

@@ -62,14 +62,16 @@ def test_budget_exhausted_can_raise(mx):
         jax.block_until_ready(diffmjx.rollout(mx, cube_toss_data(mx), jnp.zeros((40, 0)), cfg))
 
 
-# derivatives that do not carry the force jump at a touchdown (the default config's do)
+# derivatives that do not carry the force jump at a touchdown (the default) and that do (opt-in)
 NO_SALTATION = diffmjx.Config().override("integrator.saltation=false")
+SALTATION = diffmjx.Config().override("integrator.saltation=true")
 
 
 def test_a_touchdown_force_jump_is_named_and_warned_about(mx):
     """MuJoCo's default solimp starts the contact force at 0.9 of its stiff value at touchdown: a
     jump that derivatives without the saltation term miss (experiments.box_box, nine initial
-    velocities: median 15.8 % with it, 0.00 % without). The default config carries it: quiet."""
+    velocities: median 15.8 % with it, 0.00 % without). A config with the saltation term carries it
+    (but for box-box contacts)."""
     import warnings
 
     import mujoco
@@ -82,11 +84,11 @@ def test_a_touchdown_force_jump_is_named_and_warned_about(mx):
     assert caught[0].filename == __file__  # points at the caller, not into the package
     assert "integrator.saltation is off" in str(caught[0].message)
     with pytest.warns(diffmjx.TouchdownJumpWarning, match="integrator.adjoint=sensitivity with"):
-        diffmjx.validate(mjx.put_model(drop), diffmjx.Config().override("integrator.adjoint=sensitivity"))
-    # the default config carries the jump of every contact but box-box ones (the box on the table)
-    assert diffmjx.touchdown_jumps(drop, diffmjx.Config()) == {"table": 0.9, "geom 1": 0.9}
+        diffmjx.validate(mjx.put_model(drop), SALTATION.override("integrator.adjoint=sensitivity"))
+    # the term carries the jump of every contact but box-box ones (the box on the table)
+    assert diffmjx.touchdown_jumps(drop, SALTATION) == {"table": 0.9, "geom 1": 0.9}
     with pytest.warns(diffmjx.TouchdownJumpWarning, match="not box-box contacts"):
-        diffmjx.validate(mjx.put_model(drop), diffmjx.Config())
+        diffmjx.validate(mjx.put_model(drop), SALTATION)
     ball = mujoco.MjModel.from_xml_string(
         '<mujoco><worldbody><geom type="plane" size="1 1 .1"/><body><freejoint/><geom size=".1"/></body>'
         "</worldbody></mujoco>"
@@ -94,7 +96,7 @@ def test_a_touchdown_force_jump_is_named_and_warned_about(mx):
     assert diffmjx.touchdown_jumps(ball) == {"geom 0": 0.9, "geom 1": 0.9}
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        diffmjx.validate(mjx.put_model(ball), diffmjx.Config())
+        diffmjx.validate(mjx.put_model(ball), SALTATION)
     # solimp[0] = 0 (the cube toss) starts the force from zero: nothing to say
     assert diffmjx.touchdown_jumps(mx) == {}
     drop.geom_solimp[:, 0] = 0.0
@@ -203,12 +205,12 @@ def test_touchdown_jumps_lists_limits_that_start_with_a_force():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         diffmjx.validate(mjx.put_model(model), NO_SALTATION)
-        diffmjx.validate(mjx.put_model(model), diffmjx.Config())
+        diffmjx.validate(mjx.put_model(model), SALTATION)
     shown = [str(w.message) for w in caught if issubclass(w.category, diffmjx.TouchdownJumpWarning)]
     assert shown[0].startswith("contacts and limits of 'joint hinge' (0.9), 'tendon cable' (0.9) start with")
     assert "solimplimit[0] = 0 for a limit" in shown[0]
     # the saltation term covers the hinge's limit, not the tendon's
-    assert diffmjx.touchdown_jumps(model, diffmjx.Config()) == {"tendon cable": 0.9}
+    assert diffmjx.touchdown_jumps(model, SALTATION) == {"tendon cable": 0.9}
     assert shown[1].startswith("contacts and limits of 'tendon cable' (0.9) start with") and len(shown) == 2
     model.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_LIMIT
     assert diffmjx.touchdown_jumps(model) == {}

@@ -69,26 +69,26 @@ def _reference() -> np.ndarray:
 
 
 def _gradient(*overrides: str) -> np.ndarray:
-    cfg = diffmjx.Config().override(*overrides)
+    cfg = diffmjx.Config().override("integrator.saltation=true", *overrides)
     forward_only = cfg.integrator.adjoint == "forward"
     g = (jax.jacfwd if forward_only else jax.grad)(lambda p: _loss(p, cfg))
     return np.asarray(jax.jit(g)(jnp.asarray(P0)))
 
 
-def test_the_scene_has_jumps_and_the_default_config_carries_them():
+def test_the_scene_has_jumps_and_the_term_is_opt_in():
     m = mujoco.MjModel.from_xml_string(XML)
     assert diffmjx.touchdown_jumps(m) == {"floor": 0.9, "ball": 0.9, "joint hinge": 0.9}
-    assert diffmjx.Config().integrator.carries_jumps
-    assert diffmjx.touchdown_jumps(m, diffmjx.Config()) == {}
-    off = diffmjx.Config().override("integrator.saltation=false")
-    assert not off.integrator.carries_jumps and diffmjx.touchdown_jumps(m, off) == diffmjx.touchdown_jumps(m)
-    assert not diffmjx.Config().override("integrator.adjoint=sensitivity").integrator.carries_jumps
+    on = diffmjx.Config().override("integrator.saltation=true")
+    assert on.integrator.carries_jumps and diffmjx.touchdown_jumps(m, on) == {}
+    assert not diffmjx.Config().integrator.carries_jumps
+    assert diffmjx.touchdown_jumps(m, diffmjx.Config()) == diffmjx.touchdown_jumps(m)
+    assert not on.override("integrator.adjoint=sensitivity").integrator.carries_jumps
 
 
 @pytest.mark.parametrize(
     "overrides",
     [
-        ("integrator.adjoint=backsolve",),  # the default: the adjoint solve's steps
+        ("integrator.adjoint=backsolve",),  # the default mode: the adjoint solve's steps
         ("integrator.adjoint=checkpoint",),  # reverse mode through the steps (kink control on)
         ("integrator.adjoint=forward", "integrator.kink_step=null"),  # forward mode, as sysid runs it
     ],
@@ -106,7 +106,7 @@ def test_without_the_term_the_gradient_misses_the_jump():
 
 
 def test_the_forward_values_are_unchanged():
-    on = diffmjx.Config().override("integrator.adjoint=checkpoint")
+    on = diffmjx.Config().override("integrator.adjoint=checkpoint", "integrator.saltation=true")
     off = on.override("integrator.saltation=false")
     f = jax.jit(lambda p: jnp.stack([_loss(p, on), _loss(p, off)]))
     a, b = np.asarray(f(jnp.asarray(P0)))

@@ -512,8 +512,8 @@ def test_a_time_constant_that_the_models_refsafe_clamps_is_named():
 
 def test_contacts_whose_force_jumps_at_touchdown_are_named_before_compiling():
     """MuJoCo's default solimp (0.9 at touch) makes the contact force jump at every touchdown: where
-    the fit's Jacobians miss it (integrator.saltation off) identify names the geoms before anything
-    is compiled; with the default config (the term carried) and with solimp[0] = 0 (the test model's
+    the fit's Jacobians miss it (integrator.saltation off, the default) identify names the geoms
+    before anything is compiled; with the term (opt-in) and with solimp[0] = 0 (the test model's
     own) it stays quiet."""
     default = mujoco.MjModel.from_xml_string(CONTACT.replace(' solimp="0 0.95 0.001 0.5 2"', ""))
     qpos0 = np.r_[0.4, 0.5, 0.0, 0.0499, 1.0, 0.0, 0.0, 0.0]
@@ -521,7 +521,7 @@ def test_contacts_whose_force_jumps_at_touchdown_are_named_before_compiling():
     off = diffmjx.Config().override("integrator.saltation=false")
     for m, cfg, jumps in (
         (default, off, True),
-        (default, diffmjx.Config(), False),
+        (default, diffmjx.Config().override("integrator.saltation=true"), False),
         (mujoco.MjModel.from_xml_string(CONTACT), off, False),
     ):
         rec = record(m, qpos0, np.zeros(m.nv), np.zeros((3, 1)), 0.02)

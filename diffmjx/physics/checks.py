@@ -230,16 +230,16 @@ def jump_message(jumps: dict[str, float], cfg: Config, who: str = "") -> str:
     if ic.carries_jumps:
         why = "the saltation term covers contacts and hinge and slide limits, not box-box contacts, tendon or ball-joint limits"
     elif not ic.saltation:
-        why = "integrator.saltation is off"
+        why = "integrator.saltation is off, the default"
     else:
         why = f"integrator.adjoint={ic.adjoint} with integrator.solver={ic.solver} cannot carry it"
     return (
         f"{who}{what} of {listed}{more} start with solimp[0] > 0 (the impedance at touch): their force jumps "
         f"at every touchdown, and these gradients miss that jump ({why}), so gradients through a touchdown can "
-        "be tens of percent off at any tolerance. The default integrator (tsit5 with the backsolve, checkpoint "
-        f'or forward adjoint, integrator.saltation=true) carries it; or set solimp[0] = 0 (e.g. solimp="0 0.95 '
-        f'0.001 0.5 2"){limits}; see diffmjx.touchdown_jumps and docs/solver.md. Shown once per model; silence '
-        'it with warnings.filterwarnings("ignore", category=diffmjx.TouchdownJumpWarning)'
+        "be tens of percent off at any tolerance. For gradients through contact set solimp[0] = 0 "
+        f'(e.g. solimp="0 0.95 0.001 0.5 2"){limits}, or try integrator.saltation=true (opt-in: right on free '
+        "bodies and hinge stops, not yet on articulated contact); see diffmjx.touchdown_jumps and docs/solver.md. "
+        'Shown once per model; silence it with warnings.filterwarnings("ignore", category=diffmjx.TouchdownJumpWarning)'
     )
 
 
