@@ -718,6 +718,10 @@ def readme_claims() -> str:
     ours = [100 * float(r["max_rel_error"]) for r in sysid if r["method"] == "diffmjx_lm"]
     theirs = [100 * float(r["max_rel_error"]) for r in sysid if r["method"] == "mujoco_sysid"]
     assert max(ours) <= 2
+    salt = [r for r in _rows("saltation.csv") if r["adjoint"] == "backsolve"]
+    with_term = [100 * float(r["rel_error"]) for r in salt if r["saltation"] == "True"]
+    without = [100 * float(r["rel_error"]) for r in salt if r["saltation"] == "False"]
+    salt_scenes = len({r["scene"] for r in salt})
     gen = _rows("contactnets_generalisation_summary.csv")[0]
     paper = next(r for r in _rows("myo_mpc_baoding_paper_summary.csv") if r["method"] == "gradient")
     fast = next(r for r in _rows("myo_mpc_baoding_fast_summary.csv") if r["method"] == "gradient")
@@ -734,6 +738,13 @@ def readme_claims() -> str:
             f"{100 * float(every['median_rel_error']):.2f} % median, {100 * float(every['p90_rel_error']):.2f} % at "
             f"the 90th percentile, " + ("never the wrong sign" if not wrong else f"{wrong} of the wrong sign"),
             "[config](docs/config.md#why-these-defaults)",
+        ),
+        (
+            f"gradients through touchdowns with MuJoCo's default `solimp` ({salt_scenes} scenes, {len(with_term)} "
+            "shots)",
+            f"`backsolve`: {_median(with_term):.2g} % median with the opt-in saltation term, {_median(without):.0f} % "
+            "without (the default); worse with it on the finger tapping a box, so it is opt-in",
+            "[solver](docs/solver.md#touchdown-and-solverimpedance_floor)",
         ),
         (
             "contacts from distance, billiard misses",
@@ -1422,6 +1433,53 @@ def sysid_floor() -> str:
             "Largest change of a recorded `qpos` coordinate (a position in m, a hinge angle in rad or a quaternion "
             f"component) when each recording is simulated at a quarter of its step: {changes}."
         )
+    return "\n".join(out) + "\n"
+
+
+def saltation() -> str:
+    """Per scene and gradient mode: the relative gradient error with and without the saltation term,
+    median and worst over shots (``experiments.saltation``)."""
+    rows = _rows("saltation_summary.csv")
+    modes = list(dict.fromkeys(r["adjoint"] for r in rows))
+    out = [
+        "| scene | " + " | ".join(f"`{m}`, with / without the term" for m in modes) + " |",
+        "|---|" + "---|" * len(modes),
+    ]
+
+    def cell(r: dict | None) -> str:
+        if r is None:
+            return "-"
+        return f"{_percent_sig(float(r['median_rel_error']))} % ({_percent_sig(float(r['worst_rel_error']))} %)"
+
+    for scene in dict.fromkeys(r["scene"] for r in rows):
+        cells = []
+        for mode in modes:
+            pick = {r["saltation"]: r for r in rows if r["scene"] == scene and r["adjoint"] == mode}
+            cells.append(f"{cell(pick.get('True'))} / {cell(pick.get('False'))}")
+        shots = rows[[r["scene"] for r in rows].index(scene)]["shots"]
+        out.append(f"| {scene} ({shots} shots) | " + " | ".join(cells) + " |")
+    out.append("")
+    out.append("Relative error of the gradient, median (worst) over the shots.")
+    return "\n".join(out) + "\n"
+
+
+def saltation_cost() -> str:
+    """Compile and run time of a gradient with and without the saltation term
+    (``experiments.saltation --cost``)."""
+    rows = _rows("saltation_cost.csv")
+    out = [
+        "| scene | gradient mode | compile s, with / without | run s, with / without | run ratio |",
+        "|---|---|---|---|---|",
+    ]
+    for scene in dict.fromkeys(r["scene"] for r in rows):
+        for mode in dict.fromkeys(r["adjoint"] for r in rows):
+            pick = {r["saltation"]: r for r in rows if r["scene"] == scene and r["adjoint"] == mode}
+            on, off = pick["True"], pick["False"]
+            out.append(
+                f"| {scene} | `{mode}` | {float(on['compile_s']):.1f} / {float(off['compile_s']):.1f} "
+                f"| {_sig(float(on['run_s']))} / {_sig(float(off['run_s']))} "
+                f"| {float(on['run_s']) / float(off['run_s']):.2f}x |"
+            )
     return "\n".join(out) + "\n"
 
 
@@ -2202,6 +2260,8 @@ TABLES: dict[str, Callable[[], str]] = {
     "sysid_touchdown": sysid_touchdown,
     "sysid_limits": sysid_limits,
     "sysid_floor": sysid_floor,
+    "saltation": saltation,
+    "saltation_cost": saltation_cost,
     "speed_toss_steps": speed_toss_steps,
     "speed_stiff": speed_stiff,
     "sysid_fig9_quick": sysid_fig9_quick,
