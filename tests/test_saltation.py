@@ -89,7 +89,8 @@ def test_the_scene_has_jumps_and_the_term_is_opt_in():
     "overrides",
     [
         ("integrator.adjoint=backsolve",),  # the default mode: the adjoint solve's steps
-        ("integrator.adjoint=checkpoint",),  # reverse mode through the steps (kink control on)
+        # reverse mode through the steps (kink control on): the slowest compile, the same rule as forward's
+        pytest.param(("integrator.adjoint=checkpoint",), marks=pytest.mark.slow),
         ("integrator.adjoint=forward", "integrator.kink_step=null"),  # forward mode, as sysid runs it
     ],
 )
