@@ -147,12 +147,17 @@ _WARNED: dict[tuple, list] = {}  # (model fingerprint, filter list's id, its fil
 def may_jump(m) -> bool:
     """Whether a constraint of ``m`` may switch on with a force jump (:func:`touchdown_jumps` lists
     one), True where a field it reads is traced (values unknown while tracing)."""
-    if any(isinstance(getattr(m, f), jax.core.Tracer) for f in _JUMP_FIELDS):
+    if _traced(m):
         return True
     key = (_fingerprint(m), None)
     if key not in _JUMPS:
         _JUMPS[key] = touchdown_jumps(m)
     return bool(_JUMPS[key])
+
+
+def _traced(m) -> bool:
+    """Whether a field :func:`touchdown_jumps` reads is a tracer (its value unknown while tracing)."""
+    return any(isinstance(getattr(m, f), jax.core.Tracer) for f in _JUMP_FIELDS)
 
 
 def _fingerprint(m) -> str:
@@ -194,16 +199,7 @@ _JUMP_FIELDS = (
 def _warn_touchdown_jumps(m, cfg: Config) -> None:
     if cfg.cfd.enabled:  # contacts from distance: the backward pass uses its own rows by design
         return
-    fields = (
-        m.geom_solimp,
-        m.geom_contype,
-        m.geom_conaffinity,
-        m.pair_solimp,
-        m.geom_solmix,
-        m.jnt_solimp,
-        m.tendon_solimp_lim,
-    )
-    if any(isinstance(x, jax.core.Tracer) for x in fields):  # a model built inside a trace: values unknown
+    if _traced(m):  # a model built inside a trace: values unknown
         return
     carried = cfg.integrator.carries_jumps
     key = (_fingerprint(m), carried)
