@@ -47,6 +47,7 @@ import numpy as np
 
 import diffmjx
 from diffmjx import scenes
+from diffmjx.integration import saltation
 from experiments import common
 
 SECONDS = 0.3
@@ -185,7 +186,8 @@ def run(scene: str, shots: int, fresh: bool) -> list[dict]:
         spread = float(np.linalg.norm(both[1] - ref) / max(np.linalg.norm(ref), 1e-300))
         for adjoint, salt in METHODS:
             grad = functools.partial(gradient, scene, k, adjoint, salt)
-            g = common.stage("saltation_gradient", (*key, adjoint, salt), grad, fresh)
+            term = ("events", saltation.EVENTS) if salt else ()  # the term's version: crossings per step
+            g = common.stage("saltation_gradient", (*key, adjoint, salt, *term), grad, fresh)
             err = float(np.linalg.norm(g - ref) / max(np.linalg.norm(ref), 1e-300))
             rows.append(
                 {

@@ -1,8 +1,9 @@
 """The force jump at a touchdown in the derivatives (``integrator.saltation``).
 
-A ball thrown onto the floor and a pendulum swung into its stop, both with MuJoCo's default
-impedance (``solimp[0] = 0.9``: the force switches on with a jump). The gradient of a weighted sum
-of the final state by the throw's speed, the swing's speed and the ball's radius is checked against
+A ball thrown onto the floor, a pendulum swung into its stop and a bar dropped almost level (its two
+ends touch down about 1e-9 s apart, within one step), all with MuJoCo's default impedance
+(``solimp[0] = 0.9``: the force switches on with a jump). The gradient of a weighted sum of the
+final state by the throw's speed, the swing's speed, the ball's radius and the bar's drop speed is checked against
 central differences of a converged solve in each gradient mode that carries the jump; without the
 term the same gradient is off by far more than the tolerance explains.
 """
@@ -34,12 +35,17 @@ XML = """
       <joint name="hinge" type="hinge" axis="0 1 0" limited="true" range="-0.3 0.3"/>
       <geom type="capsule" fromto="0 0 0 0 0 -0.2" size="0.02" mass="0.1" contype="0" conaffinity="0"/>
     </body>
+    <body name="bar" pos="-0.5 0 0.05" axisangle="1 0 0 1e-6">
+      <freejoint/>
+      <geom name="bar" type="capsule" fromto="0 -0.1 0 0 0.1 0" size="0.02" mass="0.2"/>
+    </body>
   </worldbody>
 </mujoco>
 """
 PERIODS = 15
-P0 = np.array([-1.0, 2.5, 1.0])  # the ball's vertical speed, the swing's speed, the radius scale
-WEIGHTS = np.random.default_rng(0).normal(size=8 + 7)  # qpos, then qvel
+P0 = np.array([-1.0, 2.5, 1.0, -1.0])  # the ball's vertical speed, the swing's speed, the radius scale, the bar's speed
+WEIGHTS = np.random.default_rng(0).normal(size=15 + 13)  # qpos, then qvel
+WEIGHTS[[10, 24]] = 10.0  # the bar's height and vertical speed: its term's share is not drowned
 
 
 @functools.cache
@@ -52,7 +58,7 @@ def _loss(p, cfg):
     m = _model()
     m = m.replace(geom_size=m.geom_size.at[1, 0].multiply(p[2]))
     d = mjx.make_data(m)
-    d = d.replace(qvel=d.qvel.at[0].set(0.3).at[2].set(p[0]).at[3].set(2.0).at[6].set(p[1]))
+    d = d.replace(qvel=d.qvel.at[0].set(0.3).at[2].set(p[0]).at[3].set(2.0).at[6].set(p[1]).at[9].set(p[3]))
     d1, _ = diffmjx.rollout(m, d, jnp.zeros((PERIODS, 0)), cfg)
     return jnp.dot(jnp.concatenate([d1.qpos, d1.qvel]), jnp.asarray(WEIGHTS))
 
@@ -65,7 +71,7 @@ def _reference() -> np.ndarray:
     )
     f = jax.jit(lambda p: _loss(p, cfg))
     eps = 1e-6
-    return np.array([(f(P0 + eps * e) - f(P0 - eps * e)) / (2 * eps) for e in np.eye(3)])
+    return np.array([(f(P0 + eps * e) - f(P0 - eps * e)) / (2 * eps) for e in np.eye(P0.size)])
 
 
 def _gradient(*overrides: str) -> np.ndarray:
@@ -77,7 +83,7 @@ def _gradient(*overrides: str) -> np.ndarray:
 
 def test_the_scene_has_jumps_and_the_term_is_opt_in():
     m = mujoco.MjModel.from_xml_string(XML)
-    assert diffmjx.touchdown_jumps(m) == {"floor": 0.9, "ball": 0.9, "joint hinge": 0.9}
+    assert diffmjx.touchdown_jumps(m) == {"floor": 0.9, "ball": 0.9, "bar": 0.9, "joint hinge": 0.9}
     on = diffmjx.Config().override("integrator.saltation=true")
     assert on.integrator.carries_jumps and diffmjx.touchdown_jumps(m, on) == {}
     assert not diffmjx.Config().integrator.carries_jumps
@@ -98,6 +104,8 @@ def test_gradient_through_touchdown_and_a_stop_matches_central_differences(overr
     ref = _reference()
     got = _gradient(*overrides)
     assert np.linalg.norm(got - ref) < 2e-2 * np.linalg.norm(ref), (got, ref)
+    # the bar's two ends cross within one step: each crossing carries its own jump
+    assert abs(got[3] - ref[3]) < 2e-2 * abs(ref[3]), (got, ref)
 
 
 def test_without_the_term_the_gradient_misses_the_jump():

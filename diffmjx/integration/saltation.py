@@ -15,11 +15,12 @@ size), ``f+ - f-`` the jump of the vector field (its acceleration part).
 
 :class:`JumpAware` wraps a Diffrax Runge–Kutta solver: after each step it looks for an event
 distance that changed sign within the step (from the distance and its rate at the step's end),
-locates the first such crossing on the step's dense output (two Newton steps), evaluates the vector
-field just before and just after it, so that ``f+ - f-`` is that event's own jump (a touchdown's
-force switching on; a lift-off's switching off where the force had not gone to zero before the
-distance did; nothing where it had), and adds the term to the step's end state through a custom
-derivative. :class:`AdjointJumpAware` does the same on the ``backsolve`` adjoint's backward steps,
+locates the earliest such crossings (up to :data:`EVENTS`) on the step's dense output (three Newton
+steps each), evaluates the vector field just before and just after each, so that ``f+ - f-`` is that
+event's own jump (a touchdown's force switching on; a lift-off's switching off where the force had
+not gone to zero before the distance did; nothing where it had; crossings at the same instant, such
+as a box's mirror-image corners, share theirs), and adds the terms to the step's end state through
+a custom derivative. :class:`AdjointJumpAware` does the same on the ``backsolve`` adjoint's backward steps,
 with the term's transpose. The forward values are untouched: the term is zero, and a solve that
 autodiff never enters never evaluates it. A crossing too slow for the simulation to resolve its time
 (a body resting on a contact's edge) gets a regularised factor (:func:`coefficients`). Box-box
@@ -40,6 +41,9 @@ from diffmjx import _mjx
 from diffmjx.integration.adjoints import Backsolve, Discretised
 from diffmjx.physics import checks, collision, manifold
 from diffmjx.physics.dynamics import State
+
+EVENTS = 4
+"""Crossings located per step: the earliest four (a box's four corners landing flat), each with its own jump."""
 
 __all__ = [
     "AdjointJumpAware",
@@ -158,11 +162,14 @@ class JumpAware(diffrax.AbstractAdaptiveSolver, diffrax.AbstractWrappedSolver):
         return _replace_state(y1, s1._replace(qvel=qvel)), err, dense, state, result
 
     def located(self, t0, t1, dense, args, forward=lambda y: y):
-        """``(jump, coef, lin)`` of a step from ``t0`` to ``t1`` (either direction) with Diffrax's
-        ``dense`` output: the jump of the acceleration (forward in time) at the first event crossed
-        within it, located on the dense solution, per event distance the factor of its tangent
-        (:func:`coefficients`: nonzero for that event alone) and the distances' linearisation at the
-        step's end. ``forward``: the ODE state of the forward solve within the solver's state."""
+        """``(jumps, coefs, lin)`` of a step from ``t0`` to ``t1`` (either direction) with Diffrax's
+        ``dense`` output, for the first ``EVENTS`` events crossed within it, each located on the
+        dense solution: the jump of the acceleration (forward in time) at each crossing (``(EVENTS,
+        nv)``), per crossing the factor of each event distance's tangent (``(EVENTS, n)``,
+        :func:`coefficients`: nonzero for that crossing's own distance alone) and the distances'
+        linearisation at the step's end. Crossings within each other's windows (a box's two mirror
+        corners touching down together) share their joint jump equally. ``forward``: the ODE state
+        of the forward solve within the solver's state."""
         h = t1 - t0
         interp = self.solver.interpolation_cls(t0=t0, t1=t1, **dense)
 
@@ -170,9 +177,9 @@ class JumpAware(diffrax.AbstractAdaptiveSolver, diffrax.AbstractWrappedSolver):
             y, dy = jax.jvp(interp.evaluate, (t,), (jnp.ones_like(t),))
             return self.split(forward(y)), self.split(forward(dy))
 
-        def event(t, j):  # distance j and its rate at t
+        def events(t):  # every event distance and its rate at t
             s, d = at(t)
-            return jax.jvp(lambda xi: self.distances(xi, args)[j], (s.xi,), (d.xi,))
+            return jax.jvp(lambda xi: self.distances(xi, args), (s.xi,), (d.xi,))
 
         s1, d1 = at(t1)
         r, lin = jax.linearize(self.distances, s1.xi, args)
@@ -180,38 +187,52 @@ class JumpAware(diffrax.AbstractAdaptiveSolver, diffrax.AbstractWrappedSolver):
         r_dot = lin(d1.xi, zero_args)
         r0 = r - h * r_dot  # the distances at the step's start, to first order
         crossed = (r0 > 0) != (r > 0)
-        theta = jnp.where(crossed, r0 / jnp.where(crossed, r0 - r, 1.0), 2.0)  # linear guess of the crossing
-        j = jnp.argmin(theta)
-        lo, hi = jnp.minimum(t0, t1), jnp.maximum(t0, t1)
+        k = min(EVENTS, r.shape[0])
+        empty = jnp.zeros((k, d1.qvel.shape[0]), r.dtype), jnp.zeros((k, r.shape[0]), r.dtype)
 
-        def newton(carry, _):  # (t, distance j and its rate at the previous t)
-            t, _, _ = carry
-            rj, rdj = event(t, j)
-            return (jnp.clip(t - rj / jnp.where(rdj == 0, 1.0, rdj), lo, hi), rj, rdj), None
+        def crossings(_):
+            theta = jnp.where(crossed, r0 / jnp.where(crossed, r0 - r, 1.0), 2.0)  # linear guess
+            idx = jax.lax.top_k(-theta, k)[1]  # the k earliest
+            valid = crossed[idx]
+            lo, hi = jnp.minimum(t0, t1), jnp.maximum(t0, t1)
+            rows = jnp.arange(k)
 
-        start = t0 + h * jnp.clip(theta[j], 0.0, 1.0)
-        (t, rj, rdj), _ = jax.lax.scan(newton, (start, r[j], r_dot[j]), None, length=3)
-        # either side of the event on the dense solution: the vector field there, the event between
-        # (the last Newton step moved t by rj / rdj, far more than the distance left at t)
-        delta = 2.0 * jnp.abs(rj / jnp.where(rdj == 0, 1.0, rdj)) + 1e-12 * (1.0 + jnp.abs(t))
+            def newton(carry, _):  # (times, each one's distance and rate at the previous times)
+                t, _, _ = carry
+                rs, rds = jax.vmap(events)(t)
+                ri, rdi = rs[rows, idx], rds[rows, idx]
+                return (jnp.clip(t - ri / jnp.where(rdi == 0, 1.0, rdi), lo, hi), ri, rdi), None
 
-        def probe(tt):  # the acceleration and event distance j there
-            acc, dist = self.vector_field(tt, self.split(forward(interp.evaluate(tt))), args)
-            return acc, dist[j]
+            start = t0 + h * jnp.clip(theta[idx], 0.0, 1.0)
+            (t, ri, rdi), _ = jax.lax.scan(newton, (start, r[idx], r_dot[idx]), None, length=3)
+            # either side of each crossing on the dense solution: the vector field there, the event
+            # between (the last Newton step moved t by ri / rdi, far more than the distance left at t)
+            delta = 2.0 * jnp.abs(ri / jnp.where(rdi == 0, 1.0, rdi)) + 1e-12 * (1.0 + jnp.abs(t))
+            sides = jnp.stack([jnp.maximum(t - delta, lo), jnp.minimum(t + delta, hi)], axis=1)
 
-        # both sides in one vmapped evaluation: the vector field is traced and compiled once
-        (before, after), (r_before, r_after) = jax.vmap(probe)(
-            jnp.stack([jnp.maximum(t - delta, lo), jnp.minimum(t + delta, hi)])
-        )
-        jump = jnp.where(jnp.isfinite(after - before), after - before, 0.0)
-        # an event, not a contact slot handed to another point (box-box): the distance is
-        # continuous through it and changes sign between the two sides
-        event_ok = ((r_before > 0) != (r_after > 0)) & (
-            jnp.abs(r_after - r_before) <= 4.0 * jnp.abs(rdj) * delta + 1e-12
-        )
-        r_ddot = lin(jump, zero_args)[j]  # the jump along the distance's gradient (at the step's end)
-        coef = coefficients(jnp.any(crossed) & event_ok, rdj, r_ddot, self.resolution)
-        return jump, jnp.zeros_like(r).at[j].set(coef), lin
+            def probe(tt):  # the acceleration and event distances there
+                return self.vector_field(tt, self.split(forward(interp.evaluate(tt))), args)
+
+            # every side in one vmapped evaluation: the vector field is traced and compiled once
+            acc, dist = jax.vmap(probe)(sides.reshape(-1))
+            acc, dist = acc.reshape(k, 2, -1), dist.reshape(k, 2, -1)
+            jump = acc[:, 1] - acc[:, 0]
+            jump = jnp.where(jnp.isfinite(jump), jump, 0.0)
+            # events, not contact slots handed to another point (box-box): the distance is continuous
+            # through the crossing and changes sign between its two sides
+            r_side = dist[rows, :, idx]
+            ok = valid & ((r_side[:, 0] > 0) != (r_side[:, 1] > 0))
+            ok = ok & (jnp.abs(r_side[:, 1] - r_side[:, 0]) <= 4.0 * jnp.abs(rdi) * delta + 1e-12)
+            # crossings whose windows overlap measured the same joint jump: each takes an equal share
+            overlap = ok[None, :] & (jnp.abs(t[:, None] - t[None, :]) <= delta[:, None] + delta[None, :])
+            jump = jump / jnp.maximum(jnp.sum(overlap, axis=1), 1)[:, None]
+            r_ddot = jax.vmap(lambda jmp, i: lin(jmp, zero_args)[i])(jump, idx)  # along each distance's gradient
+            coef = coefficients(ok, rdi, r_ddot, self.resolution)
+            return jump, jnp.zeros((k, r.shape[0]), r.dtype).at[rows, idx].set(coef)
+
+        # steps that cross nothing (most) skip the search unless batched (vmap evaluates both branches)
+        jumps, coefs = jax.lax.cond(jnp.any(crossed), crossings, lambda _: empty, None)
+        return jumps, coefs, lin
 
 
 class AdjointJumpAware(JumpAware):
@@ -224,9 +245,8 @@ class AdjointJumpAware(JumpAware):
         aug1, err, dense, state, result = self.solver.step(terms, t0, t1, y0, args, solver_state, made_jump)
         y1, a_y1, a_args1, a_term1 = aug1
         a0 = self.split(y0[1])  # the adjoint at the step's start: the later side of an event in it
-        jump, coef, _ = self.located(t0, t1, dense, args, forward=lambda y: y[0])
-        scale = jnp.vdot(jump, a0.qvel)
-        d_xi, d_args = jax.vjp(self.distances, self.split(y1).xi, args)[1](coef * scale)
+        jumps, coefs, _ = self.located(t0, t1, dense, args, forward=lambda y: y[0])
+        d_xi, d_args = jax.vjp(self.distances, self.split(y1).xi, args)[1](coefs.T @ (jumps @ a0.qvel))
         a_s1 = self.split(a_y1)
         a_y1 = _replace_state(a_y1, a_s1._replace(xi=a_s1.xi + d_xi))
         a_args1 = jax.tree.map(
@@ -307,7 +327,7 @@ def _replace_state(y, s: State):
 
 
 def _with_jump(solver: JumpAware, qvel1, xi1, args, step):
-    """``qvel1``, whose tangent gains the saltation term of the first event crossed in the step.
+    """``qvel1``, whose tangent gains the saltation terms of the events crossed in the step.
 
     ``step``: ``(t0, t1, dense)``, the step's times and Diffrax's dense output; only their values are
     used (their tangents are the step's own, already in ``qvel1``'s)."""
@@ -321,8 +341,8 @@ def _with_jump(solver: JumpAware, qvel1, xi1, args, step):
         qvel1, _, args, step = primals
         dqvel, dxi, dargs, _ = tangents
         t0, t1, dense = jax.lax.stop_gradient(step)
-        jump_acc, coef, lin = solver.located(t0, t1, dense, args)
-        return qvel1, dqvel + jump_acc * jnp.sum(coef * lin(dxi, dargs))
+        jumps, coefs, lin = solver.located(t0, t1, dense, args)
+        return qvel1, dqvel + jumps.T @ (coefs @ lin(dxi, dargs))
 
     return jump(qvel1, xi1, args, step)
 
