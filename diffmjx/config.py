@@ -164,8 +164,9 @@ class IntegratorConfig(Section):
             force jump at a touchdown (``solimp[0] > 0``, MuJoCo's default 0.9) times the change of
             the touchdown time, which the derivative of the discrete solve otherwise misses at any
             tolerance (:mod:`diffmjx.integration.saltation`). Forward values unchanged. Measured
-            right on free bodies thrown onto a floor and on hinge stops, wrong on a finger tapping
-            a box (``experiments.saltation``), hence off by default.
+            right on free bodies thrown onto a floor, on hinge stops and on a finger pushing a box
+            (``experiments.saltation``), but a fit of that finger with it made no progress, and the
+            suites' defaults were chosen without it: off by default.
     """
 
     _section = "integrator"
