@@ -497,6 +497,22 @@ def test_intervals_carry_the_simulations_own_error():
     assert abs(error) > 1e-7 and abs(error - radius.bias) < 0.1 * abs(error), (error, radius)
 
 
+def test_the_linear_gain_tells_a_floor_from_a_wrong_jacobian():
+    """``linear_gain``: the share of the loss the Gauss-Newton step removes. At a stationary point with
+    the right Jacobian (the residual orthogonal to its columns) none, whatever the loss left; with a
+    Jacobian that points elsewhere most of it: an LM fit stopped there by rejected steps is a stall
+    (``STALL_GAIN``), not a converged fit."""
+    rng = np.random.default_rng(0)
+    jac = rng.normal(size=(40, 3))
+    q, _ = np.linalg.qr(jac, mode="complete")
+    floor = q[:, 3:] @ rng.normal(size=37)  # orthogonal to the Jacobian's columns: J^T r = 0
+    assert sysid.linear_gain(floor, jac) == pytest.approx(0.0, abs=1e-12)
+    promised = jac @ rng.normal(size=3) + 0.1 * floor  # mostly in the Jacobian's range
+    gain = sysid.linear_gain(promised, jac)
+    assert gain > 0.9 and gain == pytest.approx(1 - 0.01 * (floor @ floor) / (promised @ promised), rel=1e-9)
+    assert sysid.linear_gain(np.zeros(40), jac) == 0.0
+
+
 def test_a_time_constant_that_the_models_refsafe_clamps_is_named():
     """A contact time constant that starts below twice the model's own timestep (2 ms here), where
     MuJoCo's refsafe raises it, is warned of by name before anything is compiled."""

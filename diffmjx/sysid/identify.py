@@ -52,12 +52,15 @@ from diffmjx.sysid.train import ADAM, adam_loop
 
 __all__ = [
     "METHODS",
+    "STALL_GAIN",
     "FitConfig",
     "IdentifyResult",
     "Interval",
+    "StalledFitWarning",
     "confidence_intervals",
     "forward_config",
     "identify",
+    "linear_gain",
     "load_model",
     "select_fit",
     "tolerance_bias",
@@ -195,7 +198,11 @@ class IdentifyResult(NamedTuple):
             Adam and ``fit.intervals`` false.
         unidentifiable: ``[(eigenvalue ratio, {label: coefficient})]``, the directions the data do not
             determine (coefficients of the unit eigenvector, largest first).
-        converged: LM's termination test was met (Adam: False).
+        converged: LM's termination test was met (Adam: False): its last step changed the values or
+            the loss too little, or five trial steps in a row raised the loss while its linear model
+            promised at most ``STALL_GAIN`` of it. One that stopped on rejected steps the linear
+            model promised more of is not converged (a :class:`StalledFitWarning`: the Jacobian
+            does not describe the loss there).
         wall_s: wall time of the fit (steps and held-out evaluations; compilation included).
         setup_s: of which before the first step: compiling and evaluating the start (LM: the residual
             and its Jacobian; Adam: the loss).
@@ -429,6 +436,17 @@ def identify(
             residual, jacobian, ps.labels, values, fit.confidence, segments, bias=bias
         )
     held_best = float(held_fn(theta_best)) if held_fn else None
+    stalled = getattr(runner, "stalled", None)
+    if stalled is not None:
+        warnings.warn(
+            f"identify: Levenberg-Marquardt stopped after five trial steps in a row raised the loss, though its "
+            f"linear model (the Jacobian) promised {100 * stalled:.0f} % less loss from the values it stopped at: "
+            "the Jacobian does not describe the loss there, so the fit is not converged (converged=False). Check "
+            "the derivatives (diffmjx.gradcheck); a force jump at touchdowns they miss (diffmjx.touchdown_jumps), "
+            "or a loss that is not smooth at the scale of a step, do this",
+            StalledFitWarning,
+            stacklevel=2,
+        )
     fitted = [ps.write(values, v) for v in range(len(models))]
     wall = time.perf_counter() - start
     history = History(
@@ -450,7 +468,7 @@ def identify(
         held_out_loss=held_best,
         intervals=intervals,
         unidentifiable=unident,
-        converged=track.converged,
+        converged=track.converged and stalled is None,
         wall_s=wall,
         setup_s=setup,
         params=ps,
@@ -491,6 +509,30 @@ def _warn_budget(problem: Problem, flags, where: str) -> bool:
         stacklevel=3,
     )
     return True
+
+
+class StalledFitWarning(UserWarning):
+    """A Levenberg–Marquardt fit that stopped on rejected steps while its linear model promised a
+    substantial decrease (:func:`linear_gain` above ``STALL_GAIN``): the Jacobian disagrees with the
+    loss, and :attr:`IdentifyResult.converged` is False."""
+
+
+STALL_GAIN = 0.1
+"""The fraction of the loss above which a Gauss–Newton model's promise makes a stop on rejected steps a stall."""
+
+
+def linear_gain(r, jac) -> float:
+    """The fraction of the loss ``|r|^2`` that the Gauss–Newton model ``r + J d`` removes at its best
+    step ``d``: ``|P r|^2 / |r|^2``, ``P`` the projection onto the range of ``jac``. Zero at a
+    stationary point of the loss whose Jacobian is right (``J^T r = 0``), whatever is left of the loss
+    (noise, the simulation's own error); near one where the Jacobian is wrong."""
+    r, jac = np.asarray(r, np.float64), np.asarray(jac, np.float64)
+    loss = float(r @ r)
+    if loss == 0.0 or jac.size == 0:
+        return 0.0
+    d = np.linalg.lstsq(jac, -r, rcond=None)[0]
+    rest = r + jac @ d
+    return max(0.0, 1.0 - float(rest @ rest) / loss)
 
 
 class BudgetExhaustedWarning(UserWarning):
@@ -724,6 +766,7 @@ class _LM:
         self.fit = fit
         self.problem = problem
         self.exhausted: np.ndarray | None = None  # the last evaluation's segments out of step budget
+        self.stalled: float | None = None  # the linear model's promise where the steps stalled (linear_gain)
 
     def evaluate(self, theta):
         r, j, self.exhausted = self.problem.evaluate(theta, flags=True)
@@ -769,8 +812,13 @@ class _LM:
             return jnp.asarray(trial), state, loss2, True, converged
         state = {**state, "mu": mu * state["nu"], "nu": 2 * state["nu"]}
         # five rejections in a row (the damping 2^15 times larger): no step along the linear model lowers the
-        # loss any more, which is where the simulation's own error floor stops a converged fit
-        return jnp.asarray(state["theta"]), state, loss, False, bool(state["nu"] >= 2.0**6)
+        # loss any more, which is where the simulation's own error floor stops a converged fit. Unless the
+        # linear model still promises much of the loss: then the Jacobian is wrong there, and the fit stalled
+        stop = bool(state["nu"] >= 2.0**6)
+        if stop:
+            gain = linear_gain(r, j)
+            self.stalled = gain if gain > STALL_GAIN else None
+        return jnp.asarray(state["theta"]), state, loss, False, stop
 
     def save(self, theta, state) -> dict:
         return {"theta": np.asarray(state["theta"]), "lm/mu": np.asarray(state["mu"]), "lm/nu": np.asarray(state["nu"])}
