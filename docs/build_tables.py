@@ -718,7 +718,7 @@ def readme_claims() -> str:
     ours = [100 * float(r["max_rel_error"]) for r in sysid if r["method"] == "diffmjx_lm"]
     theirs = [100 * float(r["max_rel_error"]) for r in sysid if r["method"] == "mujoco_sysid"]
     assert max(ours) <= 2
-    salt = [r for r in _rows("saltation.csv") if r["adjoint"] == "backsolve" and float(r["reference_spread"]) <= 0.01]
+    salt = [r for r in _rows("saltation.csv") if r["adjoint"] == "backsolve" and r["reference_converged"] == "True"]
     finger = {
         r["saltation"]: r
         for r in _rows("saltation_summary.csv")
