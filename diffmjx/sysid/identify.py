@@ -70,6 +70,12 @@ METHODS = FIT_METHODS  # fit.method's choices: the runners registered below (dif
 """Optimisers of :func:`identify`."""
 
 _CKPT_HINT = "delete it or pass another checkpoint_path"
+# a stalled fit's warning with the saltation term on: where contacts graze again and again, its exact
+# derivatives are those of grazing impacts, far larger than the loss's change at a step's scale
+_GRAZING_HINT = (
+    ". With integrator.saltation=true, contacts that graze again and again (a pushed body rocking on its "
+    "corners) have exact derivatives far larger than the loss's change over a step: fit without the term"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -438,12 +444,13 @@ def identify(
     held_best = float(held_fn(theta_best)) if held_fn else None
     stalled = getattr(runner, "stalled", None)
     if stalled is not None:
+        hint = _GRAZING_HINT if problem.cfg.integrator.carries_jumps else ""
         warnings.warn(
             f"identify: Levenberg-Marquardt stopped after five trial steps in a row raised the loss, though its "
             f"linear model (the Jacobian) promised {100 * stalled:.0f} % less loss from the values it stopped at: "
             "the Jacobian does not describe the loss there, so the fit is not converged (converged=False). Check "
             "the derivatives (diffmjx.gradcheck); a force jump at touchdowns they miss (diffmjx.touchdown_jumps), "
-            "or a loss that is not smooth at the scale of a step, do this",
+            f"or a loss that is not smooth at the scale of a step, do this{hint}",
             StalledFitWarning,
             stacklevel=2,
         )
