@@ -645,6 +645,34 @@ def tolerance_bias(r, r_tight, jac) -> np.ndarray:
     return -inv @ (jac.T @ (r_tight - r))
 
 
+def _cluster_dof(weight_sq, weight_jac, inv, pairs) -> np.ndarray:
+    """Per component, the degrees of freedom of its cluster-robust variance (Bell and McCaffrey's
+    Satterthwaite approximation): ``tr(M)^2 / tr(M^2)`` with ``M = G^T G W``, where column ``s`` of
+    ``G`` is ``(I - H)`` times segment ``s``'s weights of the component (``weight_sq``: their squared
+    norms, ``weight_jac``: their products with the segment's Jacobian) and ``W`` (``pairs``, sparse)
+    marks which segments' terms the variance multiplies. About the number of segments where each
+    carries a like share of the component's information; near 1 where one or two carry all of it (a
+    contact time constant seen in a few bounces), whose variance estimate is then that uncertain.
+
+    ``G^T G = D - Q A^-1 Q^T`` (``D`` the squared norms, ``Q`` the products): the traces are taken
+    from ``D``, ``Q`` and ``W`` without forming a matrix of segments by segments."""
+    nseg, p = weight_sq.shape
+    w2 = pairs.multiply(pairs)
+    dof = np.empty(p)
+    for i in range(p):
+        d, q = weight_sq[:, i], weight_jac[:, i, :]  # D's diagonal; Q: (segments, parameters)
+        wq = pairs @ q
+        c = q.T @ wq  # Q^T W Q
+        trace = float(d @ pairs.diagonal()) - float(np.sum(inv * c.T))
+        square = (
+            float(d @ (w2 @ d))
+            - 2.0 * float(np.sum(inv * ((wq * d[:, None]).T @ wq)))
+            + float(np.sum((inv @ c) * (inv @ c).T))
+        )
+        dof[i] = trace**2 / square if square > 0 else max(nseg - p, 1)
+    return np.clip(dof, 1.0, max(nseg - p, 1))
+
+
 def _gauss_newton(jac: np.ndarray):
     """``(eigenvalues, eigenvectors, null, pseudo-inverse)`` of ``J^T J``: directions with an
     eigenvalue below 1e-9 of the largest are the null ones the data cannot determine."""
@@ -1031,21 +1059,23 @@ FIT_METHODS.register("adam", _Adam)
 
 def confidence_intervals(r, jac, labels: Sequence[str], values, level: float = 0.95, segments=None, bias=None):
     """Gauss–Newton confidence intervals and unidentifiable directions from the residual ``r`` and its
-    Jacobian ``jac`` in physical values (:attr:`IdentifyResult.residual`, ``.jacobian``,
-    ``.segments``): ``({label: Interval}, unidentifiable)`` as :func:`identify` reports them.
+        Jacobian ``jac`` in physical values (:attr:`IdentifyResult.residual`, ``.jacobian``,
+        ``.segments``): ``({label: Interval}, unidentifiable)`` as :func:`identify` reports them.
 
-    The covariance is the cluster-robust sandwich ``A^-1 B A^-1`` (``A = J^T J``; ``B`` sums
-    ``g_s g_t^T`` of the segments' gradient terms over every pair of segments of one recording that
-    share a recorded sample, ``segments`` = :meth:`Problem.row_segments`): a recorded state's noise
-    enters every prediction from it and every residual against it, so the residuals of a segment, and
-    of overlapping segments, are correlated, and ``s^2 A^-1`` (independent residuals, used where
-    ``segments`` is None) is too narrow. Each segment's term is ``J_s^T (I - H_s)^-1 r_s`` with its
-    leverage ``H_s = J_s A^-1 J_s^T`` taken out (the jackknife-like CR3 form: a few segments that
-    carry most of a parameter's information, a contact's bounces, would otherwise shrink their own
-    residuals). Student's t with the segments less the parameters as degrees of freedom.
+        The covariance is the cluster-robust sandwich ``A^-1 B A^-1`` (``A = J^T J``; ``B`` sums
+        ``g_s g_t^T`` of the segments' gradient terms over every pair of segments of one recording that
+        share a recorded sample, ``segments`` = :meth:`Problem.row_segments`): a recorded state's noise
+        enters every prediction from it and every residual against it, so the residuals of a segment, and
+        of overlapping segments, are correlated, and ``s^2 A^-1`` (independent residuals, used where
+        ``segments`` is None) is too narrow. Each segment's term is ``J_s^T (I - H_s)^-1 r_s`` with its
+        leverage ``H_s = J_s A^-1 J_s^T`` taken out (the jackknife-like CR3 form: a few segments that
+        carry most of a parameter's information, a contact's bounces, would otherwise shrink their own
+        residuals). Student's t, per component with the degrees of freedom of its variance estimate
+    (:func:`_cluster_dof`: at most the segments less the parameters, fewer where a few segments carry
+    the component's information).
 
-    ``bias`` (:func:`tolerance_bias`, per component), if given, widens each interval to hold the
-    value and the value plus its bias, and half the bias more (:class:`Interval`)."""
+        ``bias`` (:func:`tolerance_bias`, per component), if given, widens each interval to hold the
+        value and the value plus its bias, and half the bias more (:class:`Interval`)."""
     from scipy import stats
 
     r, jac = np.asarray(r), np.asarray(jac)
@@ -1057,37 +1087,54 @@ def confidence_intervals(r, jac, labels: Sequence[str], values, level: float = 0
         cov = inv * (float(r @ r) / dof)
     else:
         seg, keys, horizon = segments
-        g = np.zeros((len(keys), p))
+        nseg = len(keys)
+        g = np.zeros((nseg, p))
+        # per segment, the rows (I - H_s)^-1 J_s A^-1 that weigh its residuals into each component's
+        # variance (their norms and their products with J: the degrees of freedom below)
+        weight_sq, weight_jac = np.zeros((nseg, p)), np.zeros((nseg, p, p))
         cuts = np.flatnonzero(np.diff(seg)) + 1  # a segment's rows are contiguous
         for rows in np.split(np.arange(n), cuts):
             js = jac[rows]
             lev = np.eye(len(rows)) - js @ inv @ js.T  # I - H: the segment's leverage taken out (CR3)
             try:
                 rs = np.linalg.solve(lev, r[rows])
+                ws = np.linalg.solve(lev, js @ inv)
             except np.linalg.LinAlgError:
                 rs = np.linalg.lstsq(lev, r[rows], rcond=None)[0]
-            g[seg[rows[0]]] = js.T @ rs
+                ws = np.linalg.lstsq(lev, js @ inv, rcond=None)[0]
+            k = seg[rows[0]]
+            g[k] = js.T @ rs
+            weight_sq[k], weight_jac[k] = np.sum(ws * ws, axis=0), ws.T @ js
         order = np.lexsort((keys[:, 1], keys[:, 0]))
-        g, keys = g[order], keys[order]
+        g, keys, weight_sq, weight_jac = g[order], keys[order], weight_sq[order], weight_jac[order]
         meat = g.T @ g
+        near_pairs = []  # (s, t) of segments whose terms the meat multiplies, besides each with itself
         lag = 1
-        while lag < len(keys):  # sorted by recording and start: the pairs sharing a sample are the near lags
+        while lag < nseg:  # sorted by recording and start: the pairs sharing a sample are the near lags
             near = (keys[lag:, 0] == keys[:-lag, 0]) & (keys[lag:, 1] - keys[:-lag, 1] <= horizon)
             if not near.any():
                 break
             cross = g[lag:][near].T @ g[:-lag][near]
             meat += cross + cross.T
+            i = np.flatnonzero(near)
+            near_pairs += [(i, i + lag), (i + lag, i)]
             lag += 1
         mw, mv = np.linalg.eigh(meat)
         meat = (mv * np.maximum(mw, 0.0)) @ mv.T
-        dof = max(len(keys) - p, 1)  # as cluster-robust covariances: clusters (segments) less the parameters
         cov = inv @ meat @ inv
+        from scipy import sparse
+
+        rows_, cols_ = (np.concatenate([np.arange(nseg), *(pq[j] for pq in near_pairs)]) for j in (0, 1))
+        pairs = sparse.csr_matrix((np.ones(rows_.size), (rows_, cols_)), shape=(nseg, nseg))
+        dof = _cluster_dof(weight_sq, weight_jac, inv, pairs)
     std = np.sqrt(np.maximum(np.diag(cov), 0.0))
     touched = np.any(np.abs(v[:, null]) > 1e-3, axis=1) if null.any() else np.zeros(p, bool)
     std = np.where(touched, np.inf, std)
-    t = float(stats.t.ppf(0.5 + level / 2, dof))
+    t = stats.t.ppf(0.5 + level / 2, np.broadcast_to(dof, (p,)))
     intervals = {
-        lab: Interval(float(values[i]), float(values[i] - t * std[i]), float(values[i] + t * std[i]), float(std[i]))
+        lab: Interval(
+            float(values[i]), float(values[i] - t[i] * std[i]), float(values[i] + t[i] * std[i]), float(std[i])
+        )
         for i, lab in enumerate(labels)
     }
     if bias is not None:
