@@ -1059,23 +1059,23 @@ FIT_METHODS.register("adam", _Adam)
 
 def confidence_intervals(r, jac, labels: Sequence[str], values, level: float = 0.95, segments=None, bias=None):
     """Gauss–Newton confidence intervals and unidentifiable directions from the residual ``r`` and its
-        Jacobian ``jac`` in physical values (:attr:`IdentifyResult.residual`, ``.jacobian``,
-        ``.segments``): ``({label: Interval}, unidentifiable)`` as :func:`identify` reports them.
+    Jacobian ``jac`` in physical values (:attr:`IdentifyResult.residual`, ``.jacobian``,
+    ``.segments``): ``({label: Interval}, unidentifiable)`` as :func:`identify` reports them.
 
-        The covariance is the cluster-robust sandwich ``A^-1 B A^-1`` (``A = J^T J``; ``B`` sums
-        ``g_s g_t^T`` of the segments' gradient terms over every pair of segments of one recording that
-        share a recorded sample, ``segments`` = :meth:`Problem.row_segments`): a recorded state's noise
-        enters every prediction from it and every residual against it, so the residuals of a segment, and
-        of overlapping segments, are correlated, and ``s^2 A^-1`` (independent residuals, used where
-        ``segments`` is None) is too narrow. Each segment's term is ``J_s^T (I - H_s)^-1 r_s`` with its
-        leverage ``H_s = J_s A^-1 J_s^T`` taken out (the jackknife-like CR3 form: a few segments that
-        carry most of a parameter's information, a contact's bounces, would otherwise shrink their own
-        residuals). Student's t, per component with the degrees of freedom of its variance estimate
+    The covariance is the cluster-robust sandwich ``A^-1 B A^-1`` (``A = J^T J``; ``B`` sums
+    ``g_s g_t^T`` of the segments' gradient terms over every pair of segments of one recording that
+    share a recorded sample, ``segments`` = :meth:`Problem.row_segments`): a recorded state's noise
+    enters every prediction from it and every residual against it, so the residuals of a segment, and
+    of overlapping segments, are correlated, and ``s^2 A^-1`` (independent residuals, used where
+    ``segments`` is None) is too narrow. Each segment's term is ``J_s^T (I - H_s)^-1 r_s`` with its
+    leverage ``H_s = J_s A^-1 J_s^T`` taken out (the jackknife-like CR3 form: a few segments that
+    carry most of a parameter's information, a contact's bounces, would otherwise shrink their own
+    residuals). Student's t, per component with the degrees of freedom of its variance estimate
     (:func:`_cluster_dof`: at most the segments less the parameters, fewer where a few segments carry
     the component's information).
 
-        ``bias`` (:func:`tolerance_bias`, per component), if given, widens each interval to hold the
-        value and the value plus its bias, and half the bias more (:class:`Interval`)."""
+    ``bias`` (:func:`tolerance_bias`, per component), if given, widens each interval to hold the
+    value and the value plus its bias, and half the bias more (:class:`Interval`)."""
     from scipy import stats
 
     r, jac = np.asarray(r), np.asarray(jac)
