@@ -165,8 +165,16 @@ class IntegratorConfig(Section):
             the touchdown time, which the derivative of the discrete solve otherwise misses at any
             tolerance (:mod:`diffmjx.integration.saltation`). Forward values unchanged. Measured
             right on free bodies thrown onto a floor, on hinge stops and on a finger pushing a box
-            (``experiments.saltation``), but a fit of that finger with it made no progress, and the
-            suites' defaults were chosen without it: off by default.
+            (``experiments.saltation``); a fit of that finger with it stalls at the default
+            ``saltation_resolution`` and reaches its loss floor at 1e-3 (``experiments.sysid_touchdown``),
+            and the suites' defaults were chosen without it: off by default.
+        saltation_resolution: the distance (m; rad for a hinge limit) below which the saltation
+            term takes a crossing as unresolved and bounds its factor (a crossing slower than
+            ``sqrt(|r_ddot| resolution)``: :func:`diffmjx.integration.saltation.coefficients`);
+            None: the forward solve's ``atol``, the exact term wherever the solve resolves the
+            crossing. Larger values smooth the derivative of crossings that graze (a pushed body
+            rocking on its corners), whose exact derivatives are far larger than a fit's steps
+            see (``experiments.sysid_touchdown``), at a bias of the term on slow touchdowns.
     """
 
     _section = "integrator"
@@ -192,6 +200,7 @@ class IntegratorConfig(Section):
     kink_step: float | str | None = knob("auto", check=_check_kink_step)
     dto_tighten: float = knob(10.0, ge=1)
     saltation: bool = knob(False)
+    saltation_resolution: float | None = knob(None, gt=0)
 
     @property
     def fixed_step(self) -> bool:

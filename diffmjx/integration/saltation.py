@@ -313,8 +313,10 @@ def with_adjoint_jumps(mode, solver, field):
 
 
 def _resolution(field) -> float:
-    """The forward solve's ``atol`` (:meth:`diffmjx.config.IntegratorConfig.tolerances`)."""
-    return float(field.cfg.integrator.tolerances()[1])
+    """``integrator.saltation_resolution``, or where None the forward solve's ``atol``
+    (:meth:`diffmjx.config.IntegratorConfig.tolerances`)."""
+    given = field.cfg.integrator.saltation_resolution
+    return float(field.cfg.integrator.tolerances()[1] if given is None else given)
 
 
 def _state(y):
