@@ -1390,13 +1390,18 @@ def sysid_touchdown() -> str:
     """The finger and box fitted with MuJoCo's default solimp and with solimp[0] = 0
     (``experiments.sysid_touchdown``): losses, errors and time per Levenberg-Marquardt step."""
     rows = _rows("sysid_touchdown.csv")
-    names = {"default": "MuJoCo's default (0.9 at touch)", "solimp0": "`solimp[0]` = 0"}
+    names = {
+        "default": "MuJoCo's default (0.9 at touch)",
+        "saltation": "MuJoCo's default, with the saltation term",
+        "saltation_coarse": "MuJoCo's default, the term at `saltation_resolution` 1e-3",
+        "solimp0": "`solimp[0]` = 0",
+    }
     out = [
-        "| `solimp` | loss at the truth | loss: start, step 2, 4, last | largest error after the last step "
-        "| dampings' errors | median s per step |",
+        "| `solimp`, derivatives | loss at the truth | loss: start, step 2, 4, last | largest error after the last "
+        "step | dampings' errors | median s per step |",
         "|---|---|---|---|---|---|",
     ]
-    for variant in ("default", "solimp0"):
+    for variant in names:
         rs = sorted((r for r in rows if r["variant"] == variant), key=lambda r: int(r["step"]))
         if not rs:
             continue

@@ -234,7 +234,8 @@ def jump_message(jumps: dict[str, float], cfg: Config, who: str = "") -> str:
         f"at every touchdown, and these gradients miss that jump ({why}), so gradients through a touchdown can "
         "be tens of percent off at any tolerance. For gradients through contact set solimp[0] = 0 "
         f'(e.g. solimp="0 0.95 0.001 0.5 2"){limits}, or try integrator.saltation=true (opt-in: right on free '
-        "bodies, hinge stops and a finger pushing a box, not yet in a fit of it); see diffmjx.touchdown_jumps and "
+        "bodies, hinge stops and a finger pushing a box; a fit of that finger needs integrator.saltation_resolution"
+        "=1e-3 too); see diffmjx.touchdown_jumps and "
         "docs/solver.md. "
         'Shown once per model; silence it with warnings.filterwarnings("ignore", category=diffmjx.TouchdownJumpWarning)'
     )

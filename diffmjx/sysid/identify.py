@@ -74,7 +74,8 @@ _CKPT_HINT = "delete it or pass another checkpoint_path"
 # derivatives are those of grazing impacts, far larger than the loss's change at a step's scale
 _GRAZING_HINT = (
     ". With integrator.saltation=true, contacts that graze again and again (a pushed body rocking on its "
-    "corners) have exact derivatives far larger than the loss's change over a step: fit without the term"
+    "corners) have exact derivatives far larger than the loss's change over a step: smooth them with "
+    "integrator.saltation_resolution=1e-3 (m; it fitted a finger pushing a box), or fit without the term"
 )
 
 
