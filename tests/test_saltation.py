@@ -11,7 +11,9 @@ term the same gradient is off by far more than the tolerance explains.
 from __future__ import annotations
 
 import functools
+import types
 
+import diffrax
 import jax
 import jax.numpy as jnp
 import mujoco
@@ -130,3 +132,15 @@ def test_a_crossing_too_slow_to_resolve_gets_a_bounded_term():
     assert coef[0] == pytest.approx(-1.0, rel=1e-6)
     assert coef[1] == pytest.approx(-0.01, rel=1e-6)  # not -1e9
     assert coef[2] == 0.0
+
+
+def test_the_resolution_knob_sets_the_regularisation_and_rejects_bad_values():
+    # integrator.saltation_resolution replaces the forward solve's atol in the term's regularisation
+    cfg = diffmjx.Config().override("integrator.saltation=true", "integrator.adjoint=checkpoint")
+    wrap = lambda c: saltation.wrap(
+        diffrax.Tsit5(), diffrax.RecursiveCheckpointAdjoint(), types.SimpleNamespace(cfg=c), False
+    )
+    assert wrap(cfg).resolution == cfg.integrator.tolerances()[1] == 1e-8  # checkpoint: atol / dto_tighten
+    assert wrap(cfg.override("integrator.saltation_resolution=1e-3")).resolution == 1e-3
+    with pytest.raises(ValueError, match="integrator.saltation_resolution"):
+        cfg.override("integrator.saltation_resolution=-1")
