@@ -1077,7 +1077,7 @@ def confidence_intervals(r, jac, labels: Sequence[str], values, level: float = 0
 
     ``bias`` (:func:`tolerance_bias`, per component), if given, widens each interval to hold the
     value and the value plus its bias, and half the bias more (:class:`Interval`)."""
-    from scipy import stats
+    from scipy import sparse, stats
 
     r, jac = np.asarray(r), np.asarray(jac)
     n, p = jac.shape
@@ -1097,36 +1097,35 @@ def confidence_intervals(r, jac, labels: Sequence[str], values, level: float = 0
         for rows in np.split(np.arange(n), cuts):
             js = jac[rows]
             lev = np.eye(len(rows)) - js @ inv @ js.T  # I - H: the segment's leverage taken out (CR3)
+            rhs = np.column_stack([r[rows], js @ inv])  # the residuals and the weights, one solve
             try:
-                rs = np.linalg.solve(lev, r[rows])
-                ws = np.linalg.solve(lev, js @ inv)
+                sol = np.linalg.solve(lev, rhs)
             except np.linalg.LinAlgError:
-                rs = np.linalg.lstsq(lev, r[rows], rcond=None)[0]
-                ws = np.linalg.lstsq(lev, js @ inv, rcond=None)[0]
+                sol = np.linalg.lstsq(lev, rhs, rcond=None)[0]
+            rs, ws = sol[:, 0], sol[:, 1:]
             k = seg[rows[0]]
             g[k] = js.T @ rs
             weight_sq[k], weight_jac[k] = np.sum(ws * ws, axis=0), ws.T @ js
         order = np.lexsort((keys[:, 1], keys[:, 0]))
         g, keys, weight_sq, weight_jac = g[order], keys[order], weight_sq[order], weight_jac[order]
-        meat = g.T @ g
-        near_pairs = []  # (s, t) of segments whose terms the meat multiplies, besides each with itself
+        # W: which segments' terms the meat multiplies, each with itself and with every segment of its
+        # recording it shares a sample with (sorted by recording and start: those are the near lags)
+        first, second = [np.arange(nseg)], [np.arange(nseg)]
         lag = 1
-        while lag < nseg:  # sorted by recording and start: the pairs sharing a sample are the near lags
+        while lag < nseg:
             near = (keys[lag:, 0] == keys[:-lag, 0]) & (keys[lag:, 1] - keys[:-lag, 1] <= horizon)
             if not near.any():
                 break
-            cross = g[lag:][near].T @ g[:-lag][near]
-            meat += cross + cross.T
             i = np.flatnonzero(near)
-            near_pairs += [(i, i + lag), (i + lag, i)]
+            first += [i, i + lag]
+            second += [i + lag, i]
             lag += 1
+        rows_, cols_ = np.concatenate(first), np.concatenate(second)
+        pairs = sparse.csr_matrix((np.ones(rows_.size), (rows_, cols_)), shape=(nseg, nseg))
+        meat = g.T @ (pairs @ g)
         mw, mv = np.linalg.eigh(meat)
         meat = (mv * np.maximum(mw, 0.0)) @ mv.T
         cov = inv @ meat @ inv
-        from scipy import sparse
-
-        rows_, cols_ = (np.concatenate([np.arange(nseg), *(pq[j] for pq in near_pairs)]) for j in (0, 1))
-        pairs = sparse.csr_matrix((np.ones(rows_.size), (rows_, cols_)), shape=(nseg, nseg))
         dof = _cluster_dof(weight_sq, weight_jac, inv, pairs)
     std = np.sqrt(np.maximum(np.diag(cov), 0.0))
     touched = np.any(np.abs(v[:, null]) > 1e-3, axis=1) if null.any() else np.zeros(p, bool)
