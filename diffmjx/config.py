@@ -53,6 +53,7 @@ __all__ = [
     "ADJOINTS",
     "BOX_BOX_RULES",
     "BUDGET_POLICIES",
+    "CAPSULE_BOX_RULES",
     "CAPSULE_CAPSULE_RULES",
     "DEFAULT_PRESET",
     "GRADIENTS",
@@ -92,6 +93,7 @@ PLANE_BOX_RULES = registry.PLANE_BOX_RULES  # collision.*'s choices: the pairs' 
 PLANE_CYLINDER_RULES = registry.PLANE_CYLINDER_RULES
 BOX_BOX_RULES = registry.BOX_BOX_RULES
 CAPSULE_CAPSULE_RULES = registry.CAPSULE_CAPSULE_RULES
+CAPSULE_BOX_RULES = registry.CAPSULE_BOX_RULES
 
 AUTO_KINK_FACTOR = 10.0
 """``integrator.kink_step=auto`` is ``min(AUTO_KINK_FACTOR * rtol, AUTO_KINK_MAX)`` seconds."""
@@ -320,6 +322,12 @@ class CollisionConfig(Section):
             contact); ``mjx``, MJX's rule, always one contact, at the middle of a parallel overlap
             (another force and torque than the C engine's). With ``smooth`` the pair takes the
             smoothed blend of MJX's rule, one contact, either way.
+        capsule_box: a capsule's contacts on a box without ``smooth``: ``spheres``, as MuJoCo's C
+            engine makes them, spheres of the capsule's radius at the axis point nearest the box
+            and at a second point along the box's edge or face, each against the box (a capsule
+            pressed into an edge touches both faces); ``blended``, MJX's face-or-edge choice with
+            its switch blended over 0.1 mm bands (one contact on the face of least penetration
+            where the C engine has two). With ``smooth`` the pair takes ``blended`` either way.
     """
 
     _section = "collision"
@@ -330,6 +338,7 @@ class CollisionConfig(Section):
     plane_cylinder: str = knob("deepest", choices=PLANE_CYLINDER_RULES)
     box_box: str = knob("clipped", choices=BOX_BOX_RULES)
     capsule_capsule: str = knob("paired", choices=CAPSULE_CAPSULE_RULES)
+    capsule_box: str = knob("blended", choices=CAPSULE_BOX_RULES)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 A config field whose value picks an implementation (``integrator.solver``, ``integrator.adjoint``,
 ``planner.kind``, ``fit.method``, ``collision.plane_box``, ``collision.plane_cylinder``, ``collision.box_box``,
-``collision.capsule_capsule``)
+``collision.capsule_capsule``, ``collision.capsule_box``)
 takes its choices from a :class:`Registry`, and every module that needs to know
 something about the choice (is the solver one of MJX's fixed-step integrators? can ``jax.jacfwd``
 differentiate the gradient mode?) asks the registry entry, never the name. Adding a choice is one
@@ -23,6 +23,7 @@ from typing import Any, Generic, TypeVar
 
 __all__ = [
     "BOX_BOX_RULES",
+    "CAPSULE_BOX_RULES",
     "CAPSULE_CAPSULE_RULES",
     "FIT_METHODS",
     "GRADIENT_MODES",
@@ -140,8 +141,8 @@ class GradientModeEntry:
 
 @dataclasses.dataclass(frozen=True)
 class CollisionRuleEntry:
-    """A ``collision.plane_box``, ``collision.plane_cylinder``, ``collision.box_box`` or
-    ``collision.capsule_capsule`` choice: the collision function of that geom-type pair.
+    """A ``collision.plane_box``, ``collision.plane_cylinder``, ``collision.box_box``,
+    ``collision.capsule_capsule`` or ``collision.capsule_box`` choice: the collision function of that geom-type pair.
 
     Attributes:
         build: ``(sharpness, apart) -> collider``: an MJX collider (a function with MJX's collision
@@ -181,3 +182,6 @@ BOX_BOX_RULES: Registry[CollisionRuleEntry] = Registry("collision.box_box")
 
 CAPSULE_CAPSULE_RULES: Registry[CollisionRuleEntry] = Registry("collision.capsule_capsule")
 """``collision.capsule_capsule`` -> :class:`CollisionRuleEntry` (registered by :mod:`diffmjx.physics.collision.driver`)."""
+
+CAPSULE_BOX_RULES: Registry[CollisionRuleEntry] = Registry("collision.capsule_box")
+"""``collision.capsule_box`` -> :class:`CollisionRuleEntry` (registered by :mod:`diffmjx.physics.collision.driver`)."""

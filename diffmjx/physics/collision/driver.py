@@ -24,6 +24,7 @@ from diffmjx.physics.collision import sdf
 from diffmjx.physics.collision.box_box import SLOTS, box_box, box_box_clipped
 from diffmjx.physics.collision.pairs import (
     capsule_box,
+    capsule_box_spheres,
     capsule_capsule,
     capsule_capsule_paired,
     plane_box,
@@ -37,6 +38,7 @@ from diffmjx.physics.collision.pairs import (
 )
 from diffmjx.registry import (
     BOX_BOX_RULES,
+    CAPSULE_BOX_RULES,
     CAPSULE_CAPSULE_RULES,
     PLANE_BOX_RULES,
     PLANE_CYLINDER_RULES,
@@ -167,6 +169,12 @@ def _capsule_capsule_paired(sharpness, apart):
     return _mjx.primitive_collider(ncon=2)(smoothed)
 
 
+def _capsule_box_spheres(sharpness, apart):
+    if sharpness is not None:
+        return None  # smoothed: the blended rule (same two slots)
+    return _mjx.convex_collider(ncon=2)(capsule_box_spheres)
+
+
 PLANE_BOX_RULES.register("deepest", CollisionRuleEntry(_plane_box_deepest))
 PLANE_BOX_RULES.register("mjx", CollisionRuleEntry(_keep))
 PLANE_CYLINDER_RULES.register("deepest", CollisionRuleEntry(_plane_cylinder_deepest))
@@ -175,6 +183,8 @@ BOX_BOX_RULES.register("clipped", CollisionRuleEntry(_box_box_clipped))
 BOX_BOX_RULES.register("mjx", CollisionRuleEntry(_keep))
 CAPSULE_CAPSULE_RULES.register("paired", CollisionRuleEntry(_capsule_capsule_paired))
 CAPSULE_CAPSULE_RULES.register("mjx", CollisionRuleEntry(_keep))
+CAPSULE_BOX_RULES.register("spheres", CollisionRuleEntry(_capsule_box_spheres))
+CAPSULE_BOX_RULES.register("blended", CollisionRuleEntry(_keep))
 
 # (geom types, the registry of their rules, the collision config field that picks one)
 _RULES = (
@@ -182,6 +192,7 @@ _RULES = (
     ((_G.PLANE, _G.CYLINDER), PLANE_CYLINDER_RULES, "plane_cylinder"),
     ((_G.BOX, _G.BOX), BOX_BOX_RULES, "box_box"),
     ((_G.CAPSULE, _G.CAPSULE), CAPSULE_CAPSULE_RULES, "capsule_capsule"),
+    ((_G.CAPSULE, _G.BOX), CAPSULE_BOX_RULES, "capsule_box"),
 )
 
 

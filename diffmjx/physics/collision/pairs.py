@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from diffmjx import _mjx
 from diffmjx.physics.collision.frames import blend_tangent, smooth_frame, unit
@@ -435,6 +436,183 @@ def capsule_box(cap, box, sharpness=None):
     if sharpness is None:
         return dist, pos, jax.vmap(_mjx.make_frame)(normal)
     return dist, pos, jax.vmap(lambda v: smooth_frame(v, 4.0 / (sharpness * cap.size[0])))(normal)
+
+
+# MuJoCo 3.17's capsule-box (``mjraw_CapsuleBox``), rebuilt: the C engine finds the capsule-axis
+# point nearest the box among the axis's two ends (each against the face it projects onto) and the
+# box's twelve edges, adds a second axis point by the relative orientation of axis and box, and
+# collides a sphere of the capsule's radius at each point with the box.
+_MINVAL = 1e-15  # MuJoCo's mjMINVAL: the tie tolerance of the edge search and its parallel test
+
+
+def _safe_div(num, den):
+    """``num / den`` where ``den != 0``, else +inf (the C engine's comparisons then skip it), with a
+    finite derivative in the branch not taken."""
+    ok = den != 0
+    return jnp.where(ok, num / jnp.where(ok, den, 1.0), jnp.inf)
+
+
+def _engine_nearest(p, h, half, bound):
+    """The C engine's search for the axis point nearest the box, in the box's frame (capsule centre
+    ``p``, half-axis ``h``): ends against faces first, then the twelve edges, each replacing the
+    best only if strictly nearer (by ``_MINVAL`` for edges). Returns a dict of the winner: ``t``
+    (axis parameter in [-1, 1]), ``s`` (edge parameter), ``kind`` (-3 / -1: the -1 / +1 end on a
+    face; 3 * s1 + s2 for an edge: s1, s2 in 0, 1, 2 for the edge's and the axis's low end, middle,
+    high end; -4: none), ``face`` (the axis the end is clamped on, -1 inside), ``corner``, ``edge``."""
+    i32 = jnp.int32
+    best = dict(
+        d2=bound,
+        t=jnp.zeros_like(bound),
+        s=jnp.zeros_like(bound),
+        kind=i32(-4),
+        face=i32(-1),
+        corner=i32(0),
+        edge=i32(0),
+    )
+
+    def take(best, better, **new):
+        return {k: jnp.where(better, new[k], v) if k in new else v for k, v in best.items()}
+
+    for end in (-1.0, 1.0):
+        e = p + end * h
+        out = jnp.abs(e) > half
+        clamped = jnp.clip(e, -half, half)
+        face = jnp.max(jnp.where(out, jnp.arange(3), -1))
+        d2 = jnp.sum((clamped - e) ** 2)
+        better = (jnp.sum(out) <= 1) & (d2 < best["d2"])
+        best = take(best, better, d2=d2, t=jnp.asarray(end, p.dtype), kind=i32(-2 + end), face=face.astype(i32))
+
+    L2 = jnp.dot(h, h)
+    for j in range(3):
+        for corner in range(8):
+            if corner & (1 << j):
+                continue
+            sign = np.array([1.0 if corner & (1 << k) else -1.0 for k in range(3)])
+            sign[j] = 0.0  # the edge's midpoint
+            dif = half * sign - p
+            ma, mb, mc = half[j] ** 2, -half[j] * h[j], L2
+            u, v = -half[j] * dif[j], jnp.dot(h, dif)
+            det = ma * mc - mb * mb
+            ok = jnp.abs(det) >= _MINVAL
+            det = jnp.where(ok, det, 1.0)
+            x1, x2 = (mc * u - mb * v) / det, (ma * v - mb * u) / det
+            s1, s2 = jnp.where(x1 > 1, 2, jnp.where(x1 < -1, 0, 1)), 1
+            x2 = jnp.where(x1 > 1, (v - mb) / mc, jnp.where(x1 < -1, (v + mb) / mc, x2))
+            x1 = jnp.clip(x1, -1.0, 1.0)
+            hi, lo = x2 > 1, x2 < -1
+            x1_re = jnp.where(hi, (u - mb) / ma, (u + mb) / ma)
+            s1 = jnp.where(hi | lo, jnp.where(x1_re > 1, 2, jnp.where(x1_re < -1, 0, s1)), s1)
+            x1 = jnp.where(hi | lo, jnp.clip(x1_re, -1.0, 1.0), x1)
+            s2 = jnp.where(hi, 2, jnp.where(lo, 0, s2))
+            x2 = jnp.clip(x2, -1.0, 1.0)
+            gap = dif - x2 * h + (half[j] * x1) * jnp.eye(3, dtype=p.dtype)[j]
+            d2 = jnp.dot(gap, gap)
+            better = ok & (d2 < best["d2"] - _MINVAL)
+            best = take(
+                best,
+                better,
+                d2=d2,
+                t=x2,
+                s=x1,
+                kind=(3 * s1 + s2).astype(i32),
+                corner=(corner + (1 << j) * (s1 == 2)).astype(i32),
+                edge=i32(j),
+            )
+    return best
+
+
+def _engine_second(best, p, axis, h, half):
+    """The C engine's second axis point, as an offset along the axis from the first, and whether
+    there is one: along the box's edge or face from the corner, edge or face found nearest, up to
+    where the axis leaves the box's extent (or its own other end)."""
+    ah = jnp.abs(h)
+    axisdir = (h[0] > 0) * 1 + (h[1] > 0) * 2 + (h[2] > 0) * 4
+    t, kind = best["t"], best["kind"]
+
+    def bit(x, k):
+        return jnp.bitwise_and(x, jnp.left_shift(1, k)) != 0
+
+    def cross(k):  # the axis's length across the box along k, in half-axes
+        return _safe_div(2 * half[k], ah[k])
+
+    # a box corner nearest: along the corner's edge (axis steep in it) or across its face
+    c = jnp.bitwise_xor(axisdir, best["corner"])
+    flip = (c == 3) | (c == 5) | (c == 6)
+    mul = jnp.where(flip, -1.0, 1.0)
+    c = jnp.where(flip, 7 - c, c)
+    ax = jnp.where(c == 1, 0, jnp.where(c == 2, 1, 2))
+    along = axis[ax] ** 2 > 0.5
+    de, dp = 1 - mul * t, 1 + mul * t
+    on_edge = mul * jnp.minimum(de, cross(ax))
+    on_face = -mul * jnp.minimum(dp, jnp.minimum(cross((ax + 1) % 3), cross((ax + 2) % 3)))
+    corner_sec = jnp.where(along, on_edge, on_face)
+    corner_has = (c != 0) & (c != 7)
+
+    # the middle of an edge nearest: crossing it, over the face the axis is flatter to
+    e = best["edge"]
+    c = jnp.bitwise_and(jnp.bitwise_xor(axisdir, best["corner"]), 7 - jnp.left_shift(1, e))
+    edge_has = (c == 1) | (c == 2) | (c == 4)
+    a1, a2 = (e + 1) % 3, (e + 2) % 3
+    a1 = jnp.where(jnp.abs(axis[a1]) > jnp.abs(axis[a2]), a2, a1)
+    a2 = 3 - e - a1
+    mul = jnp.where(bit(c, a2), 1.0, -1.0)
+    sec = jnp.minimum(1 - mul * t, cross(a2))
+    e2 = jnp.where(bit(axisdir, e) == bit(c, a2), 1 - best["s"], 1 + best["s"])
+    edge_sec = mul * jnp.minimum(sec, _safe_div(half[e] * e2, ah[e]))
+
+    # an end nearest, over a face: towards the other end, up to where the axis leaves the face
+    mul = jnp.where(kind == -3, 1.0, -1.0)
+    start = p - mul * h
+    sec = jnp.asarray(2.0, p.dtype)
+    for i in range(3):
+        for side in (half[i], -half[i]):
+            x = _safe_div((side - start[i]) * mul, h[i])
+            sec = jnp.where((i != best["face"]) & (x > 0) & (x < sec), x, sec)
+    face_sec = mul * sec
+    face_has = best["face"] != -1
+
+    is_face, is_corner = kind < 0, (kind >= 0) & (kind // 3 != 1)
+    sec = jnp.where(is_face, face_sec, jnp.where(is_corner, corner_sec, edge_sec))
+    has = (kind != -4) & jnp.where(is_face, face_has, jnp.where(is_corner, corner_has, edge_has))
+    return sec, has
+
+
+def capsule_box_spheres(cap, box, sharpness=None):
+    """Capsule-box as MuJoCo's C engine (3.17) makes it: two spheres of the capsule's radius on its
+    axis, each collided with the box (:func:`sphere_box`, the C engine's sphere-box).
+
+    The first sphere sits at the axis point nearest the box (an end over a face, or the closest
+    point to one of the box's twelve edges); the second, where the C engine puts one, further
+    along the axis: along the box's edge or across its face from the corner or edge found, up to
+    where the axis leaves the box (or its own other end). A capsule pressed into a box's edge gets
+    a contact on each face (MJX's rule: one, on the face of least penetration). Both slots report
+    their true distances, apart or touching; a missing second sphere is distance 1. The choices are
+    the C engine's hard switches: derivatives follow the branch taken. ``box`` is MJX's
+    ``ConvexInfo`` of the box; ``sharpness`` (under ``collision.smooth``) only blends the frames.
+    """
+    half = box.size
+    axis = box.mat.T @ cap.mat[:, 2]  # in the box's frame; the C engine's ties break on its rounding
+    h = axis * cap.size[1]
+    p = box.mat.T @ (cap.pos - box.pos)
+    bound = 2 * (cap.size[0] + cap.size[1] + jnp.sum(half))
+    best = _engine_nearest(p, h, half, bound)
+    sec, has = _engine_second(best, p, axis, h, half)
+    found = best["kind"] != -4
+
+    def sphere_at(t):
+        centre = cap.pos + t * (cap.mat[:, 2] * cap.size[1])
+        return sphere_box(_Sphere(centre, cap.size), box, sharpness)
+
+    (d1, p1, f1), (d2, p2, f2) = sphere_at(best["t"]), sphere_at(best["t"] + jnp.where(has, sec, 0.0))
+    dist = jnp.stack([jnp.where(found, d1, 1.0), jnp.where(has, d2, 1.0)])
+    return dist, jnp.stack([p1, p2]), jnp.stack([f1, f2])
+
+
+class _Sphere:
+    """The sphere :func:`sphere_box` reads: ``pos`` and ``size`` (radius first)."""
+
+    def __init__(self, pos, size):
+        self.pos, self.size = pos, size
 
 
 PARALLEL = 1e-8
