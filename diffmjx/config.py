@@ -327,7 +327,9 @@ class CollisionConfig(Section):
             and at a second point along the box's edge or face, each against the box (a capsule
             pressed into an edge touches both faces); ``blended``, MJX's face-or-edge choice with
             its switch blended over 0.1 mm bands (one contact on the face of least penetration
-            where the C engine has two). With ``smooth`` the pair takes ``blended`` either way.
+            where the C engine has two); ``mjx``, MJX's own rule, which switches between the two at
+            depth and reports distance 1 for a capsule apart (no contacts from distance). With
+            ``smooth`` the pair takes ``blended`` whichever is chosen.
     """
 
     _section = "collision"
@@ -338,7 +340,7 @@ class CollisionConfig(Section):
     plane_cylinder: str = knob("deepest", choices=PLANE_CYLINDER_RULES)
     box_box: str = knob("clipped", choices=BOX_BOX_RULES)
     capsule_capsule: str = knob("paired", choices=CAPSULE_CAPSULE_RULES)
-    capsule_box: str = knob("blended", choices=CAPSULE_BOX_RULES)
+    capsule_box: str = knob("spheres", choices=CAPSULE_BOX_RULES)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -203,6 +203,7 @@ def run(
     fresh: bool = False,
     name: str = "fidelity",
     update: bool = False,
+    set_overrides: tuple[str, ...] = (),
 ) -> list[dict]:
     if update and not (out / f"{name}.csv").exists():  # before anything runs
         raise FileNotFoundError(f"--update: {out / f'{name}.csv'} does not exist; run without --update to write it")
@@ -226,7 +227,7 @@ def run(
                   f"worst {e.max():8.2%}  {res['run_s'].mean():6.2f} s/shot  JIT {res['jit_s']:4.0f} s"
                   + (f"  ({(~ok).sum()} unconverged truth)" if (~ok).any() else ""))  # fmt: skip
             for i in range(len(states["qvel"])):
-                rows.append(dict(family=family, config=config, overrides=" ".join(CONFIGS[config]), shot=i,
+                rows.append(dict(family=family, config=config, overrides=" ".join((*set_overrides, *CONFIGS[config])), shot=i,
                                  motion=states["motion"][i], rel_error=res["rel_error"][i],
                                  wrong_sign=bool(res["wrong_sign"][i]), truth_norm=np.linalg.norm(ref["grad"][i]),
                                  truth_agreement=ref["agreement"][i], truth_unconverged=bool(not ok[i]),
@@ -346,7 +347,7 @@ def main(argv=None):
     for family in families:
         scene(family, 0)  # names an unknown family before anything runs
     n = args.shots or (4 if args.quick else 10)
-    run(cfg, args.out, families, configs, n, args.seed, args.fresh, args.name, args.update)
+    run(cfg, args.out, families, configs, n, args.seed, args.fresh, args.name, args.update, tuple(args.set or ()))
 
 
 if __name__ == "__main__":

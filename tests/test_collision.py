@@ -538,7 +538,13 @@ def capsule_box_scene():
     d0 = mjx.make_data(mx)
 
     def contact(qpos, rule="deepest"):  # "mjx": MJX's own collision stage
-        rules = diffmjx.CollisionConfig(plane_box=rule, plane_cylinder=rule, box_box="mjx", capsule_capsule="mjx")
+        rules = diffmjx.CollisionConfig(
+            plane_box=rule,
+            plane_cylinder=rule,
+            box_box="mjx",
+            capsule_capsule="mjx",
+            capsule_box="blended" if rule != "mjx" else "mjx",
+        )
         c = collision.detect(mx, d0.replace(qpos=qpos), rules)
         return c.dist, c.pos, c.frame
 

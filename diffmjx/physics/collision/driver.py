@@ -5,7 +5,7 @@ As MJX's ``collision_driver``: the table of which geom pairs use which function 
 :mod:`diffmjx.physics.collision.pairs` and :mod:`diffmjx.physics.collision.box_box` in place of MJX's for those
 pairs; every other pair keeps MJX's function. Which functions is set by one typed object, the
 ``collision`` section of :class:`diffmjx.Config` (:class:`diffmjx.config.CollisionConfig`:
-``smooth``, ``sharpness`` and the four pair rules); :func:`stage` picks MJX's stage or
+``smooth``, ``sharpness`` and the five pair rules); :func:`stage` picks MJX's stage or
 :func:`collide` for it. :func:`check_model` rejects, up front, what this
 stage cannot collide.
 """
@@ -94,14 +94,19 @@ def table(rules: CollisionConfig, apart: bool = False) -> dict:
               :func:`~diffmjx.physics.collision.pairs.capsule_capsule_paired`, the C engine's
               contacts (two slots; under ``smooth`` the blend of MJX's one contact and an empty
               slot); ``mjx`` keeps MJX's rule.
+            * ``capsule_box``: ``spheres`` replaces MJX's capsule-box by
+              :func:`~diffmjx.physics.collision.pairs.capsule_box_spheres`, the C engine's contacts;
+              ``blended`` by :func:`~diffmjx.physics.collision.pairs.capsule_box`, MJX's face-or-edge
+              choice with its switch blended and the true distance apart; ``mjx`` keeps MJX's rule.
+              Under ``smooth`` each is the blended rule (its frames smoothed at ``sharpness``).
 
         apart: the contacts that contacts from distance build their rows from: under ``smooth``
             with ``box_box=clipped``, box-box takes the blend of MJX's rule (padded to the clipped
             rule's eight slots, so the layout is the forward's), which reports the true distance
             of boxes apart where the clipped construction reports only penetrating points.
 
-    The four pair fields pick entries of :data:`diffmjx.registry.PLANE_BOX_RULES`,
-    ``PLANE_CYLINDER_RULES``, ``BOX_BOX_RULES`` and ``CAPSULE_CAPSULE_RULES`` (:class:`~diffmjx.registry.CollisionRuleEntry`):
+    The five pair fields pick entries of :data:`diffmjx.registry.PLANE_BOX_RULES`,
+    ``PLANE_CYLINDER_RULES``, ``BOX_BOX_RULES``, ``CAPSULE_CAPSULE_RULES`` and ``CAPSULE_BOX_RULES`` (:class:`~diffmjx.registry.CollisionRuleEntry`):
     another rule for one of these pairs is one function and one ``register`` line.
 
     Returns:
@@ -121,9 +126,8 @@ def table(rules: CollisionConfig, apart: bool = False) -> dict:
     # MJX's other SDF-search pairs: its values, the derivative at the point found (NaN-free)
     for types in sdf.PAIRS:
         out[types] = sdf.held_point(types)
-    # MJX's sphere-box and capsule-box report distance 1 for any separated pose: no contacts from distance
+    # MJX's sphere-box reports distance 1 for any separated pose: no contacts from distance
     out[(_G.SPHERE, _G.BOX)] = _mjx.primitive_collider(ncon=1)(functools.partial(sphere_box, sharpness=sharpness))
-    out[(_G.CAPSULE, _G.BOX)] = _mjx.convex_collider(ncon=2)(functools.partial(capsule_box, sharpness=sharpness))
     for types, choices, name in _RULES:  # the pairs whose function a config field picks
         fn = choices[getattr(rules, name)].build(sharpness, apart)
         if fn is not None:
@@ -169,10 +173,19 @@ def _capsule_capsule_paired(sharpness, apart):
     return _mjx.primitive_collider(ncon=2)(smoothed)
 
 
+def _capsule_box_blended(sharpness, apart):
+    return _mjx.convex_collider(ncon=2)(functools.partial(capsule_box, sharpness=sharpness))
+
+
 def _capsule_box_spheres(sharpness, apart):
     if sharpness is not None:
-        return None  # smoothed: the blended rule (same two slots)
+        return _capsule_box_blended(sharpness, apart)  # smoothed: the blended rule (same two slots)
     return _mjx.convex_collider(ncon=2)(capsule_box_spheres)
+
+
+def _capsule_box_mjx(sharpness, apart):
+    # MJX's own reports distance 1 for any separated pose and switches face to edge at depth
+    return None if sharpness is None else _capsule_box_blended(sharpness, apart)
 
 
 PLANE_BOX_RULES.register("deepest", CollisionRuleEntry(_plane_box_deepest))
@@ -184,7 +197,8 @@ BOX_BOX_RULES.register("mjx", CollisionRuleEntry(_keep))
 CAPSULE_CAPSULE_RULES.register("paired", CollisionRuleEntry(_capsule_capsule_paired))
 CAPSULE_CAPSULE_RULES.register("mjx", CollisionRuleEntry(_keep))
 CAPSULE_BOX_RULES.register("spheres", CollisionRuleEntry(_capsule_box_spheres))
-CAPSULE_BOX_RULES.register("blended", CollisionRuleEntry(_keep))
+CAPSULE_BOX_RULES.register("blended", CollisionRuleEntry(_capsule_box_blended))
+CAPSULE_BOX_RULES.register("mjx", CollisionRuleEntry(_capsule_box_mjx))
 
 # (geom types, the registry of their rules, the collision config field that picks one)
 _RULES = (

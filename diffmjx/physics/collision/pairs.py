@@ -452,73 +452,73 @@ def _safe_div(num, den):
     return jnp.where(ok, num / jnp.where(ok, den, 1.0), jnp.inf)
 
 
+# the box's twelve edges in the C engine's order: along axis j, from the corner with bit j clear
+_EDGE_AXIS = np.array([j for j in range(3) for c in range(8) if not c & (1 << j)])
+_EDGE_CORNER = np.array([c for j in range(3) for c in range(8) if not c & (1 << j)])
+_EDGE_MID = np.array(
+    [[0.0 if k == j else (1.0 if c & (1 << k) else -1.0) for k in range(3)] for j, c in zip(_EDGE_AXIS, _EDGE_CORNER)]
+)
+
+
+def _engine_edge(p, h, half, j, mid):
+    """Closest points of the capsule's axis and the box edge along axis ``j`` through ``half * mid``,
+    clamped as the C engine clamps them: ``(d2, x2, x1, s1, s2, ok)``, the squared distance, the
+    axis and edge parameters in [-1, 1], which end each sits at (0, 1, 2: low end, middle, high end),
+    and whether the two are not parallel."""
+    e = jax.nn.one_hot(j, 3, dtype=p.dtype)
+    hj, sj = h @ e, half @ e
+    dif = half * mid - p
+    ma, mb, mc = sj**2, -sj * hj, jnp.dot(h, h)
+    u, v = -sj * (dif @ e), jnp.dot(h, dif)
+    det = ma * mc - mb * mb
+    ok = jnp.abs(det) >= _MINVAL
+    det = jnp.where(ok, det, 1.0)
+    x1, x2 = (mc * u - mb * v) / det, (ma * v - mb * u) / det
+    s1 = jnp.where(x1 > 1, 2, jnp.where(x1 < -1, 0, 1))
+    x2 = jnp.where(x1 > 1, (v - mb) / mc, jnp.where(x1 < -1, (v + mb) / mc, x2))
+    x1 = jnp.clip(x1, -1.0, 1.0)
+    hi, lo = x2 > 1, x2 < -1
+    x1_re = jnp.where(hi, (u - mb) / ma, (u + mb) / ma)  # an axis end: the edge point re-solved
+    s1 = jnp.where(hi | lo, jnp.where(x1_re > 1, 2, jnp.where(x1_re < -1, 0, s1)), s1)
+    x1 = jnp.where(hi | lo, jnp.clip(x1_re, -1.0, 1.0), x1)
+    s2 = jnp.where(hi, 2, jnp.where(lo, 0, 1))
+    x2 = jnp.clip(x2, -1.0, 1.0)
+    gap = dif - x2 * h + sj * x1 * e
+    return jnp.dot(gap, gap), x2, x1, s1, s2, ok
+
+
 def _engine_nearest(p, h, half, bound):
     """The C engine's search for the axis point nearest the box, in the box's frame (capsule centre
-    ``p``, half-axis ``h``): ends against faces first, then the twelve edges, each replacing the
-    best only if strictly nearer (by ``_MINVAL`` for edges). Returns a dict of the winner: ``t``
-    (axis parameter in [-1, 1]), ``s`` (edge parameter), ``kind`` (-3 / -1: the -1 / +1 end on a
-    face; 3 * s1 + s2 for an edge: s1, s2 in 0, 1, 2 for the edge's and the axis's low end, middle,
-    high end; -4: none), ``face`` (the axis the end is clamped on, -1 inside), ``corner``, ``edge``."""
-    i32 = jnp.int32
-    best = dict(
-        d2=bound,
-        t=jnp.zeros_like(bound),
-        s=jnp.zeros_like(bound),
-        kind=i32(-4),
-        face=i32(-1),
-        corner=i32(0),
-        edge=i32(0),
+    ``p``, half-axis ``h``): the axis's ends against the faces they project onto (an end beyond two
+    faces is left to the edges), then the twelve edges, an edge winning only if nearer by
+    ``_MINVAL``. Returns a dict of the winner: ``t`` (axis parameter in [-1, 1]), ``s`` (edge
+    parameter), ``kind`` (-3 / -1: the -1 / +1 end over a face; ``3 * s1 + s2`` for an edge; -4:
+    none nearer than ``bound``), ``face`` (the axis the end is clamped on, -1 inside), ``corner``
+    (the edge's corner nearest, bits x, y, z set on the positive side) and ``edge`` (its axis)."""
+    ends = jnp.array([-1.0, 1.0], dtype=p.dtype)
+    e = p[None] + ends[:, None] * h[None]
+    out = jnp.abs(e) > half
+    d2_end = jnp.sum((jnp.clip(e, -half, half) - e) ** 2, axis=1)
+    d2_end = jnp.where(jnp.sum(out, axis=1) <= 1, d2_end, jnp.inf)
+    i = jnp.argmin(d2_end)  # the -1 end on a tie, as the C engine's order
+    end_ok = d2_end[i] < bound
+    face = jnp.max(jnp.where(out[i], jnp.arange(3), -1))
+
+    d2, x2, x1, s1, s2, ok = jax.vmap(_engine_edge, (None, None, None, 0, 0))(p, h, half, _EDGE_AXIS, _EDGE_MID)
+    d2 = jnp.where(ok, d2, jnp.inf)
+    k = jnp.argmin(d2)
+    edge_ok = d2[k] < jnp.where(end_ok, d2_end[i], bound) - _MINVAL
+    kind = jnp.where(edge_ok, 3 * s1[k] + s2[k], jnp.where(end_ok, 2 * i - 3, -4))
+    return dict(
+        t=jnp.where(edge_ok, x2[k], jnp.where(end_ok, ends[i], 0.0)),
+        s=jnp.where(edge_ok, x1[k], 0.0),
+        kind=kind.astype(jnp.int32),
+        face=jnp.where(edge_ok | ~end_ok, -1, face).astype(jnp.int32),
+        corner=(jnp.asarray(_EDGE_CORNER)[k] + jnp.left_shift(1, jnp.asarray(_EDGE_AXIS)[k]) * (s1[k] == 2)).astype(
+            jnp.int32
+        ),
+        edge=jnp.asarray(_EDGE_AXIS)[k].astype(jnp.int32),
     )
-
-    def take(best, better, **new):
-        return {k: jnp.where(better, new[k], v) if k in new else v for k, v in best.items()}
-
-    for end in (-1.0, 1.0):
-        e = p + end * h
-        out = jnp.abs(e) > half
-        clamped = jnp.clip(e, -half, half)
-        face = jnp.max(jnp.where(out, jnp.arange(3), -1))
-        d2 = jnp.sum((clamped - e) ** 2)
-        better = (jnp.sum(out) <= 1) & (d2 < best["d2"])
-        best = take(best, better, d2=d2, t=jnp.asarray(end, p.dtype), kind=i32(-2 + end), face=face.astype(i32))
-
-    L2 = jnp.dot(h, h)
-    for j in range(3):
-        for corner in range(8):
-            if corner & (1 << j):
-                continue
-            sign = np.array([1.0 if corner & (1 << k) else -1.0 for k in range(3)])
-            sign[j] = 0.0  # the edge's midpoint
-            dif = half * sign - p
-            ma, mb, mc = half[j] ** 2, -half[j] * h[j], L2
-            u, v = -half[j] * dif[j], jnp.dot(h, dif)
-            det = ma * mc - mb * mb
-            ok = jnp.abs(det) >= _MINVAL
-            det = jnp.where(ok, det, 1.0)
-            x1, x2 = (mc * u - mb * v) / det, (ma * v - mb * u) / det
-            s1, s2 = jnp.where(x1 > 1, 2, jnp.where(x1 < -1, 0, 1)), 1
-            x2 = jnp.where(x1 > 1, (v - mb) / mc, jnp.where(x1 < -1, (v + mb) / mc, x2))
-            x1 = jnp.clip(x1, -1.0, 1.0)
-            hi, lo = x2 > 1, x2 < -1
-            x1_re = jnp.where(hi, (u - mb) / ma, (u + mb) / ma)
-            s1 = jnp.where(hi | lo, jnp.where(x1_re > 1, 2, jnp.where(x1_re < -1, 0, s1)), s1)
-            x1 = jnp.where(hi | lo, jnp.clip(x1_re, -1.0, 1.0), x1)
-            s2 = jnp.where(hi, 2, jnp.where(lo, 0, s2))
-            x2 = jnp.clip(x2, -1.0, 1.0)
-            gap = dif - x2 * h + (half[j] * x1) * jnp.eye(3, dtype=p.dtype)[j]
-            d2 = jnp.dot(gap, gap)
-            better = ok & (d2 < best["d2"] - _MINVAL)
-            best = take(
-                best,
-                better,
-                d2=d2,
-                t=x2,
-                s=x1,
-                kind=(3 * s1 + s2).astype(i32),
-                corner=(corner + (1 << j) * (s1 == 2)).astype(i32),
-                edge=i32(j),
-            )
-    return best
 
 
 def _engine_second(best, p, axis, h, half):
