@@ -1707,6 +1707,25 @@ def config_fidelity_ten() -> str:
     return "\n".join(out) + "\n"
 
 
+def capsule_box_rules() -> str:
+    """The capsule-box family's ten shots under each ``collision.capsule_box`` rule, one session."""
+    out = [
+        "| `collision.capsule_box` | shots (left out) | median / p90 / worst | wrong sign | s per shot | JIT s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for rule, note in (("spheres", " (the default)"), ("blended", "")):
+        r = next(x for x in _rows(f"fidelity_capsule_box_{rule}_ten_summary.csv") if x["family"] == "capsule-box")
+        out.append(
+            f"| `{rule}`{note} | {_shots(r)} | {_errors3(r)} | {r['wrong_sign']} | "
+            f"{float(r['backward_run_s_per_shot']):.2f} | {float(r['backward_jit_s']):.0f} |"
+        )
+    return "\n".join(out) + "\n\n" + (
+        "`docs/results/fidelity_capsule_box_{spheres,blended}_ten.csv`: `python -m experiments.fidelity "
+        "--families capsule-box --configs defaults --set collision.capsule_box=RULE --name "
+        "fidelity_capsule_box_RULE_ten`.\n"
+    )
+
+
 # Rows after a family of fidelity_summary.csv: (label, summary CSV, family), run at the defaults only
 FIDELITY_MAIN_EXTRA = {
     "sphere-box": (
@@ -2287,6 +2306,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "sysid_extended": sysid_extended,
     "sysid_generalisation": sysid_generalisation,
     "config_fidelity_ten": config_fidelity_ten,
+    "capsule_box_rules": capsule_box_rules,
     "config_fidelity_main": config_fidelity_main,
     "config_changes": config_changes,
     "config_quick": config_quick,

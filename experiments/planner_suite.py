@@ -23,7 +23,7 @@ on the executed end state:
 ========================  ===========================================================================
 
 Every planner plans on the MJX model (DiffMJX's Euler, 10 steps per 50 ms control period, MJX's
-capsule-capsule contacts: ``SIM``) and
+capsule-capsule contacts and the blended capsule-box rule: ``SIM``) and
 the executed controls run on MuJoCo's C engine at 1 ms (:func:`diffmjx.mpc.closed_loop` with a
 ``mujoco.MjModel`` plant): the "real system". Planners, each with :class:`diffmjx.mpc.PlannerConfig`'s
 defaults except its kind, the task's horizon, ``execute=4`` and the time budget:
@@ -71,10 +71,16 @@ from diffmjx import mpc, scenes
 from diffmjx.config import DEFAULT_PRESET
 from experiments import common
 
-# the planning model: DiffMJX's Euler, and MJX's capsule-capsule contacts (one per pair), with which
-# the committed results were planned; the default since (collision.capsule_capsule=paired, the C
-# engine's contacts) changes finger_turn's planning model (capsules): a rerun with it is open
-SIM = ("integrator.solver=mjx_euler", "integrator.substeps=10", "collision.capsule_capsule=mjx")
+# the planning model: DiffMJX's Euler, MJX's capsule-capsule contacts (one per pair) and the blended
+# capsule-box rule, with which the committed results were planned; the defaults since (the C engine's
+# contacts: collision.capsule_capsule=paired, capsule_box=spheres) change finger_turn's planning
+# model (capsules) and the hopper's shin on its torso: a rerun with them is open
+SIM = (
+    "integrator.solver=mjx_euler",
+    "integrator.substeps=10",
+    "collision.capsule_capsule=mjx",
+    "collision.capsule_box=blended",
+)
 SAMPLE_BATCH = "sample_batch=8"  # on a CPU, batches of 8 (docs/mpc.md): every planner's budget follows sampling's time
 CFD = ("cfd.enabled=true",)
 PLANT_STEP = 0.001  # the C engine's timestep, s

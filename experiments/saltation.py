@@ -64,7 +64,7 @@ EPS = 1e-6
 EPS_CHECK = 1e-5  # the reference again at this step: where the two differ, the map is not smooth at that scale
 CONVERGED = 0.01  # a shot's reference counts as converged where the two differ by at most this (relative)
 SETTLE_S = 1.0  # the finger's box settles this long on the floor (the C engine, the finger held) before a shot
-VERSION = {"finger_box": ("settled",)}  # shot definitions changed since first cached
+VERSION = {"finger_box": ("settled", "capsule_box=spheres")}  # shots or defaults changed since first cached
 
 _FREE = """<mujoco><option timestep="0.01"/><worldbody><geom name="floor" type="plane" size="0 0 1"/>{extra}
 <body name="thrown" pos="0 0 0.3"><freejoint/><geom name="thrown" {geom} mass="0.2"/></body></worldbody></mujoco>"""

@@ -2,7 +2,7 @@
 
     python -m experiments.sysid_peer [--models arm,box,ball,finger,finger_box,legged] [--seeds 2]
                                      [--euler 1,2,4,8,16,32] [--rk4 1,2,4,8] [--tolerances 1e-3,1e-4,1e-5,1e-7]
-                                     [--fresh] [--plot-only] [--persistent-cache]
+                                     [--saltation 1e-3] [--fresh] [--plot-only] [--persistent-cache]
 
 The recovery study's models (:mod:`experiments.sysid_recovery`: the arm, the thrown box, the ball
 thrown at a wall, MyoSuite's muscle-driven finger) and two contact-rich ones: ``finger_box``
@@ -26,6 +26,9 @@ Each method at its best setting:
   segments, adaptive Tsit5 at each of ``--tolerances`` for rtol = atol): its time to an error is
   the time from the call (compilation included: ``IdentifyResult.start_s``) to the end of the
   first Levenberg–Marquardt step whose values are within it, at its fastest setting that reaches it.
+  ``--saltation RES``: each tolerance also with the touchdown term in the Jacobian
+  (``integrator.saltation=true``, ``integrator.saltation_resolution=RES``; setting
+  ``rtol 1e-05 saltation 0.001``), what ``identify``'s ``TouchdownJumpWarning`` advises.
   The fits of a model run one after another in this process (each seed at every tolerance): the
   first at a tolerance compiles the simulation's program, later ones reuse it (column ``program``:
   ``compiled`` or ``reused``), and the summary gives the median over seeds and over each kind.
@@ -128,7 +131,7 @@ def run_diffmjx(name: str, seed: int, cfg: diffmjx.Config, fit: sysid.FitConfig,
         "model": name,
         "seed": seed,
         "method": "diffmjx_lm",
-        "integrator": f"tsit5 rtol {cfg.integrator.rtol:g}",
+        "integrator": _label(cfg),
         "timestep": float(start.opt.timestep),
         "max_rel_error": final,
         "wall_s": wall,
@@ -141,6 +144,12 @@ def run_diffmjx(name: str, seed: int, cfg: diffmjx.Config, fit: sysid.FitConfig,
         "iterations": len(res.history.step),
         **{f"time_to_{thr:g}": _time_to(errors, times, thr) for thr in THRESHOLDS},
     }
+
+
+def _label(cfg: diffmjx.Config) -> str:
+    """DiffMJX's setting by name: the tolerance, and the saltation term's resolution where it is on."""
+    ic = cfg.integrator
+    return f"tsit5 rtol {ic.rtol:g}" + (f" saltation {ic.saltation_resolution:g}" if ic.saltation else "")
 
 
 def run_peer(name: str, seed: int, integrator: str, divisor: int, fit: sysid.FitConfig) -> dict:
@@ -325,6 +334,12 @@ def main(argv=None) -> None:
     p.add_argument("--euler", default="1,2,4,8,16,32", help="the peer's timestep divisors, the model's integrator")
     p.add_argument("--rk4", default="1,2,4,8", help="the peer's timestep divisors with MuJoCo's RK4")
     p.add_argument("--tolerances", default="1e-3,1e-4,1e-5,1e-7", help="DiffMJX's integrator.rtol = atol settings")
+    p.add_argument(
+        "--saltation",
+        default="",
+        help="also fit with integrator.saltation=true at these integrator.saltation_resolution values (m), "
+        "comma-separated, at each tolerance (the TouchdownJumpWarning's advice for fits through touchdowns)",
+    )
     p.add_argument("--out", type=Path, default=common.RESULTS)
     p.add_argument("--fresh", action="store_true")
     p.add_argument("--cached-only", action="store_true", help="summarise the fits already cached, run none")
@@ -365,6 +380,12 @@ def main(argv=None) -> None:
         diffmjx.Config().override(f"integrator.rtol={t}", f"integrator.atol={t}", "integrator.saltation=false")
         for t in args.tolerances.split(",")
     ]
+    cfgs += [
+        c.override("integrator.saltation=true", f"integrator.saltation_resolution={r}")
+        for r in args.saltation.split(",")
+        if r
+        for c in list(cfgs)
+    ]
     fit = sysid.FitConfig(horizon=HORIZON, stride=STRIDE, steps=30)
     settings = [("euler", int(x)) for x in args.euler.split(",") if x] + [
         ("rk4", int(x)) for x in args.rk4.split(",") if x
@@ -387,7 +408,7 @@ def main(argv=None) -> None:
                 return run_diffmjx(name, seed, cfg, fit, program)
 
             row = common.stage("sysid_peer_diffmjx", key, run, args.fresh)
-            rows.append({**row, "integrator": f"tsit5 rtol {cfg.integrator.rtol:g}"})  # the setting, by name
+            rows.append({**row, "integrator": _label(cfg)})  # the setting, by name
         for integ, div in settings if "mujoco_sysid" in methods else ():
             key = (name, seed, integ, div, fit.to_dict())
             if args.cached_only and not common.stage_path("sysid_peer_mujoco", key).exists():

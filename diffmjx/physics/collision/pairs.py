@@ -588,7 +588,9 @@ def capsule_box_spheres(cap, box, sharpness=None):
     a contact on each face (MJX's rule: one, on the face of least penetration). Both slots report
     their true distances, apart or touching; a missing second sphere is distance 1. The choices are
     the C engine's hard switches: derivatives follow the branch taken. ``box`` is MJX's
-    ``ConvexInfo`` of the box; ``sharpness`` (under ``collision.smooth``) only blends the frames.
+    ``ConvexInfo`` of the box; ``sharpness``, if given, blends the friction frames as
+    :func:`sphere_box` does (under ``collision.smooth`` the collision table takes the blended
+    :func:`capsule_box` instead).
     """
     half = box.size
     axis = box.mat.T @ cap.mat[:, 2]  # in the box's frame; the C engine's ties break on its rounding
