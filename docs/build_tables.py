@@ -1407,10 +1407,14 @@ def sysid_touchdown() -> str:
             continue
         last = rs[-1]
         losses = ", ".join(_exp(float(rs[k]["loss"])) for k in (0, 2, 4, len(rs) - 1))
-        pct = lambda x: f"{100 * float(x):+.1f} %"
+
+        def pct(x, sign="+"):  # one decimal, or two significant digits below 0.1 %
+            v = 100 * float(x)
+            return f"{v:{sign}.1f} %" if abs(v) >= 0.1 else f"{v:{sign}.2g} %"
+
         out.append(
             f"| {names[variant]} | {_exp(float(last['loss_at_truth']))} | {losses} (step {last['step']}) "
-            f"| {100 * float(last['max_rel_error']):.1f} % "
+            f"| {pct(last['max_rel_error'], '')} "
             f"| {pct(last['knuckle_damping_error'])}, {pct(last['joint_damping_error'])} "
             f"| {_median([float(r['wall_s']) for r in rs[1:]]):.0f} |"
         )
@@ -1719,10 +1723,14 @@ def capsule_box_rules() -> str:
             f"| `{rule}`{note} | {_shots(r)} | {_errors3(r)} | {r['wrong_sign']} | "
             f"{float(r['backward_run_s_per_shot']):.2f} | {float(r['backward_jit_s']):.0f} |"
         )
-    return "\n".join(out) + "\n\n" + (
-        "`docs/results/fidelity_capsule_box_{spheres,blended}_ten.csv`: `python -m experiments.fidelity "
-        "--families capsule-box --configs defaults --set collision.capsule_box=RULE --name "
-        "fidelity_capsule_box_RULE_ten`.\n"
+    return (
+        "\n".join(out)
+        + "\n\n"
+        + (
+            "`docs/results/fidelity_capsule_box_{spheres,blended}_ten.csv`: `python -m experiments.fidelity "
+            "--families capsule-box --configs defaults --set collision.capsule_box=RULE --name "
+            "fidelity_capsule_box_RULE_ten`.\n"
+        )
     )
 
 

@@ -88,6 +88,7 @@ CONFIGS = {
         "collision.plane_cylinder=mjx",
         "collision.box_box=mjx",
         "collision.capsule_capsule=mjx",
+        "collision.capsule_box=mjx",
         "solver.min_iterations=0",
         "solver.max_tolerance=1",
     ),

@@ -204,7 +204,7 @@ def test_the_paper_setting_has_one_definition():
     ic, sc, cc = paper.integrator, paper.solver, paper.collision
     assert (ic.adjoint, ic.rtol, ic.atol, ic.solver) == ("checkpoint", 1e-5, 1e-5, "tsit5")
     assert (sc.impedance_floor, sc.min_iterations, sc.max_tolerance, sc.gradient) == (1e-4, 0, 1.0, "unroll")
-    assert (cc.plane_box, cc.plane_cylinder, cc.box_box, cc.capsule_capsule) == ("mjx",) * 4
+    assert (cc.plane_box, cc.plane_cylinder, cc.box_box, cc.capsule_capsule, cc.capsule_box) == ("mjx",) * 5
     assert paper.cfd == diffmjx.Config().cfd
     base = diffmjx.Config().override("integrator.dtmax=0.001", "cfd.enabled=true")
     over = diffmjx.Config.paper(base)

@@ -33,6 +33,7 @@ def test_fixed_step_rollout_of_the_baoding_hand_equals_mjx_step(hand):
         "solver.min_iterations=0",
         "solver.max_tolerance=1",
         "collision.capsule_capsule=mjx",  # MJX's contacts, which mjx.step makes
+        "collision.capsule_box=mjx",
     )
     ours, traj = jax.jit(lambda d: diffmjx.rollout(mx, d, u, cfg))(d)
     ref = jax.jit(lambda d: mjx.step(mx, mjx.step(mx, d)))(d)
