@@ -261,8 +261,13 @@ def sphere_box(sphere, box, sharpness=None):
     centre inside is pushed out through the face of least depth, as MuJoCo's C engine does. The
     friction frame is MJX's ``make_frame`` (``sharpness`` None) or its blended form.
     """
-    half, rho = box.size, sphere.size[0]
-    p = box.mat.T @ (sphere.pos - box.pos)
+    return _sphere_box_at(sphere.pos, sphere.size[0], box, sharpness)
+
+
+def _sphere_box_at(centre, rho, box, sharpness=None):
+    """:func:`sphere_box` of the sphere of radius ``rho`` at ``centre``."""
+    half = box.size
+    p = box.mat.T @ (centre - box.pos)
     delta = p - jnp.clip(p, -half, half)
     d2 = jnp.dot(delta, delta)
     outside = d2 > 1e-24
@@ -274,7 +279,7 @@ def sphere_box(sphere, box, sharpness=None):
     s = jnp.where(outside, s_out, gap[axis])
     n = -(box.mat @ jnp.where(outside, n_out, n_in))  # from the sphere towards the box
     dist = s - rho
-    pos = sphere.pos + n * (rho + 0.5 * dist)
+    pos = centre + n * (rho + 0.5 * dist)
     frame = _mjx.make_frame(n) if sharpness is None else smooth_frame(n, 4.0 / (sharpness * rho))
     return dist, pos, frame
 
@@ -602,19 +607,11 @@ def capsule_box_spheres(cap, box, sharpness=None):
     found = best["kind"] != -4
 
     def sphere_at(t):
-        centre = cap.pos + t * (cap.mat[:, 2] * cap.size[1])
-        return sphere_box(_Sphere(centre, cap.size), box, sharpness)
+        return _sphere_box_at(cap.pos + t * (cap.mat[:, 2] * cap.size[1]), cap.size[0], box, sharpness)
 
     (d1, p1, f1), (d2, p2, f2) = sphere_at(best["t"]), sphere_at(best["t"] + jnp.where(has, sec, 0.0))
     dist = jnp.stack([jnp.where(found, d1, 1.0), jnp.where(has, d2, 1.0)])
     return dist, jnp.stack([p1, p2]), jnp.stack([f1, f2])
-
-
-class _Sphere:
-    """The sphere :func:`sphere_box` reads: ``pos`` and ``size`` (radius first)."""
-
-    def __init__(self, pos, size):
-        self.pos, self.size = pos, size
 
 
 PARALLEL = 1e-8
