@@ -5,6 +5,10 @@ name we depend on is imported here, and every private field of ``mjx.Model`` / `
 (``_impl``) the library reads or writes is reached through a function here, so an MJX upgrade
 (pinned in ``pyproject.toml``) touches one file. Other modules use ``_mjx.<function or constant>``.
 The one private name of JAX the library reads (:func:`jax_backends_initialized`) lives here too.
+
+Why one file of this length: its purpose is that an MJX upgrade touches one file, so every stage
+DiffMJX replaces adds its few accessors here (a ``*_with`` stage composition, a private field's
+getter and setter) rather than in a second gateway.
 """
 
 import contextlib
@@ -24,6 +28,7 @@ with contextlib.redirect_stdout(io.StringIO()):
         collision_sdf,
         constraint,
         forward,
+        passive,
         sensor,
         smooth,
         support,
@@ -60,14 +65,18 @@ __all__ = [
     "crb",
     "efc",
     "efc_force",
+    "fluid",
     "full_m",
     "fwd_acceleration",
     "fwd_actuation",
     "fwd_position",
     "fwd_position_with",
     "fwd_velocity",
+    "fwd_velocity_with",
     "geom_pairs",
+    "gravcomp",
     "has_collision_fn",
+    "has_fluid",
     "has_frictionloss",
     "jac",
     "jax_backends_initialized",
@@ -86,6 +95,7 @@ __all__ = [
     "normalize",
     "normalize_with_norm",
     "numeric",
+    "passive_disabled",
     "position_stages",
     "primitive_collider",
     "project_polygon",
@@ -98,6 +108,7 @@ __all__ = [
     "solver_rescale",
     "solver_update_constraint",
     "solver_update_gradient",
+    "ten_velocity",
     "tendon",
     "tendon_armature",
     "tendon_fields",
@@ -130,6 +141,8 @@ crb = smooth.crb  # the mass matrix (composite rigid bodies and dof armature)
 tendon_armature = smooth.tendon_armature
 transmission = smooth.transmission
 collision = collision_driver.collision
+gravcomp = passive._gravcomp  # (nv,) gravity compensation forces (bodies' gravcomp)
+fluid = passive._fluid  # (nv,) the inertia-box fluid model's forces
 make_constraint = constraint.make_constraint
 
 # MJX's fixed-step integrators, applied to a Data on which forward dynamics already ran.
@@ -378,6 +391,34 @@ def fwd_position_with(m: Model, d: Data, collide=None, tendon=None, rows=None) -
     for _, stage in position_stages(collide, tendon, rows):
         d = stage(m, d)
     return d
+
+
+def fwd_velocity_with(m: Model, d: Data, passive_forces) -> Data:
+    """``mjx fwd_velocity`` with MJX's passive-force stage replaced by ``passive_forces(m, d) -> d``."""
+    d = d.tree_replace(
+        {
+            "_impl.actuator_velocity": d._impl.actuator_moment @ d.qvel,
+            "_impl.ten_velocity": d._impl.ten_J @ d.qvel,
+        }
+    )
+    d = smooth.com_vel(m, d)
+    d = passive_forces(m, d)
+    d = smooth.rne(m, d)
+    return smooth.tendon_bias(m, d)
+
+
+def passive_disabled(m: Model) -> bool:
+    """Whether MJX sets every passive force to zero: it does when springs *or* dampers are disabled."""
+    return bool(m.opt.disableflags & (DisableBit.SPRING | DisableBit.DAMPER))
+
+
+def has_fluid(m: Model) -> bool:
+    return bool(m.opt._impl.has_fluid_params)
+
+
+def ten_velocity(d: Data):
+    """(ntendon,) tendon velocities (after the velocity stage's first line)."""
+    return d._impl.ten_velocity
 
 
 def jax_backends_initialized() -> bool:

@@ -1,6 +1,7 @@
-"""DiffMJX's kinematics and com_pos (diffmjx.physics.smooth) against MJX's own stages: values and
-derivatives in both modes, under jit and vmap, on a model with every joint type, sites and a mocap body;
-a gradient through a contact rollout against the same with MJX's stages."""
+"""DiffMJX's kinematics, com_pos and velocity stage (diffmjx.physics.smooth) against MJX's own stages:
+values and derivatives in both modes, under jit and vmap, on models with every joint type, sites, a
+mocap body, springs, dampers, tendons, gravity compensation and fluid forces; a gradient through a
+contact rollout against the same with MJX's stages."""
 
 import jax
 import jax.numpy as jnp
@@ -125,8 +126,8 @@ BOX_DROP = """
 
 def test_a_gradient_through_a_contact_rollout_is_mjxs_to_rounding(monkeypatch):
     """A tilted box dropped onto the plane (corners in contact from the first steps, friction on):
-    the gradient of its end pose with respect to its start velocity, with DiffMJX's kinematics and
-    com_pos and with MJX's own stages in their place, ten semi-implicit Euler steps: the same to
+    the gradient of its end pose with respect to its start velocity, with DiffMJX's kinematics,
+    com_pos and velocity stage and with MJX's own stages in their place, ten semi-implicit Euler steps: the same to
     rounding. A stand-in that is not MJX's kinematics changes the result (the swap takes effect)."""
     import diffmjx
     from diffmjx.physics import dynamics
@@ -149,6 +150,7 @@ def test_a_gradient_through_a_contact_rollout_is_mjxs_to_rounding(monkeypatch):
     assert float(jnp.max(jnp.abs(ours))) > 0.01  # the start velocity does move the end pose
     monkeypatch.setattr(dynamics.smooth, "kinematics", _mjx.kinematics)
     monkeypatch.setattr(dynamics.smooth, "com_pos", _mjx.com_pos)
+    monkeypatch.setattr(dynamics.smooth, "fwd_velocity", _mjx.fwd_velocity)
     (value_mjx, _), theirs = gradient()
     np.testing.assert_allclose(float(value), float(value_mjx), rtol=1e-12)
     np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), rtol=1e-9, atol=1e-12)
@@ -156,3 +158,91 @@ def test_a_gradient_through_a_contact_rollout_is_mjxs_to_rounding(monkeypatch):
     monkeypatch.setattr(dynamics.smooth, "kinematics", shifted)
     value_shifted = jax.jit(end_pose)(jnp.asarray([0.3, -0.2, -0.4, 2.0, -1.0, 1.5]))[0]  # a forward suffices
     assert abs(float(value_shifted) - float(value)) > 1e-6  # the swap reaches the traced program
+
+
+SPRINGS = """
+<mujoco>
+  <option density="1.2" viscosity="0.01"/>
+  <default><geom contype="0" conaffinity="0"/></default>
+  <worldbody>
+    <body name="free" pos="0 0 .4" quat=".8 .2 .5 .1" gravcomp=".4">
+      <freejoint/>
+      <geom type="box" size=".1 .07 .05" pos=".02 0 .01"/>
+      <site name="a" pos=".1 0 .05"/>
+      <body pos=".15 0 0" quat=".7 .1 .7 .1">
+        <joint type="ball" stiffness="3" damping=".2" springref="0"/>
+        <geom type="capsule" size=".02 .1" pos="0 0 .1"/>
+        <body pos="0 0 .2">
+          <joint name="h" type="hinge" axis=".3 1 .2" pos="0 .01 0" stiffness="2" springref=".3" damping=".1"/>
+          <joint name="s" type="slide" axis="1 0 .5" stiffness="5" damping=".3"/>
+          <geom type="sphere" size=".03"/>
+          <site name="b" pos="0 .02 .04"/>
+        </body>
+      </body>
+    </body>
+  </worldbody>
+  <tendon>
+    <spatial stiffness="40" damping=".5" springlength=".1 .15"><site site="a"/><site site="b"/></spatial>
+    <fixed stiffness="7" damping=".2" springlength=".05"><joint joint="h" coef="1"/><joint joint="s" coef="-.5"/></fixed>
+  </tendon>
+</mujoco>
+"""
+
+
+def test_passive_forces_and_both_derivatives_are_mjxs():
+    """DiffMJX's velocity stage (every joint spring at once) against MJX's on springs of every joint
+    type (a free joint's too: stiffness set after compiling), dampers, tendon springs and dampers,
+    gravity compensation and fluid forces: values, JVPs and VJPs with respect to (qpos, qvel), under
+    jit and vmap. A spring's derivative at its own reference is right where MJX's is zero."""
+    m = mujoco.MjModel.from_xml_string(SPRINGS)
+    m.jnt_stiffness[0] = 4.0
+    m.qpos_spring[:7] = [0.1, -0.2, 0.5, 0.6, 0.0, 0.8, 0.0]
+    mx = _mjx.mjx.put_model(m)
+    d0 = _mjx.make_data(mx)
+    rng = np.random.default_rng(1)
+    qs = np.stack([m.qpos0 + 0.4 * rng.standard_normal(m.nq) for _ in range(3)])
+    for a in (3, 7):
+        qs[:, a : a + 4] /= np.linalg.norm(qs[:, a : a + 4], axis=1, keepdims=True)
+    x = jnp.asarray(np.concatenate([qs, rng.standard_normal((3, m.nv))], axis=1))
+    fields = ("qfrc_passive", "qfrc_gravcomp", "qfrc_bias", "cvel", "cdof_dot")
+
+    def outputs(velocity):
+        def f(x):
+            d = d0.replace(qpos=x[: m.nq], qvel=x[m.nq :])
+            for stage in (_mjx.kinematics, _mjx.com_pos, _mjx.tendon, _mjx.transmission, velocity):
+                d = stage(mx, d)
+            return jnp.concatenate([jnp.ravel(getattr(d, k)) for k in fields])
+
+        return f
+
+    ref, mine = outputs(_mjx.fwd_velocity), outputs(smooth.fwd_velocity)
+    t = jnp.asarray(rng.standard_normal(x.shape))
+    w = jnp.asarray(rng.standard_normal((x.shape[0], ref(x[0]).size)))
+
+    def all_of(f):
+        jvp = lambda x, t: jax.jvp(f, (x,), (t,))
+        vjp = lambda x, w: jax.vjp(f, x)[1](w)[0]
+        return jax.jit(lambda x, t, w: (*jax.vmap(jvp)(x, t), jax.vmap(vjp)(x, w)))
+
+    (va, ja, ga), (vb, jb, gb) = all_of(ref)(x, t, w), all_of(mine)(x, t, w)
+    passive = np.asarray(va[:, : m.nv])
+    assert np.min(np.abs(passive)) > 1e-3 and np.max(np.abs(va[:, m.nv : 2 * m.nv])) > 1e-3  # every dof sprung
+    np.testing.assert_allclose(vb, va, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(jb, ja, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(gb, ga, rtol=0, atol=1e-10)
+
+    # a stiffness of zero being fitted (traced) still moves the forces: -offset per unit stiffness
+    mx0 = mx.replace(jnt_stiffness=jnp.zeros_like(mx.jnt_stiffness))
+    dpos = jax.jit(lambda x: _mjx.tendon(mx0, _mjx.com_pos(mx0, _mjx.kinematics(mx0, d0.replace(qpos=x[: m.nq])))))(
+        x[0]
+    )
+    dk = jax.jacfwd(lambda k: smooth.passive(mx0.replace(jnt_stiffness=k), dpos).qfrc_passive)(mx0.jnt_stiffness)
+    offsets = smooth.spring_offsets(mx0, dpos.qpos, mx0.qpos_spring)
+    np.testing.assert_allclose(dk, -np.eye(m.njnt)[m.dof_jntid] * np.asarray(offsets)[:, None], atol=1e-14)
+    assert np.min(np.abs(offsets)) > 1e-3
+
+    # at the reference: the rotation vector's derivative is the identity (MJX's is zero there)
+    qrest = jnp.asarray(m.qpos_spring)
+    layout = manifold.JointLayout.from_model(m)
+    jac = jax.jacfwd(lambda dq: smooth.spring_offsets(mx, manifold.retract(layout, qrest, dq), qrest))(jnp.zeros(m.nv))
+    np.testing.assert_allclose(jac, np.eye(m.nv), atol=1e-12)

@@ -68,7 +68,7 @@ def stages(cfg: Config, remat_iterations: bool = True) -> list[tuple[str, object
             smooth.com_pos,
         ),
         ("sensor_pos", _mjx.sensor_pos),
-        ("fwd_velocity", _mjx.fwd_velocity),
+        ("fwd_velocity", smooth.fwd_velocity),
         ("sensor_vel", _mjx.sensor_vel),
         ("fwd_actuation", lambda m, d: _mjx.fwd_actuation(muscle_model(m, cfg.muscle), d)),
         ("fwd_acceleration", _mjx.fwd_acceleration),
