@@ -847,17 +847,18 @@ def speed_jit() -> str:
     return "\n".join(out) + "\n"
 
 
-VJP_GRADIENTS = ("unroll", "unroll, iterations stored", "implicit", "implicit, MJX kinematics")
+VJP_GRADIENTS = ("unroll", "unroll, iterations stored", "implicit", "implicit, MJX's stages")
 
 
 def speed_vjp() -> str:
-    """One evaluation of the forward dynamics: its forward and gradient time and kernel counts."""
+    """One evaluation of the forward dynamics: its forward, gradient (reverse mode) and JVP (one
+    tangent, forward mode) times and kernel counts."""
     whole = {(r["state"], r["gradient"]): r for r in _rows("benchmark_vjp.csv") if r["stages"] == "dynamics.forward"}
     thunks = {(r["state"], r["gradient"]): r for r in _rows("benchmark_vjp_thunks.csv")}
     out = [
-        "| state | solver gradient | forward | gradient | ratio | forward thunks | "
+        "| state | solver gradient | forward | gradient | ratio | JVP | ratio | forward thunks | "
         "gradient thunks (stack / read / copy) |",
-        "|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for state in dict.fromkeys(s for s, _ in whole):
         for grad in VJP_GRADIENTS:
@@ -867,9 +868,10 @@ def speed_vjp() -> str:
                 str(int(float(t[k])))
                 for k in ("gradient_stack a loop residual", "gradient_read a loop residual", "gradient_copy")
             )
+            jvp = float(w["jvp_us"])
             out.append(
-                f"| {state} | {grad} | {fwd:.1f} µs | {g:.0f} µs | {g / fwd:.1f}× | {int(float(t['forward_thunks']))} | "
-                f"{int(float(t['gradient_thunks']))} ({parts}) |"
+                f"| {state} | {grad} | {fwd:.1f} µs | {g:.0f} µs | {g / fwd:.1f}× | {jvp:.0f} µs | {jvp / fwd:.1f}× | "
+                f"{int(float(t['forward_thunks']))} | {int(float(t['gradient_thunks']))} ({parts}) |"
             )
     return "\n".join(out) + "\n"
 
@@ -880,16 +882,17 @@ def speed_kinematics_rule() -> str:
     whole = {(r["state"], r["gradient"]): r for r in _rows("benchmark_vjp.csv") if r["stages"] == "dynamics.forward"}
     thunks = {(r["state"], r["gradient"]): r for r in _rows("benchmark_vjp_thunks.csv")}
     out = [
-        "| state | kinematics, com_pos | forward | gradient | gradient ÷ forward | gradient thunks | pads |",
-        "|---|---|---|---|---|---|---|",
+        "| state | kinematics, com_pos, fwd_velocity | forward | gradient | gradient ÷ forward | JVP ÷ forward "
+        "| gradient thunks | pads |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for state in ("free flight", "contact"):
-        for grad, who in (("implicit, MJX kinematics", "MJX's"), ("implicit", "DiffMJX's")):
+        for grad, who in (("implicit, MJX's stages", "MJX's"), ("implicit", "DiffMJX's")):
             w, t = whole[(state, grad)], thunks[(state, grad)]
-            fwd, g = float(w["forward_us"]), float(w["gradient_us"])
+            fwd, g, jvp = float(w["forward_us"]), float(w["gradient_us"]), float(w["jvp_us"])
             out.append(
-                f"| {state} | {who} | {fwd:.1f} µs | {g:.0f} µs | {g / fwd:.1f}× | {int(float(t['gradient_thunks']))} "
-                f"| {int(float(t['gradient_pad (transpose of a slice)']))} |"
+                f"| {state} | {who} | {fwd:.1f} µs | {g:.0f} µs | {g / fwd:.1f}× | {jvp / fwd:.1f}× "
+                f"| {int(float(t['gradient_thunks']))} | {int(float(t['gradient_pad (transpose of a slice)']))} |"
             )
     return "\n".join(out) + "\n"
 

@@ -16,9 +16,11 @@ Two states of the toss (MuJoCo C rollout): "free flight" (the initial state, no 
 "contact" (the first state where at least 4 constraint rows carry force), each with the unrolled and
 the implicit solver gradient, and, measured whole only, the unrolled solve with its iterations
 stored instead of rematerialised (``solver.solve(..., remat_iterations=False)``, the code before
-that change) and the implicit one with MJX's own ``kinematics`` and ``com_pos`` instead of
-:mod:`diffmjx.physics.smooth`'s (the code before those stages' rules): the same run then shows what
-each change bought. The whole evaluations of a state are timed in alternation (15 rounds, three
+that change) and the implicit one with MJX's own ``kinematics``, ``com_pos`` and ``fwd_velocity``
+instead of :mod:`diffmjx.physics.smooth`'s (the code before those stages' rules): the same run then
+shows what each change bought. Each whole evaluation is also timed in forward mode: the JVP of
+the accelerations along one tangent of (qpos, qvel), as ``linearize`` and system identification
+push tangents. The whole evaluations of a state are timed in alternation (15 rounds, three
 calls of each program per round, the fastest call kept), so that they compare within one stretch
 of the machine's load. With JAX's profiler
 (``diffmjx.profiling.thunks``), the module also counts the XLA thunks (kernels) one gradient
@@ -71,25 +73,25 @@ THUNK_KINDS = {  # thunk name prefix -> kind reported in the thunk table
 }
 
 
-# (row label, solver.gradient, rematerialised unrolled iterations, MJX's own kinematics and com_pos);
+# (row label, solver.gradient, rematerialised unrolled iterations, MJX's own smooth stages);
 # the last two are measured whole only: the unrolled solve as it was before its iterations were
-# rematerialised, and the implicit one with MJX's kinematics and com_pos instead of
+# rematerialised, and the implicit one with MJX's kinematics, com_pos and fwd_velocity instead of
 # diffmjx.physics.smooth's (the code before those stages' derivative rules).
 CASES = (
     ("unroll", "unroll", True, False),
     ("implicit", "implicit", True, False),
     ("unroll, iterations stored", "unroll", False, False),
-    ("implicit, MJX kinematics", "implicit", True, True),
+    ("implicit, MJX's stages", "implicit", True, True),
 )
 
 
 def stages(cfg: diffmjx.Config, remat_iterations: bool = True, mjx_kinematics: bool = False) -> dict:
     """name -> fn(m, d) -> d for every stage of ``dynamics.forward`` (no smoothing, no CFD); with
-    ``mjx_kinematics``, MJX's own ``kinematics`` and ``com_pos`` in place of DiffMJX's."""
+    ``mjx_kinematics``, MJX's own ``kinematics``, ``com_pos`` and ``fwd_velocity`` in place of DiffMJX's."""
     out = dict(dynamics.stages(cfg, remat_iterations))
     out.setdefault("impedance_floor", lambda m, d: d)  # forward skips the floor at MuJoCo's own 1e-4
     if mjx_kinematics:
-        out.update(kinematics=_mjx.kinematics, com_pos=_mjx.com_pos)
+        out.update(kinematics=_mjx.kinematics, com_pos=_mjx.com_pos, fwd_velocity=_mjx.fwd_velocity)
     return out
 
 
@@ -196,7 +198,10 @@ def run(cfg: diffmjx.Config, out: Path) -> tuple[list[dict], list[dict]]:
             # The whole evaluation as the integrator uses it: the gradient of the accelerations only.
             acc = lambda q, v, prefix=prefix: jnp.sum(jnp.sin(prefix(q, v, ALL_STAGES).qacc))
             grad = jax.grad(acc, argnums=(0, 1))
-            whole[label] = (acc, grad)
+            tq, tv = jnp.sin(jnp.arange(1.0, q0.size + 1)), jnp.cos(jnp.arange(1.0, v0.size + 1))  # one tangent
+            qacc = lambda q, v, prefix=prefix: prefix(q, v, ALL_STAGES).qacc
+            jvp = lambda q, v, qacc=qacc, t=(tq, tv): jnp.sum(jnp.sin(jax.jvp(qacc, (q, v), t)[1]))
+            whole[label] = (acc, grad, jvp)
             fc, bc = thunks(acc, q0, v0), thunks(grad, q0, v0)
             kinds = collections.Counter()
             for name, n in bc.items():
@@ -213,7 +218,7 @@ def run(cfg: diffmjx.Config, out: Path) -> tuple[list[dict], list[dict]]:
             bar.update()
         # The whole evaluations are timed together, in alternation, so that the cases compare within one
         # stretch of the machine's load rather than minutes apart.
-        times = interleaved([g for pair in whole.values() for g in pair], q0, v0)
+        times = interleaved([g for fns in whole.values() for g in fns], q0, v0)
         for i, label in enumerate(whole):
             rows.append(
                 dict(
@@ -221,10 +226,11 @@ def run(cfg: diffmjx.Config, out: Path) -> tuple[list[dict], list[dict]]:
                     gradient=label,
                     group="whole (qacc only)",
                     stages="dynamics.forward",
-                    forward_us=times[2 * i],
-                    gradient_us=times[2 * i + 1],
+                    forward_us=times[3 * i],
+                    gradient_us=times[3 * i + 1],
                     forward_added_us=float("nan"),
                     gradient_added_us=float("nan"),
+                    jvp_us=times[3 * i + 2],
                 )
             )
     bar.close()
@@ -266,7 +272,7 @@ def _plot(rows: list[dict], thunk_rows: list[dict], path: Path) -> None:
             [i - 0.4, i + 0.4], [r["forward_thunks"]] * 2, "k-", lw=2, label="forward, all kinds" if i == 0 else None
         )
         right.text(i, bottom + 60, f"{bottom / r['forward_thunks']:.1f}x", ha="center", fontsize=8)
-        case = {"unroll, iterations stored": "unroll,\nstored", "implicit, MJX kinematics": "implicit,\nMJX kin."}
+        case = {"unroll, iterations stored": "unroll,\nstored", "implicit, MJX's stages": "implicit,\nMJX's stages"}
         labels.append(f"{r['state']}\n{case.get(r['gradient'], r['gradient'])}")
     right.set_xticks(range(len(thunk_rows)), labels, fontsize=6.5)
     right.set_ylim(0, 1.1 * max(r["gradient_thunks"] for r in thunk_rows) + 60)

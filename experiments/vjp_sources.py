@@ -1,15 +1,17 @@
-"""Where a gradient's small kernels come from: the slicing operations of one forward evaluation, by the MJX helper that writes them.
+"""Where a gradient's small kernels come from: the slicing operations of one evaluation's derivative, by the MJX helper that writes them.
 
     python -m experiments.vjp_sources [--set KEY=VALUE ...]
 
 ``benchmark_vjp`` counts the XLA kernels (thunks) one reverse-mode evaluation of MJX's forward
 dynamics executes on the cube toss, and about a third of them are pads, the transposes of slices.
-This module traces the same evaluation (``diffmjx.physics.dynamics.forward``, qacc only, the
-toss's first state with at least four loaded constraint rows) and counts every ``slice``,
-``squeeze``, ``gather`` and ``concatenate`` in its jaxpr (nested jaxprs included), attributed to the
-innermost MJX or DiffMJX function that wrote it and the two functions that called it. A derivative
-rule for a stage pays off where its forward is many scalar slices of small vectors (quaternions,
-3x3 matrices): those are the lines at the top of the table.
+This module linearises the same evaluation (``diffmjx.physics.dynamics.forward``, qacc only, the
+toss's first state with at least four loaded constraint rows) with ``jax.linearize`` and counts every
+``slice``, ``squeeze``, ``gather`` and ``concatenate`` of the linear (tangent) program, the one
+reverse mode transposes (nested jaxprs included), attributed to the innermost MJX or DiffMJX
+function that wrote it and the two functions that called it. A slice only the forward computes
+(where a derivative rule replaced its stage's derivative) is not counted. A derivative rule for a
+stage pays off where its derivative is many scalar slices of small vectors (quaternions, 3x3
+matrices): those are the lines at the top of the table.
 
 Writes ``docs/results/vjp_sources.csv`` (one row per primitive and call chain: count). Tracing
 only: seconds.
@@ -79,7 +81,8 @@ def run(cfg) -> list[dict]:
     mj, mx = common.load("cube_toss")
     d0 = common.mjx.make_data(mx)
     q, v = (jnp.asarray(x) for x in states(mj)["contact"])
-    traced = jax.make_jaxpr(lambda q, v: dynamics.forward(mx, d0.replace(qpos=q, qvel=v), cfg).qacc)(q, v)
+    _, tangent = jax.linearize(lambda q, v: dynamics.forward(mx, d0.replace(qpos=q, qvel=v), cfg).qacc, q, v)
+    traced = jax.make_jaxpr(tangent)(q, v)
     tally = count(_live(traced.jaxpr))
     return [{"primitive": p, "count": n, "written_by": chain} for (p, chain), n in tally.most_common()]
 
