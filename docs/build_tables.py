@@ -897,6 +897,27 @@ def speed_kinematics_rule() -> str:
     return "\n".join(out) + "\n"
 
 
+def speed_velocity_rules_jit() -> str:
+    """The cube toss's backward programs the same day before the rotation and velocity-stage rules
+    (``benchmark_jit_before_velocity_rules.csv``, the commit before, run from a worktree) and after
+    (``benchmark_jit.csv``): cold JIT, lowered program's lines and run time."""
+    jit = {
+        t: {r["variant"]: r for r in _rows(f"benchmark_jit{t}.csv") if r["program"] == "backward"}
+        for t in ("_before_velocity_rules", "")
+    }
+    out = [
+        "| backward program | JIT before | JIT after | lines before | lines after | run before | run after |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for variant in ("default", "implicit solve", "mjx_euler dt 1e-3"):
+        b, a = (jit[t][variant] for t in ("_before_velocity_rules", ""))
+        out.append(
+            f"| {variant} | {float(b['jit_s']):.1f} s | {float(a['jit_s']):.1f} s | {int(float(b['hlo_lines']))} "
+            f"| {int(float(a['hlo_lines']))} | {float(b['run_s']):.3f} s | {float(a['run_s']):.3f} s |"
+        )
+    return "\n".join(out) + "\n"
+
+
 def speed_rules_before_after() -> str:
     """Issue 74's benchmarks before the derivative rules (the committed runs they replaced, kept as
     ``*_before_rules.csv``) and after (the current CSVs): the cube toss's backward ÷ forward per
@@ -2297,6 +2318,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "speed_vjp": speed_vjp,
     "speed_solver_checkpoint": speed_solver_checkpoint,
     "speed_kinematics_rule": speed_kinematics_rule,
+    "speed_velocity_rules_jit": speed_velocity_rules_jit,
     "speed_backsolve_args": speed_backsolve_args,
     "speed_pareto_full": speed_pareto_full,
     "speed_pareto_quick": speed_pareto_quick,
