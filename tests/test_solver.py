@@ -75,6 +75,23 @@ def test_implicit_and_unrolled_gradients_agree_at_convergence(scene):
     np.testing.assert_allclose(jac["implicit"], jac["unroll"], rtol=0, atol=1e-6 * scale)
 
 
+def test_implicit_solve_factors_only_when_differentiated(scene):
+    """The implicit gradient's factorisation of H is in a derivative's program and not in a
+    forward-only one (a simulation does not pay for it), and forward and reverse mode agree."""
+    _, mx, d = scene
+    cfg = diffmjx.Config().override("solver.gradient=implicit")
+
+    def qacc(qvel):
+        return diffmjx.forward(mx, d.replace(qvel=qvel), cfg).qacc
+
+    factorisations = lambda f: str(jax.make_jaxpr(f)(d.qvel)).count("cholesky")
+    assert factorisations(jax.jacfwd(qacc)) > factorisations(qacc)  # MJX's Newton solve factors too
+    fwd, rev = (np.asarray(jax.jit(j(qacc))(d.qvel)) for j in (jax.jacfwd, jax.jacrev))
+    scale = np.abs(rev).max()
+    assert scale > 1.0
+    np.testing.assert_allclose(fwd, rev, rtol=0, atol=1e-10 * scale)
+
+
 @pytest.mark.slow  # suite budget: CG is opt-in; the default Newton solve equals MJX's by default
 def test_cg_forward_equals_mjx_solver(scene):
     mj, _, d = scene

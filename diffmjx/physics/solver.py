@@ -15,13 +15,15 @@ CG steps in a ``lax.while_loop``, which reverse-mode AD cannot pass. Two gradien
     :math:`g(a, \theta) = M a - f_\text{smooth} - J^\top f(a) = 0` with the constraint states (active
     rows, friction-loss zones) held fixed: :math:`\mathrm{d}a = -H^{-1}\,\partial_\theta g\,
     \mathrm{d}\theta` with :math:`H = M + J^\top D_\text{active} J` -- the matrix the Newton solver
-    factors. Written as a zero-valued correction, so ``jvp``, ``vjp`` and ``vmap`` all apply.
+    factors. Written as a zero-valued correction with a ``custom_jvp``, so ``jvp``, ``vjp`` and
+    ``vmap`` all apply and a forward-only program never computes it.
 """
 
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.custom_derivatives import SymbolicZero
 
 from diffmjx import _mjx
 from diffmjx.config import GRADIENTS
@@ -123,26 +125,59 @@ def _solve_implicit(m, d):
     d0 = sg(d)
     sol = _mjx.mjx_solve(m, d0)  # forward: MJX's own early-terminating solve
     qacc = sg(sol.qacc)
-
     # Constraint state at the solution, as MJX's CGupdateConstraint classifies it.
-    efc_j, efc_d, *_ = _mjx.efc(d0)
     active, linear_sign = constraint_state(m, d0, qacc)
+    dqacc, dforce, dqfrc = _zero_with_derivative(m, d, qacc, active, linear_sign)
+    d = d.replace(qacc=sol.qacc + dqacc, qfrc_constraint=sol.qfrc_constraint + dqfrc)
+    return _mjx.with_efc_force(d, _mjx.efc_force(sol) + dforce)
 
+
+def _implicit_correction(m, d, qacc, active, linear_sign):
+    """The Newton correction of the solution ``qacc`` for the problem data of ``(m, d)`` with the
+    constraint state fixed, and the row and joint forces it gives: zero at the primal (``qacc``
+    solves it), their derivatives are the implicit function theorem's."""
+    sg = jax.lax.stop_gradient
+    d0 = sg(d)
     # Residual of the optimality condition, live in the problem data, at the frozen solution.
     f = _row_forces(m, d, qacc, active, linear_sign)
+    efc_j0, efc_d0, *_ = _mjx.efc(d0)
     efc_jl = _mjx.efc(d)[0]
     residual = _mjx.mul_m(m, d, qacc) - d.qfrc_smooth - efc_jl.T @ f
-    h = _mjx.full_m(m, d0) + (efc_j.T * (efc_d * active)) @ efc_j
+    h = _mjx.full_m(m, d0) + (efc_j0.T * (efc_d0 * active)) @ efc_j0
     h = sg(0.5 * (h + h.T))
     correction = -jax.scipy.linalg.cho_solve(jax.scipy.linalg.cho_factor(h), residual)
-    dqacc = correction - sg(correction)  # zero value, derivative -H^{-1} dg
+    f_out = _row_forces(m, d, qacc + correction, active, linear_sign)
+    return correction, f_out, efc_jl.T @ f_out
 
-    qacc_out = sol.qacc + dqacc
-    f_out = _row_forces(m, d, qacc_out, active, linear_sign)
-    efc_force = _mjx.efc_force(sol) + (f_out - sg(f_out))
-    qfrc = efc_jl.T @ f_out
-    d = d.replace(qacc=qacc_out, qfrc_constraint=sol.qfrc_constraint + (qfrc - sg(qfrc)))
-    return _mjx.with_efc_force(d, efc_force)
+
+@jax.custom_jvp
+def _zero_with_derivative(m, d, qacc, active, linear_sign):
+    """Zeros shaped as :func:`_implicit_correction`'s outputs, with its derivative: the value is
+    not computed (a forward-only program, a simulation, skips the factorisation); the derivative
+    is, when something differentiates through the solve."""
+    shapes = jax.eval_shape(_implicit_correction, m, d, qacc, active, linear_sign)
+    return jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
+
+
+def _zero_with_derivative_jvp(primals, tangents):
+    # Only the perturbed leaves (a model or data that nothing differentiates has symbolic-zero
+    # tangents) are pushed through, as JAX's own derivative of the expression would.
+    leaves, tree = jax.tree.flatten(primals)
+    zero = lambda t: isinstance(t, SymbolicZero)
+    tans = jax.tree.leaves(tangents, is_leaf=zero)
+    live = [i for i, t in enumerate(tans) if not zero(t)]
+
+    def of_live(*xs):
+        full = list(leaves)
+        for i, x in zip(live, xs, strict=True):
+            full[i] = x
+        return _implicit_correction(*jax.tree.unflatten(tree, full))
+
+    out, tangent = jax.jvp(of_live, [leaves[i] for i in live], [tans[i] for i in live])
+    return jax.tree.map(jnp.zeros_like, out), tangent
+
+
+_zero_with_derivative.defjvp(_zero_with_derivative_jvp, symbolic_zeros=True)
 
 
 def solve_model(m, s):
