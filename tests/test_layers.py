@@ -33,7 +33,7 @@ LAYERS = (
         "checkpoint",
     ),  # MJX internals, typed config, process settings, checkpoint files
     ("physics",),  # the physics package (its docstring only) ...
-    ("physics.impedance",),  # MuJoCo's solimp spline
+    ("physics.impedance", "physics.rules"),  # MuJoCo's solimp spline; value-with-derivative rules
     (
         "physics.constraint",
         "physics.solver",

@@ -1,4 +1,4 @@
-"""DiffMJX's kinematics, com_pos and velocity stage (diffmjx.physics.smooth) against MJX's own stages:
+"""DiffMJX's kinematics, com_pos and velocity stage (diffmjx.physics.smooth, diffmjx.physics.rules) against MJX's own stages:
 values and derivatives in both modes, under jit and vmap, on models with every joint type, sites, a
 mocap body, springs, dampers, tendons, gravity compensation and fluid forces; a gradient through a
 contact rollout against the same with MJX's stages."""
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from diffmjx import _mjx
-from diffmjx.physics import manifold, smooth
+from diffmjx.physics import manifold, rules, smooth
 
 jax.config.update("jax_enable_x64", True)
 
@@ -246,3 +246,29 @@ def test_passive_forces_and_both_derivatives_are_mjxs():
     layout = manifold.JointLayout.from_model(m)
     jac = jax.jacfwd(lambda dq: smooth.spring_offsets(mx, manifold.retract(layout, qrest, dq), qrest))(jnp.zeros(m.nv))
     np.testing.assert_allclose(jac, np.eye(m.nv), atol=1e-12)
+
+
+def test_value_with_derivative_keeps_the_value_and_takes_the_functions_derivative():
+    """The rule returns the value it is given, differentiates as ``fn`` in both modes and under
+    vmap (only the inputs that carry a tangent pushed through), and a program that differentiates
+    nothing never calls ``fn``."""
+    calls = []
+
+    def fn(x, y):
+        calls.append(1)
+        return jnp.sin(x) * y, x**2
+
+    def f(x, y):  # the value is off by 1e-3 and has a derivative of its own, which is dropped
+        return rules.value_with_derivative(fn, (jnp.sin(x) * y + 1e-3 * x, x**2), x, y)
+
+    x, y = jnp.array([0.3, -1.2]), jnp.array([2.0, 0.5])
+    jax.jit(f)(x, y)
+    assert not calls  # traced for the value only
+    np.testing.assert_allclose(f(x, y)[0], jnp.sin(x) * y + 1e-3 * x)
+    tx = jnp.array([1.0, -2.0])
+    np.testing.assert_allclose(jax.jvp(lambda x: f(x, y), (x,), (tx,))[1][0], jnp.cos(x) * y * tx, rtol=1e-15)
+    w = (jnp.array([0.7, 1.1]), jnp.array([-0.4, 0.9]))
+    ours = jax.vmap(lambda x, y: jax.vjp(f, x, y)[1](w))(x[None] + jnp.zeros((3, 1)), y[None] * jnp.ones((3, 1)))
+    theirs = jax.vjp(fn, x, y)[1](w)
+    for a, b in zip(ours, theirs, strict=True):
+        np.testing.assert_allclose(a, np.broadcast_to(b, a.shape), rtol=1e-15)

@@ -1,4 +1,4 @@
-r"""DiffMJX's view of MJX's ``kinematics``, ``com_pos`` and passive forces: the same values, written for a cheap derivative.
+r"""DiffMJX's view of MJX's ``kinematics``, ``com_pos`` and passive forces: MJX's values, with a cheap derivative.
 
 MJX writes its small-vector algebra one scalar at a time: a quaternion product is sixteen scalar
 slices of its operands, a rotation matrix nine entries of an outer product, a 3x3 product
@@ -6,25 +6,24 @@ slices of its operands, a rotation matrix nine entries of an outer product, a 3x
 pad of zeros, and those pads are most of the small kernels of a gradient
 (``docs/results/vjp_sources.csv``, ``benchmark_vjp_thunks.csv``).
 
-Here the stages' per-body, per-geom, per-site and per-dof parts are contractions with constant
-tensors over whole arrays:
+Here MJX's stages run as they are, and their per-body, per-geom, per-site and per-dof outputs are
+differentiated (:func:`diffmjx.physics.rules.value_with_derivative`) as contractions with
+constant tensors over whole arrays:
 
 * a quaternion product :math:`(u \otimes v)_i = \sum_{jk} P_{ijk} u_j v_k`
   (:func:`diffmjx.physics.manifold.quat_mul`) and a rotation matrix
   :math:`R_{ij}(q) = \sum_{ab} Q_{ijab} q_a q_b` (the unit quaternion's rotation as a constant
-  tensor), so their derivatives are the same contractions;
+  tensor), so their derivatives are the same contractions: the bodies' rotation matrices and
+  the inertial frames, geoms and sites placed on them (:func:`local_to_global`);
 * the dofs' motion axes (``cdof``) and the bodies' inertias about their roots' centres of mass
-  (``cinert``) for all dofs and bodies at once, from static index arrays of the kinematic tree;
-* the derivative of the bodies' rotation matrices, kept from MJX's walk, as that of their
-  quaternions' (a ``custom_jvp``), and the joint springs' offsets (a quaternion difference per ball or free joint) for all joints at once
-  (:func:`spring_offsets`, :func:`passive`, :func:`fwd_velocity`).
+  (``cinert``) for all dofs and bodies at once, from static index arrays of the kinematic tree.
 
-MJX still runs what is a walk down the tree (the bodies' poses, joint anchors and axes), the
-subtree centres of mass and the rest of its velocity stage; its own per-body results that are
-computed again here are not used, so XLA drops them. Values equal MJX's to rounding (the sums run in another order); the derivative is
-JAX's derivative of these expressions, which is the rule: for a contraction with a constant tensor
-it is the same contraction, so nothing is written by hand. ``tests/test_smooth.py`` checks values
-and both modes' derivatives against MJX's own stages.
+The joint springs' offsets (a quaternion difference per ball or free joint) are computed for all
+joints at once (:func:`spring_offsets`, :func:`passive`, :func:`fwd_velocity`): the one place
+where values differ from MJX's, by rounding (the sums run in another order). MJX still
+differentiates its walk down the tree (the bodies' poses, joint anchors and axes), the subtree
+centres of mass and the rest of its velocity stage. ``tests/test_smooth.py`` checks values and
+both modes' derivatives against MJX's own stages.
 """
 
 from __future__ import annotations
@@ -35,6 +34,7 @@ import numpy as np
 
 from diffmjx import _mjx
 from diffmjx.physics.manifold import quat_conj_mul, quat_log, quat_mul
+from diffmjx.physics.rules import value_with_derivative
 
 __all__ = [
     "com_pos",
@@ -74,22 +74,6 @@ def unit_quat_to_mat(q):
     return jnp.einsum("ijab,...a,...b->...ij", jnp.asarray(_Q, q.dtype), q, q)
 
 
-@jax.custom_jvp
-def _rotation_of(quat, mat):
-    """``mat``, the rotation matrices MJX computed from the unit quaternions ``quat`` one scalar at a
-    time, differentiated as :func:`unit_quat_to_mat` of ``quat``: the forward keeps MJX's values and
-    program, the derivative is one contraction instead of MJX's slices."""
-    return mat
-
-
-@_rotation_of.defjvp
-def _rotation_of_jvp(primals, tangents):
-    quat, mat = primals
-    dquat, _ = tangents  # the tangent of MJX's matrices is that of unit_quat_to_mat(quat): not used
-    # R(q) = Q q q with Q symmetric in its last two indices, so dR = 2 Q q dq
-    return mat, 2.0 * jnp.einsum("ijab,...a,...b->...ij", jnp.asarray(_Q, quat.dtype), quat, dquat)
-
-
 def local_to_global(world_pos, world_quat, local_pos, local_quat):
     """Poses in the world of frames given in their parents' frames, (n, 3) and (n, 4) each."""
     pos = world_pos + jnp.einsum("nij,nj->ni", unit_quat_to_mat(world_quat), local_pos)
@@ -97,18 +81,26 @@ def local_to_global(world_pos, world_quat, local_pos, local_quat):
 
 
 def kinematics(m, d):
-    """MJX's ``kinematics``; the bodies' rotation matrices differentiated through their quaternions
-    at once, and the inertial frames, geoms and sites placed by :func:`local_to_global`."""
+    """MJX's ``kinematics``, its values; the bodies' rotation matrices differentiated as the
+    rotations of their quaternions, and the inertial frames, geoms and sites as
+    :func:`local_to_global` of their bodies' poses (:func:`diffmjx.physics.rules.value_with_derivative`)."""
     d = _mjx.kinematics(m, d)
-    xipos, ximat = local_to_global(d.xpos, d.xquat, m.body_ipos, m.body_iquat)
-    d = d.replace(xmat=_rotation_of(d.xquat, d.xmat), xipos=xipos, ximat=ximat)
+    xmat = value_with_derivative(unit_quat_to_mat, d.xmat, d.xquat)
+    place = lambda bodies: lambda pos, quat, lpos, lquat: local_to_global(pos[bodies], quat[bodies], lpos, lquat)
+    everything = np.arange(m.nbody)
+    xipos, ximat = value_with_derivative(
+        place(everything), (d.xipos, d.ximat), d.xpos, d.xquat, m.body_ipos, m.body_iquat
+    )
+    d = d.replace(xmat=xmat, xipos=xipos, ximat=ximat)
     if m.ngeom:
-        b = np.asarray(m.geom_bodyid)
-        geom_xpos, geom_xmat = local_to_global(d.xpos[b], d.xquat[b], m.geom_pos, m.geom_quat)
+        geom_xpos, geom_xmat = value_with_derivative(
+            place(np.asarray(m.geom_bodyid)), (d.geom_xpos, d.geom_xmat), d.xpos, d.xquat, m.geom_pos, m.geom_quat
+        )
         d = d.replace(geom_xpos=geom_xpos, geom_xmat=geom_xmat)
     if m.nsite:
-        b = np.asarray(m.site_bodyid)
-        site_xpos, site_xmat = local_to_global(d.xpos[b], d.xquat[b], m.site_pos, m.site_quat)
+        site_xpos, site_xmat = value_with_derivative(
+            place(np.asarray(m.site_bodyid)), (d.site_xpos, d.site_xmat), d.xpos, d.xquat, m.site_pos, m.site_quat
+        )
         d = d.replace(site_xpos=site_xpos, site_xmat=site_xmat)
     return d
 
@@ -136,32 +128,52 @@ def _dof_layout(m):
     return (np.asarray(x, dtype=int) for x in (body, joint, kind, col))
 
 
-def com_pos(m, d):
-    """MJX's ``com_pos``; the bodies' inertias (``cinert``) and the dofs' motion axes (``cdof``)
-    computed over all bodies and dofs at once."""
-    d = _mjx.com_pos(m, d)
-    root_com = d.subtree_com[np.asarray(m.body_rootid)]
-    off = d.xipos - root_com
-    mass = m.body_mass
-    rot = jnp.einsum("bij,bj,bkj->bik", d.ximat, m.body_inertia, d.ximat)
+def _inertias(rootid, subtree_com, xipos, ximat, mass, inertia):
+    """(nbody, 10) every body's inertia about its root's subtree centre of mass, MJX's ``cinert``."""
+    off = xipos - subtree_com[rootid]
+    rot = jnp.einsum("bij,bj,bkj->bik", ximat, inertia, ximat)
     eye = jnp.eye(3, dtype=off.dtype)
     inert = rot + mass[:, None, None] * (
         jnp.sum(off * off, axis=1)[:, None, None] * eye - off[:, :, None] * off[:, None, :]
     )
     r, c = np.array([0, 1, 2, 0, 0, 1]), np.array([0, 1, 2, 1, 2, 2])
-    cinert = jnp.concatenate([inert[:, r, c], off * mass[:, None], mass[:, None]], axis=1)
+    return jnp.concatenate([inert[:, r, c], off * mass[:, None], mass[:, None]], axis=1)
+
+
+def _motion_axes(layout, rootid, subtree_com, xmat, xaxis, xanchor):
+    """(nv, 6) every dof's motion axis about its root's subtree centre of mass, MJX's ``cdof``."""
+    body, joint, kind, col = layout
+    frame_axis = xmat[body, :, col]  # (nv, 3): column col of the body's frame
+    axis = jnp.where(jnp.asarray(kind >= 2)[:, None], xaxis[joint], frame_axis)  # hinge, slide
+    axis = jnp.where(jnp.asarray(kind == 0)[:, None], jnp.eye(3, dtype=xmat.dtype)[col], axis)
+    turns = jnp.asarray((kind == 1) | (kind == 2))[:, None]
+    offset = subtree_com[rootid[body]] - xanchor[joint]
+    return jnp.concatenate([jnp.where(turns, axis, 0.0), jnp.where(turns, jnp.cross(axis, offset), axis)], axis=1)
+
+
+def com_pos(m, d):
+    """MJX's ``com_pos``, its values; the bodies' inertias (``cinert``) and the dofs' motion axes
+    (``cdof``) differentiated as expressions over all bodies and dofs at once
+    (:func:`diffmjx.physics.rules.value_with_derivative`)."""
+    d = _mjx.com_pos(m, d)
+    rootid = np.asarray(m.body_rootid)
+    cinert = value_with_derivative(
+        lambda *a: _inertias(rootid, *a),
+        _mjx.cinert(d),
+        d.subtree_com,
+        d.xipos,
+        d.ximat,
+        m.body_mass,
+        m.body_inertia,
+    )
     d = _mjx.with_cinert(d, cinert)
     if not m.nv:
         return d
-    body, joint, kind, col = _dof_layout(m)
-    frame_axis = d.xmat[body, :, col]  # (nv, 3): column col of the body's frame
-    axis = jnp.where(jnp.asarray(kind >= 2)[:, None], d.xaxis[joint], frame_axis)  # hinge, slide
-    axis = jnp.where(jnp.asarray(kind == 0)[:, None], jnp.eye(3, dtype=off.dtype)[col], axis)
-    turns = jnp.asarray((kind == 1) | (kind == 2))[:, None]
-    offset = root_com[body] - d.xanchor[joint]
-    ang = jnp.where(turns, axis, 0.0)
-    lin = jnp.where(turns, jnp.cross(axis, offset), axis)
-    return d.replace(cdof=jnp.concatenate([ang, lin], axis=1))
+    layout = _dof_layout(m)
+    cdof = value_with_derivative(
+        lambda *a: _motion_axes(layout, rootid, *a), d.cdof, d.subtree_com, d.xmat, d.xaxis, d.xanchor
+    )
+    return d.replace(cdof=cdof)
 
 
 def _spring_layout(m):

@@ -23,10 +23,10 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-from jax.custom_derivatives import SymbolicZero
 
 from diffmjx import _mjx
 from diffmjx.config import GRADIENTS
+from diffmjx.physics.rules import value_with_derivative
 
 __all__ = ["ConstraintState", "constraint_state", "solve", "solve_model"]
 
@@ -150,34 +150,14 @@ def _implicit_correction(m, d, qacc, active, linear_sign):
     return correction, f_out, efc_jl.T @ f_out
 
 
-@jax.custom_jvp
 def _zero_with_derivative(m, d, qacc, active, linear_sign):
     """Zeros shaped as :func:`_implicit_correction`'s outputs, with its derivative: the value is
     not computed (a forward-only program, a simulation, skips the factorisation); the derivative
     is, when something differentiates through the solve."""
-    shapes = jax.eval_shape(_implicit_correction, m, d, qacc, active, linear_sign)
-    return jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
-
-
-def _zero_with_derivative_jvp(primals, tangents):
-    # Only the perturbed leaves (a model or data that nothing differentiates has symbolic-zero
-    # tangents) are pushed through, as JAX's own derivative of the expression would.
-    leaves, tree = jax.tree.flatten(primals)
-    zero = lambda t: isinstance(t, SymbolicZero)
-    tans = jax.tree.leaves(tangents, is_leaf=zero)
-    live = [i for i, t in enumerate(tans) if not zero(t)]
-
-    def of_live(*xs):
-        full = list(leaves)
-        for i, x in zip(live, xs, strict=True):
-            full[i] = x
-        return _implicit_correction(*jax.tree.unflatten(tree, full))
-
-    out, tangent = jax.jvp(of_live, [leaves[i] for i in live], [tans[i] for i in live])
-    return jax.tree.map(jnp.zeros_like, out), tangent
-
-
-_zero_with_derivative.defjvp(_zero_with_derivative_jvp, symbolic_zeros=True)
+    args = (m, d, qacc, active, linear_sign)
+    shapes = jax.eval_shape(_implicit_correction, *args)
+    zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
+    return value_with_derivative(_implicit_correction, zeros, *args)
 
 
 def solve_model(m, s):
