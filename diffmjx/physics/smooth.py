@@ -125,7 +125,7 @@ def _dof_layout(m):
             joint.append(j)
             kind.append(k)
             col.append(c)
-    return (np.asarray(x, dtype=int) for x in (body, joint, kind, col))
+    return tuple(np.asarray(x, dtype=int) for x in (body, joint, kind, col))  # reused by every trace of the rule
 
 
 def _inertias(rootid, subtree_com, xipos, ximat, mass, inertia):
