@@ -81,19 +81,25 @@ def _outputs(stage_k, stage_c, mx, d0):
     return f
 
 
+def _both_modes(ref, mine, xs, rng):
+    """(values, JVPs, VJPs) of ``ref`` and of ``mine`` at the rows of ``xs``, along the same random
+    tangents and cotangents, under jit and vmap."""
+    t = jnp.asarray(rng.standard_normal(xs.shape))
+    w = jnp.asarray(rng.standard_normal((xs.shape[0], ref(xs[0]).size)))
+
+    def all_of(f):
+        jvp = lambda x, t: jax.jvp(f, (x,), (t,))
+        vjp = lambda x, w: jax.vjp(f, x)[1](w)[0]
+        return jax.jit(lambda x, t, w: (*jax.vmap(jvp)(x, t), jax.vmap(vjp)(x, w)))
+
+    return all_of(ref)(xs, t, w), all_of(mine)(xs, t, w)
+
+
 def test_values_and_both_derivatives_are_mjxs(setup):
     mx, d0, qs, rng = setup
     ref = _outputs(_mjx.kinematics, _mjx.com_pos, mx, d0)
     mine = _outputs(smooth.kinematics, smooth.com_pos, mx, d0)
-    t = jnp.asarray(rng.standard_normal(qs.shape))
-    w = jnp.asarray(rng.standard_normal((qs.shape[0], ref(qs[0]).size)))
-
-    def all_of(f):
-        jvp = lambda q, t: jax.jvp(f, (q,), (t,))
-        vjp = lambda q, w: jax.vjp(f, q)[1](w)[0]
-        return jax.jit(lambda q, t, w: (*jax.vmap(jvp)(q, t), jax.vmap(vjp)(q, w)))
-
-    (va, ja, ga), (vb, jb, gb) = all_of(ref)(qs, t, w), all_of(mine)(qs, t, w)
+    (va, ja, ga), (vb, jb, gb) = _both_modes(ref, mine, qs, rng)
     assert float(jnp.max(jnp.abs(va))) > 0.1  # the poses are not trivial
     np.testing.assert_allclose(vb, va, rtol=0, atol=1e-13)
     np.testing.assert_allclose(jb, ja, rtol=0, atol=1e-10)
@@ -216,15 +222,7 @@ def test_passive_forces_and_both_derivatives_are_mjxs():
         return f
 
     ref, mine = outputs(_mjx.fwd_velocity), outputs(smooth.fwd_velocity)
-    t = jnp.asarray(rng.standard_normal(x.shape))
-    w = jnp.asarray(rng.standard_normal((x.shape[0], ref(x[0]).size)))
-
-    def all_of(f):
-        jvp = lambda x, t: jax.jvp(f, (x,), (t,))
-        vjp = lambda x, w: jax.vjp(f, x)[1](w)[0]
-        return jax.jit(lambda x, t, w: (*jax.vmap(jvp)(x, t), jax.vmap(vjp)(x, w)))
-
-    (va, ja, ga), (vb, jb, gb) = all_of(ref)(x, t, w), all_of(mine)(x, t, w)
+    (va, ja, ga), (vb, jb, gb) = _both_modes(ref, mine, x, rng)
     passive = np.asarray(va[:, : m.nv])
     assert np.min(np.abs(passive)) > 1e-3 and np.max(np.abs(va[:, m.nv : 2 * m.nv])) > 1e-3  # every dof sprung
     np.testing.assert_allclose(vb, va, rtol=0, atol=1e-12)
