@@ -918,6 +918,25 @@ def speed_velocity_rules_jit() -> str:
     return "\n".join(out) + "\n"
 
 
+def speed_rules_fidelity() -> str:
+    """The fidelity suite at the defaults on the families rerun after the second round of rules
+    (``fidelity_rules_check_summary.csv``) against the same families in ``fidelity_defaults_ten``
+    (made before them): median / p90 / worst relative gradient error."""
+    before = {r["family"]: r for r in _rows("fidelity_defaults_ten_summary.csv") if r["config"] == "defaults"}
+    out = ["| family (ten shots; README one) | before the rules | after |", "|---|---|---|"]
+    for r in _rows("fidelity_rules_check_summary.csv"):
+        if r["family"] == "all":
+            continue
+
+        def cells(x: dict) -> str:
+            return " / ".join(
+                f"{100 * float(x[k]):.3g} %" for k in ("median_rel_error", "p90_rel_error", "worst_rel_error")
+            )
+
+        out.append(f"| {r['family']} | {cells(before[r['family']])} | {cells(r)} |")
+    return "\n".join(out) + "\n"
+
+
 def speed_rules_before_after() -> str:
     """Issue 74's benchmarks before the derivative rules (the committed runs they replaced, kept as
     ``*_before_rules.csv``) and after (the current CSVs): the cube toss's backward ÷ forward per
@@ -2319,6 +2338,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "speed_solver_checkpoint": speed_solver_checkpoint,
     "speed_kinematics_rule": speed_kinematics_rule,
     "speed_velocity_rules_jit": speed_velocity_rules_jit,
+    "speed_rules_fidelity": speed_rules_fidelity,
     "speed_backsolve_args": speed_backsolve_args,
     "speed_pareto_full": speed_pareto_full,
     "speed_pareto_quick": speed_pareto_quick,

@@ -291,7 +291,9 @@ def _plot(rows: list[dict], path: Path) -> None:
         ax.plot([t], [np.median(err)], marker="_", ms=26, mew=3, color=f"C{k}", label=name)
         ax.plot([t], [np.percentile(err, 90)], marker="_", ms=14, mew=1.5, color=f"C{k}")
         med = [np.median([100 * r["rel_error"] for r in sel if r["family"] == f] or [np.nan]) for f in families]
-        bx.plot(range(len(families)), np.maximum(med, 1e-4), marker="o", color=f"C{k}", label=name)
+        bx.plot(
+            range(len(families)), np.maximum(med, 1e-4), marker="o", linestyle="none", color=f"C{k}", label=name
+        )  # categories: points, no line
     for a in (ax, bx):
         a.set_yscale("log")
         a.axhline(1.0, color="k", ls=":", lw=1)
