@@ -919,21 +919,18 @@ def speed_velocity_rules_jit() -> str:
 
 
 def speed_rules_fidelity() -> str:
-    """The fidelity suite at the defaults on the families rerun after the second round of rules
-    (``fidelity_rules_check_summary.csv``) against the same families in ``fidelity_defaults_ten``
-    (made before them): median / p90 / worst relative gradient error."""
-    before = {r["family"]: r for r in _rows("fidelity_defaults_ten_summary.csv") if r["config"] == "defaults"}
-    out = ["| family (ten shots; README one) | before the rules | after |", "|---|---|---|"]
-    for r in _rows("fidelity_rules_check_summary.csv"):
-        if r["family"] == "all":
-            continue
+    """The fidelity suite at the defaults before the second round of derivative rules
+    (``fidelity_defaults_ten_before_rules_summary.csv``) and after (``fidelity_defaults_ten``):
+    median / p90 / worst relative gradient error per family and over all shots."""
+    before = {r["family"]: r for r in _rows("fidelity_defaults_ten_before_rules_summary.csv")}
 
-        def cells(x: dict) -> str:
-            return " / ".join(
-                f"{100 * float(x[k]):.3g} %" for k in ("median_rel_error", "p90_rel_error", "worst_rel_error")
-            )
+    def cells(x: dict) -> str:
+        return " / ".join(f"{100 * float(x[k]):.2g} %" for k in ("median_rel_error", "p90_rel_error", "worst_rel_error"))
 
-        out.append(f"| {r['family']} | {cells(before[r['family']])} | {cells(r)} |")
+    out = ["| family | before the rules | after |", "|---|---|---|"]
+    for r in _rows("fidelity_defaults_ten_summary.csv"):
+        name = "**all shots**" if r["family"] == "all" else _family(r["family"])
+        out.append(f"| {name} | {cells(before[r['family']])} | {cells(r)} |")
     return "\n".join(out) + "\n"
 
 
