@@ -925,7 +925,9 @@ def speed_rules_fidelity() -> str:
     before = {r["family"]: r for r in _rows("fidelity_defaults_ten_before_rules_summary.csv")}
 
     def cells(x: dict) -> str:
-        return " / ".join(f"{100 * float(x[k]):.2g} %" for k in ("median_rel_error", "p90_rel_error", "worst_rel_error"))
+        return " / ".join(
+            f"{100 * float(x[k]):.2g} %" for k in ("median_rel_error", "p90_rel_error", "worst_rel_error")
+        )
 
     out = ["| family | before the rules | after |", "|---|---|---|"]
     for r in _rows("fidelity_defaults_ten_summary.csv"):
