@@ -87,9 +87,8 @@ def kinematics(m, d):
     d = _mjx.kinematics(m, d)
     xmat = value_with_derivative(unit_quat_to_mat, d.xmat, d.xquat)
     place = lambda bodies: lambda pos, quat, lpos, lquat: local_to_global(pos[bodies], quat[bodies], lpos, lquat)
-    everything = np.arange(m.nbody)
     xipos, ximat = value_with_derivative(
-        place(everything), (d.xipos, d.ximat), d.xpos, d.xquat, m.body_ipos, m.body_iquat
+        place(slice(None)), (d.xipos, d.ximat), d.xpos, d.xquat, m.body_ipos, m.body_iquat
     )
     d = d.replace(xmat=xmat, xipos=xipos, ximat=ximat)
     if m.ngeom:

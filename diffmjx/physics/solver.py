@@ -154,10 +154,9 @@ def _zero_with_derivative(m, d, qacc, active, linear_sign):
     """Zeros shaped as :func:`_implicit_correction`'s outputs, with its derivative: the value is
     not computed (a forward-only program, a simulation, skips the factorisation); the derivative
     is, when something differentiates through the solve."""
-    args = (m, d, qacc, active, linear_sign)
-    shapes = jax.eval_shape(_implicit_correction, *args)
-    zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
-    return value_with_derivative(_implicit_correction, zeros, *args)
+    zero_rows = jnp.zeros_like(_mjx.efc(d).D)
+    zeros = (jnp.zeros_like(qacc), zero_rows, jnp.zeros_like(qacc))  # correction, row forces, joint forces
+    return value_with_derivative(_implicit_correction, zeros, m, d, qacc, active, linear_sign)
 
 
 def solve_model(m, s):
