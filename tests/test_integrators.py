@@ -187,9 +187,9 @@ def test_elliptic_cones_are_refused_before_tracing():
 
 
 def test_kink_control_shrinks_straddling_steps_and_keeps_the_trajectory(toss):
-    """integrator.kink_step rejects steps over which the contact state changes: more rejected
-    steps, a trajectory within the tolerance of the uncontrolled one, and the same steps while no
-    contact row is active (free flight of the first periods)."""
+    """integrator.kink_step rejects steps over which the contact state changes: more steps (the
+    kinks located), a trajectory within the tolerance of the uncontrolled one, and the same steps
+    while no contact row is active (free flight of the first periods)."""
     mx, d = toss
     cfg = diffmjx.Config().override(  # kink control applies to checkpoint (backsolve has its own error control)
         "integrator.adjoint=checkpoint",
@@ -202,12 +202,56 @@ def test_kink_control_shrinks_straddling_steps_and_keeps_the_trajectory(toss):
     run = jax.jit(lambda d, c: diffmjx.rollout(mx, d, jnp.zeros((60, 0)), c), static_argnums=1)
     d_off, t_off = run(d, cfg)
     d_on, t_on = run(d, cfg.override("integrator.kink_step=1e-7"))
-    assert int(t_on.stats.rejected.sum()) > int(t_off.stats.rejected.sum()) + 20
+    steps = lambda t: int(t.stats.accepted.sum() + t.stats.rejected.sum())
+    assert steps(t_on) > steps(t_off) + 20
     assert not bool(t_on.stats.budget_exhausted.any())
     np.testing.assert_allclose(np.asarray(d_on.qpos), np.asarray(d_off.qpos), atol=1e-5)
     free = np.asarray(t_off.qpos[:, 2]) > 0.1  # the cube's lowest corner is then >= 3 cm up
     assert free.sum() >= 2
     np.testing.assert_array_equal(np.asarray(t_on.stats.accepted)[free], np.asarray(t_off.stats.accepted)[free])
+
+
+def test_kink_control_brackets_the_kink():
+    """Kink control's controller, fed a step oracle with one kink: the step that holds the kink
+    is at most kink_step; once a straddle is rejected no later trial reaches past that step's end
+    (the bracket) other than by kink_step itself; locating the kink takes about log2(h0 /
+    kink_step) trials (the controller without the bracket took 22 on average, up to 28, here)."""
+    import math
+
+    from diffmjx.integration.stepsize import pid_controller, with_first_step
+
+    ks, h0 = 1e-7, 1e-3
+    ctrl = with_first_step(pid_controller(diffmjx.Config(), backsolve=False), jnp.asarray(h0), ks)
+    y = (jnp.zeros(2), jnp.zeros(1))  # (state, sentinel)
+    adapt = jax.jit(lambda t0, t1, err, state: ctrl.adapt_step_size(t0, t1, y, y, None, err, 5, state))
+
+    def trials_to_pass(kink):
+        t0 = 0.0
+        t1, state = ctrl.init(None, 0.0, 1.0, y, None, None, None, 5)
+        end, n = math.inf, 0
+        while n < 100:
+            lo, hi = float(t0), float(t1)
+            assert hi <= max(end, lo + 1.5 * ks), (kink, lo, hi, end)
+            n += 1
+            straddle = lo < kink <= hi  # the sentinel's error says the constraint state changed
+            err = (jnp.full(2, 1e-12), jnp.array([1e-3 if straddle else 0.0]))
+            keep, t0, t1, _, state, _ = adapt(lo, hi, err, state)
+            if straddle and bool(keep):
+                assert hi - lo <= 1.5 * ks
+                return n
+            end = min(end, hi) if straddle else (math.inf if bool(keep) and hi >= end else end)
+        raise AssertionError(f"kink at {kink} not passed in 100 trials")
+
+    trials = [trials_to_pass(k) for k in np.linspace(0.0, h0, 21)[1:]]
+    assert np.mean(trials) <= math.log2(h0 / ks) + 4 and max(trials) <= math.log2(h0 / ks) + 8, trials
+
+    # inside a bracket, a step of kink_step that fails the error test is shrunk further (a jump in
+    # the force can need it): the bracket caps steps from above only, or the solve would stall
+    _, state = ctrl.init(None, 0.0, 1.0, y, None, None, None, 5)
+    no_change, change = jnp.zeros(1), jnp.ones(1)
+    _, t0, t1, _, state, _ = adapt(0.0, h0, (jnp.full(2, 1e-12), change), state)  # bracket: (0, h0]
+    keep, t0, t1, _, state, _ = adapt(t0, t0 + ks, (jnp.full(2, 1.0), no_change), state)
+    assert not bool(keep) and float(t1 - t0) < 0.5 * ks
 
 
 def test_diffrax_args_are_only_the_traced_leaves():

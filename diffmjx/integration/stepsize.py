@@ -40,6 +40,14 @@ class PeriodPID(diffrax.PIDController):
     stages sums to zero; Dopri5 and Dopri8 have stages of zero error weight, where a change seen
     by those stages alone goes unnoticed), so a step over which the constraint state changes is
     rejected and shrunk, down to ``kink_step``. The sentinel takes no part in the error norm.
+
+    A rejected straddle also brackets the kink: it lies before the rejected step's end, and the
+    controller state keeps that time until a step holds the kink (or reaches the bracket's end:
+    the straddle was the trial step's own). Inside the bracket no step longer than half of what is
+    left of it is tried, so the controller does not grow back across a kink it already found and
+    pay another rejection for it; each trial halves the bracket or shrinks the step at least as
+    Diffrax's least factor does: locating a kink takes about ``log2(step / kink_step)`` trials
+    (docs/speed.md, "Kink control's bracket").
     """
 
     first_step: jax.Array | None = None
@@ -47,23 +55,37 @@ class PeriodPID(diffrax.PIDController):
 
     def init(self, terms, t0, t1, y0, dt0, args, func, error_order):
         dt0 = dt0 if self.first_step is None else self.first_step
-        return super().init(terms, t0, t1, y0, dt0, args, func, error_order)
+        t_next, state = super().init(terms, t0, t1, y0, dt0, args, func, error_order)
+        if self.kink_step is None:
+            return t_next, state
+        # kink control's state: the end of the bracket around the next kink (inf: none known)
+        return t_next, (state, jnp.full((), jnp.inf, jnp.result_type(t_next)))
 
     def adapt_step_size(self, t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state):
         if self.kink_step is None:
             return super().adapt_step_size(t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state)
         (y0, _), (y1, _), (error, sentinel_error) = y0, y1_candidate, y_error
+        pid_state, bracket_end = controller_state
         h = t1 - t0
         changed = jnp.any(jnp.abs(sentinel_error) > SENTINEL_THRESHOLD * h)
         straddles = changed & (h > 1.5 * self.kink_step)  # a step of kink_step is t1 - t0 up to rounding
         # an infinite error rejects the step at the controller's least factor, without spoiling
         # the PID history (Diffrax treats it like a failed implicit step)
         error = jax.tree.map(lambda e: jnp.where(straddles, jnp.inf, e), error)
-        keep, next_t0, next_t1, jump, state, result = super().adapt_step_size(
-            t0, t1, y0, y1, args, error, error_order, controller_state
+        keep, next_t0, next_t1, jump, pid_state, result = super().adapt_step_size(
+            t0, t1, y0, y1, args, error, error_order, pid_state
         )
-        next_t1 = jnp.where(straddles, next_t0 + jnp.maximum(next_t1 - next_t0, self.kink_step), next_t1)
-        return keep, next_t0, next_t1, jump, state, result
+        t1_ = jax.lax.stop_gradient(t1)
+        bracket_end = jnp.where(straddles, t1_, bracket_end)  # the kink lies before the straddling step's end
+        # a kept step that held the kink, or reached the bracket's end (the straddle was the trial
+        # step's own, not the trajectory's), leaves no kink known ahead
+        bracket_end = jnp.where(keep & (changed | (t1_ >= bracket_end)), jnp.inf, bracket_end)
+        h_next = next_t1 - next_t0
+        h_next = jnp.where(straddles, jnp.maximum(h_next, self.kink_step), h_next)
+        # never a step known to straddle: at most half of what is left of the bracket (inf: none
+        # known), but no cap below kink_step; the error control's own shrinking is not floored
+        h_next = jnp.minimum(h_next, jnp.maximum(0.5 * (bracket_end - next_t0), self.kink_step))
+        return keep, next_t0, next_t0 + h_next, jump, (pid_state, bracket_end), result
 
 
 def pid_controller(cfg: Config, *, backsolve: bool, adjoint_solve: bool = False, norm=None):
