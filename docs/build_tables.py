@@ -918,6 +918,42 @@ def speed_velocity_rules_jit() -> str:
     return "\n".join(out) + "\n"
 
 
+def kink_bracket() -> str:
+    """``linearize`` of the pushed box from the random starts in contact
+    (``experiments.linearize_benchmark --random``), before kink control's bracket
+    (``linearize_random_before_bracket.csv``) and after (``linearize_random.csv``): per kind of
+    start, medians of the solve's steps, the time per period and its ratio to the plain forward,
+    and the Jacobians' errors (median / 90th percentile / worst)."""
+    import numpy as np
+
+    before, after = _rows("linearize_random_before_bracket.csv"), _rows("linearize_random.csv")
+    kinds = list(dict.fromkeys(r["kind"] for r in after))
+
+    def col(rows, kind, key):
+        return [float(r[key]) for r in rows if r["kind"] == kind]
+
+    def spread(xs):
+        return " / ".join(f"{x:.1e}" for x in (_median(xs), float(np.percentile(xs, 90)), max(xs)))
+
+    out = ["| starts | figure | before | after |", "|---|---|---|---|"]
+    for kind in kinds:
+        n = len(col(after, kind, "steps"))
+        label = f"{kind} ({n})"
+        for key, name, fmt in (
+            ("steps", "steps of the solve (median)", lambda x: f"{x:.0f}"),
+            ("ms_per_period", "ms per period (median)", lambda x: f"{x:.1f} ms"),
+            ("over_forward", "÷ plain forward (median)", lambda x: f"{x:.1f}×"),
+        ):
+            b, a = _median(col(before, kind, key)), _median(col(after, kind, key))
+            out.append(f"| {label} | {name} | {fmt(b)} | **{fmt(a)}** |")
+        for key, name in (("error_A", "error of A"), ("error_B", "error of B")):
+            out.append(
+                f"| {label} | {name} (median / p90 / worst) | {spread(col(before, kind, key))} | "
+                f"{spread(col(after, kind, key))} |"
+            )
+    return "\n".join(out) + "\n"
+
+
 def speed_rules_fidelity() -> str:
     """The fidelity suite at the defaults before the second round of derivative rules
     (``fidelity_defaults_ten_before_rules_summary.csv``) and after (``fidelity_defaults_ten``):
@@ -2299,6 +2335,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "contactnets_identify": lambda: contactnets_generic("contactnets_identify.csv", "identify", "`sysid.identify`"),
     "linearize": linearize,
     "linearize_cost": linearize_cost,
+    "kink_bracket": kink_bracket,
     "speed_rules_before_after": speed_rules_before_after,
     "contact_mpc": contact_mpc,
     "contact_mpc_friction": lambda: contact_mpc("contact_mpc_friction.csv"),

@@ -6,7 +6,7 @@ Lead hypothesis of the gradients-by-default issue: checkpointed AD scatters beca
 steps straddle a change of the constraint state (a contact lifting off, a friction-pyramid edge,
 stick-slip), where the contact force has a kink and the derivative of the step is off by
 O(step x stiffness). ``integrator.kink_step`` rejects such steps until they are at most that long
-(``diffmjx.integration.integrate._PeriodPID``). This study measures the gradient of the cube toss's final
+(``diffmjx.integration.stepsize.PeriodPID``). This study measures the gradient of the cube toss's final
 ``qpos[1]`` with respect to the initial vertical velocity on ten shots: the nine shots of
 ``tests/test_cube_toss.py`` (u0 = -2 + linspace(-0.1, 0.1, 9), lateral velocity -0.1 m/s) and the
 README's "Use" snippet (u0 = -2, no lateral velocity), against central differences (step 1e-4) of

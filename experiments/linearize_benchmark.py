@@ -1,6 +1,6 @@
 """Per-period Jacobians: diffmjx.linearize against jacfwd of MJX's step and MuJoCo's mjd_transitionFD.
 
-    python -m experiments.linearize_benchmark [--quick]
+    python -m experiments.linearize_benchmark [--quick] [--random N]
 
 Scene ``pushed_box`` (a box on a free joint, pushed along x and lifted by two motors, over a plane;
 control period 20 ms), one period from each of four starts: free flight, sliding contact, a
@@ -20,7 +20,14 @@ The fixed-step Jacobians are exact for their discrete system; what the table sho
 system's Jacobian is from the physics' (the converged period's), and how it closes as the step
 shrinks.
 
-Times are per period on this CPU after compilation (median of 5), JIT time separately, and beside
+``--random N`` instead times DiffMJX's default ``linearize`` (and its forward solves) from N seeded
+random starts in contact, half touchdowns and half sliding (heights, velocities, spins and controls
+drawn), against the same reference, with the steps (accepted + rejected) of the solve ``linearize``
+differentiates; it writes ``docs/results/linearize_random.csv``: the distribution behind any change
+of the solve's step control.
+
+Times are per period on this CPU after compilation (median of ``REPEATS`` = 21 calls; the random
+starts' CSVs of Dec 6, before and after kink control's bracket, took 5), JIT time separately, and beside
 each the forward period alone (``forward_ms``: the same simulation without Jacobians, with the
 method's config as given; for the C engine its steps without ``mjd_transitionFD``;
 ``forward_same_solve_ms``: DiffMJX's forward with the config ``linearize`` differentiates, whose
@@ -54,6 +61,7 @@ STARTS = {  # qpos, qvel, ctrl
 }
 EPS_STATE, EPS_CTRL = 1e-7, 1e-5
 SUBSTEPS = 10  # steps of MJX and the C engine per 20 ms period
+REPEATS = 21  # timed calls per figure (sub-millisecond periods scatter by 2x over 5)
 
 
 def _data(mx, name):
@@ -88,7 +96,8 @@ def _timed_jit(fn, *args):
     t = time.perf_counter()
     out = jax.block_until_ready(fn(*args))
     first = time.perf_counter() - t
-    run = common.median_time(fn, *args, repeats=5)
+    common.median_time(fn, *args, repeats=REPEATS)  # untimed: after a cold compile the first calls ran slower
+    run = common.median_time(fn, *args, repeats=REPEATS)
     return out, run, max(first - run, 0.0)
 
 
@@ -100,7 +109,7 @@ def diffmjx_jacobians(mx, name, cfg):
 
 
 def forward_times(mx, name, cfg):
-    """Seconds per period of the forward simulation alone (median of 5 after compilation): with
+    """Seconds per period of the forward simulation alone (median of ``REPEATS`` after compilation): with
     ``cfg`` as given (what a user simulates), and with the config :func:`diffmjx.linearize`
     differentiates (:func:`diffmjx.jacobians.forward_config`: the ``forward`` gradient mode, whose
     forward solve may take other steps)."""
@@ -142,16 +151,77 @@ def mujoco_fd(mj, name, substeps=SUBSTEPS):
             mujoco.mj_step(m, d)
 
     A, B = run()
-    fwd = common.median_time(forward, repeats=5)
-    return A, B, common.median_time(run, repeats=5), 0.0, fwd, fwd
+    fwd = common.median_time(forward, repeats=REPEATS)
+    return A, B, common.median_time(run, repeats=REPEATS), 0.0, fwd, fwd
+
+
+def random_starts(n: int, seed: int = 1) -> dict:
+    """``n`` seeded starts in contact, alternating a touchdown within the period (the box 2-20 mm above
+    resting height, falling at 0.5-1.5 m/s, drifting and spinning) and sliding on its face (0-0.8 m/s
+    each way, spinning about z); both motors' controls drawn in [0, 3]."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for i in range(n):
+        u = rng.uniform(0.0, 3.0, 2)
+        if i % 2 == 0:
+            q = np.r_[0.0, 0.0, rng.uniform(0.052, 0.07), 1, 0, 0, 0]
+            v = np.r_[rng.uniform(-0.3, 0.3, 2), -rng.uniform(0.5, 1.5), rng.normal(0.0, 0.5, 3)]
+            out[f"touchdown {i // 2}"] = (q, v, u)
+        else:
+            q = np.r_[0.0, 0.0, 0.0497, 1, 0, 0, 0]
+            v = np.r_[rng.uniform(-0.8, 0.8, 2), 0.0, 0.0, 0.0, rng.uniform(-0.5, 0.5)]
+            out[f"sliding {i // 2}"] = (q, v, u)
+    return out
+
+
+def solve_steps(mx, name, cfg) -> int:
+    """Steps (accepted + rejected) of the period solve :func:`diffmjx.linearize` differentiates."""
+    u = STARTS[name][2]
+    c = forward_config(cfg)
+    stats = jax.jit(lambda: diffmjx.rollout(mx, _data(mx, name), jnp.asarray(u)[None], c)[1].stats)()
+    return int(stats.accepted[0] + stats.rejected[0])
+
+
+def random_study(mj, mx, base, n: int, out) -> None:
+    """``--random N``: DiffMJX's default ``linearize`` from N random starts in contact."""
+    starts = random_starts(n)
+    STARTS.update(starts)
+    rows = []
+    for name in tqdm(starts, desc="random starts"):
+        A_ref, B_ref = reference(mj, mx, name)
+        A, B, run, jit, fwd, fwd_same = diffmjx_jacobians(mx, name, base)
+        rows.append(
+            {
+                "start": name,
+                "kind": name.split()[0],
+                "error_A": float(np.linalg.norm(A - A_ref) / np.linalg.norm(A_ref)),
+                "error_B": float(np.linalg.norm(B - B_ref) / np.linalg.norm(B_ref)),
+                "ms_per_period": 1e3 * run,
+                "jit_s": jit,
+                "forward_ms": 1e3 * fwd,
+                "forward_same_solve_ms": 1e3 * fwd_same,
+                "over_forward": run / fwd,
+                "steps": solve_steps(mx, name, base),
+            }
+        )
+        r = rows[-1]
+        print(f"{name:12s} A {r['error_A']:.2e}  B {r['error_B']:.2e}  {r['ms_per_period']:7.2f} ms "
+              f"({r['over_forward']:.1f}x forward)  steps {r['steps']}", flush=True)  # fmt: skip
+    path = out / "linearize_random.csv"
+    common.write_csv(path, rows)
+    print(f"wrote {path}")
 
 
 def main(argv=None) -> None:
-    args = common.parser(__doc__.splitlines()[0]).parse_args(argv)
+    p = common.parser(__doc__.splitlines()[0])
+    p.add_argument("--random", type=int, default=0, metavar="N", help="N random starts in contact instead")
+    args = p.parse_args(argv)
     common.setup()
     mj = mujoco.MjModel.from_xml_path(str(scenes.path("pushed_box")))
     mx = common.mjx.put_model(mj)
     base = diffmjx.Config().override("solver.impedance_floor=0")
+    if args.random:
+        return random_study(mj, mx, base, args.random, args.out)
     methods = {
         "diffmjx (default tolerances)": lambda name: diffmjx_jacobians(mx, name, base),
         "diffmjx (rtol 1e-8)": lambda name: diffmjx_jacobians(
