@@ -156,9 +156,10 @@ def mujoco_fd(mj, name, substeps=SUBSTEPS):
 
 
 def random_starts(n: int, seed: int = 1) -> dict:
-    """``n`` seeded starts in contact, alternating a touchdown within the period (the box 2-20 mm above
-    resting height, falling at 0.5-1.5 m/s, drifting and spinning) and sliding on its face (0-0.8 m/s
-    each way, spinning about z); both motors' controls drawn in [0, 3]."""
+    """``n`` seeded starts, alternating a drop (the box 2-20 mm above resting height, falling at
+    0.5-1.5 m/s, drifting and spinning: most touch down within the period, a slow high one may not)
+    and sliding on its face (0-0.8 m/s each way, spinning about z); both motors' controls drawn in
+    [0, 3]."""
     rng = np.random.default_rng(seed)
     out = {}
     for i in range(n):
@@ -207,9 +208,8 @@ def random_study(mj, mx, base, n: int, out) -> None:
         r = rows[-1]
         print(f"{name:12s} A {r['error_A']:.2e}  B {r['error_B']:.2e}  {r['ms_per_period']:7.2f} ms "
               f"({r['over_forward']:.1f}x forward)  steps {r['steps']}", flush=True)  # fmt: skip
-    path = out / "linearize_random.csv"
-    common.write_csv(path, rows)
-    print(f"wrote {path}")
+        common.write_csv(out / "linearize_random.csv", rows)  # every start kept if the run stops
+    print(f"wrote {out / 'linearize_random.csv'}")
 
 
 def main(argv=None) -> None:
