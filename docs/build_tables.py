@@ -924,8 +924,6 @@ def kink_bracket() -> str:
     (``linearize_random_before_bracket.csv``) and after (``linearize_random.csv``): per kind of
     start, medians of the solve's steps, the time per period and its ratio to the plain forward,
     and the Jacobians' errors (median / 90th percentile / worst)."""
-    import numpy as np
-
     before, after = _rows("linearize_random_before_bracket.csv"), _rows("linearize_random.csv")
     kinds = list(dict.fromkeys(r["kind"] for r in after))
 
@@ -933,7 +931,7 @@ def kink_bracket() -> str:
         return [float(r[key]) for r in rows if r["kind"] == kind]
 
     def spread(xs):
-        return " / ".join(f"{x:.1e}" for x in (_median(xs), float(np.percentile(xs, 90)), max(xs)))
+        return " / ".join(f"{x:.1e}" for x in (_median(xs), _linear_quantile(xs, 0.9), max(xs)))
 
     out = ["| starts | figure | before | after |", "|---|---|---|---|"]
     for kind in kinds:

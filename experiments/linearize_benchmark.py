@@ -175,18 +175,24 @@ def random_starts(n: int, seed: int = 1) -> dict:
     return out
 
 
-def solve_steps(mx, name, cfg) -> int:
-    """Steps (accepted + rejected) of the period solve :func:`diffmjx.linearize` differentiates."""
-    u = STARTS[name][2]
+def solve_steps(mx, cfg):
+    """``name -> int``: the steps (accepted + rejected) of the period solve :func:`diffmjx.linearize`
+    differentiates from start ``name``; one program for every start."""
     c = forward_config(cfg)
-    stats = jax.jit(lambda: diffmjx.rollout(mx, _data(mx, name), jnp.asarray(u)[None], c)[1].stats)()
-    return int(stats.accepted[0] + stats.rejected[0])
+    d0 = common.mjx.make_data(mx)
+    steps = jax.jit(
+        lambda q, v, u: (lambda s: s.accepted[0] + s.rejected[0])(
+            diffmjx.rollout(mx, d0.replace(qpos=q, qvel=v), u[None], c)[1].stats
+        )
+    )
+    return lambda name: int(steps(*(jnp.asarray(x) for x in STARTS[name])))
 
 
 def random_study(mj, mx, base, n: int, out) -> None:
     """``--random N``: DiffMJX's default ``linearize`` from N random starts in contact."""
     starts = random_starts(n)
     STARTS.update(starts)
+    steps = solve_steps(mx, base)
     rows = []
     for name in tqdm(starts, desc="random starts"):
         A_ref, B_ref = reference(mj, mx, name)
@@ -202,7 +208,7 @@ def random_study(mj, mx, base, n: int, out) -> None:
                 "forward_ms": 1e3 * fwd,
                 "forward_same_solve_ms": 1e3 * fwd_same,
                 "over_forward": run / fwd,
-                "steps": solve_steps(mx, name, base),
+                "steps": steps(name),
             }
         )
         r = rows[-1]

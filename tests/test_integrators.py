@@ -1,5 +1,7 @@
 """Every integrator name runs and converges; MJX's own integrators match mjx.step; activations are state."""
 
+import math
+
 import jax
 import jax.numpy as jnp
 import mujoco
@@ -8,6 +10,7 @@ import pytest
 from mujoco import mjx
 
 import diffmjx
+from diffmjx.integration.stepsize import pid_controller, with_first_step
 from diffmjx.reference import c_engine_rk4
 from diffmjx.scenes import load
 
@@ -216,10 +219,6 @@ def test_kink_control_brackets_the_kink():
     is at most kink_step; once a straddle is rejected no later trial reaches past that step's end
     (the bracket) other than by kink_step itself; locating the kink takes about log2(h0 /
     kink_step) trials (the controller without the bracket took 22 on average, up to 28, here)."""
-    import math
-
-    from diffmjx.integration.stepsize import pid_controller, with_first_step
-
     ks, h0 = 1e-7, 1e-3
     ctrl = with_first_step(pid_controller(diffmjx.Config(), backsolve=False), jnp.asarray(h0), ks)
     y = (jnp.zeros(2), jnp.zeros(1))  # (state, sentinel)
