@@ -183,7 +183,8 @@ def main(argv=None):
         for method in args.methods:
             kind, extra, planner = METHODS[method]
             iters = args.adam_iterations if kind == "gradient" else args.ilqr_iterations
-            cfg = mpc.PlannerConfig(kind=kind, execute=1, iterations=iters, **knobs, **extra)
+            # contacts from distance as the task's sim says (the planner's own switch off)
+            cfg = mpc.PlannerConfig(kind=kind, cfd=False, execute=1, iterations=iters, **knobs, **extra)
             res[method] = r = run_planner(m, starts, cost, sim, cfg, f"{name} {method}", planner)
             for s, curve in enumerate(r["cost"]):
                 rows += [

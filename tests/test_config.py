@@ -305,8 +305,8 @@ def test_config_presets_by_name() -> None:
     [
         ("config", "integrator:\n  rtl: 1.0e-3\n", "integrator.rtl", "integrator has: solver, adjoint"),
         ("config", "physics:\n  gravity: 0\n", "'physics'", "integrator, solver, collision, cfd, muscle"),
-        ("planner", "planner:\n  rate: 0.1\n", "planner.rate", "planner has: kind, horizon"),
-        ("planner", "rate: 0.1\n", "planner.rate", "planner has: kind, horizon"),
+        ("planner", "planner:\n  rate: 0.1\n", "planner.rate", "planner has: kind, cfd, horizon"),
+        ("planner", "rate: 0.1\n", "planner.rate", "planner has: kind, cfd, horizon"),
         ("planner", "planner:\n  horizon: 8\nmpc:\n  x: 1\n", "'mpc'", "choose one of: planner"),
         ("fit", "stepz: 3\n", "fit.stepz", "fit has: method, horizon"),
         ("fit", "fit:\n  stepz: 3\n", "fit.stepz", "fit has: method, horizon"),

@@ -536,10 +536,12 @@ def test_coloured_noise_has_unit_variance_and_brown_correlation():
 
 
 def test_planner_config_validates_and_presets_load():
-    # the paper's settings are the defaults but for Adam's step: 0.01 of MyoHand's muscle range there,
-    # 0.1 of each actuator's range by default (chosen on the planner suite, docs/mpc.md)
-    assert mpc.PlannerConfig.load("paper") == mpc.PlannerConfig(learning_rate=0.01)
+    # the paper's settings are the defaults but for the planner and Adam's step, chosen on the planner
+    # suite (docs/mpc.md): iLQR with contacts from distance, and 0.1 of each actuator's range (the
+    # paper: Adam without CFD, 0.01 of MyoHand's muscle range)
+    assert mpc.PlannerConfig.load("paper") == mpc.PlannerConfig(kind="gradient", cfd=False, learning_rate=0.01)
     assert mpc.PlannerConfig().learning_rate == 0.1
+    assert (mpc.PlannerConfig().kind, mpc.PlannerConfig().cfd) == ("ilqr", True)
     quick = mpc.PlannerConfig.load("quick")
     assert quick.horizon < 256 and quick.iterations < 32
     with pytest.raises(
@@ -560,6 +562,25 @@ def test_planner_config_validates_and_presets_load():
         mpc.PlannerConfig(ilqr_cost_hessian="gauss")
     with pytest.raises(ValueError, match="planner.ilqr_reuse=-1 .* >= 0"):
         mpc.PlannerConfig(ilqr_reuse=-1)
+
+
+def test_the_default_planner_plans_with_contacts_from_distance_where_it_differentiates():
+    """PlannerConfig() is iLQR with CFD: make_planner turns on the simulation config's cfd.enabled
+    (keeping its cfd section) for the kinds that differentiate their plans, never for sampling, and
+    cfd=false leaves the simulation config as given."""
+    sim = diffmjx.Config().override("integrator.solver=mjx_euler", "cfd.solimp=[0.0, 0.1, 0.3, 1.0, 4.0]")
+    planned = mpc.make_planner(sim=sim).sim
+    assert mpc.make_planner(sim=sim).method.__class__ is mpc.ILQRMethod
+    assert planned.cfd.enabled and planned.cfd.solimp == sim.cfd.solimp
+    assert planned == sim.override("cfd.enabled=true")  # nothing else changed
+    for kind in ("gradient", "hybrid"):
+        assert mpc.make_planner(mpc.PlannerConfig(kind=kind), sim).sim.cfd.enabled
+    assert mpc.make_planner(mpc.PlannerConfig(kind="sampling"), sim).sim == sim
+    assert mpc.make_planner(mpc.PlannerConfig(cfd=False), sim).sim == sim
+    assert mpc.make_planner(mpc.PlannerConfig(cfd=False), planned).sim == planned
+    assert mpc.PlannerConfig.load(None, ["cfd=false"]).cfd is False  # text at the edge
+    with pytest.raises(ValueError, match="planner.cfd"):
+        mpc.PlannerConfig(cfd="yes")
 
 
 def _ilqr_step(cfg, sim):

@@ -1,4 +1,4 @@
-"""Model-predictive control through the simulator: gradient MPC, predictive sampling, and a hybrid.
+"""Model-predictive control through the simulator: iLQR, gradient MPC, predictive sampling, and a hybrid.
 
 Every planner improves a plan of ``horizon`` controls for the current state and the running cost
 ``cost(d, ctrl) -> scalar`` summed over the states at the end of each control period (read through
@@ -14,8 +14,10 @@ again.
   copies with temporally correlated, power-law "coloured" noise; ``noise_beta`` 2 is brown noise),
   evaluated in one ``vmap``; the cheapest is kept.
 - ``hybrid``: sampling first, then ``iterations`` gradient steps from the best sample.
-- ``ilqr``: second order: ``iterations`` iLQR iterations (:mod:`diffmjx.mpc.ilqr`) on the period
-  Jacobians of :func:`diffmjx.linearize`, with the cost's exact Hessian, regularisations on
+- ``ilqr`` (the default, with contacts from distance: the planner suite's choice, docs/mpc.md):
+  second order: ``iterations`` iLQR iterations (:mod:`diffmjx.mpc.ilqr`) on the period
+  Jacobians of :func:`diffmjx.linearize`, with the cost's Hessian (its negative curvature
+  dropped, ``ilqr_cost_hessian``), plans sampled around each iterate (``ilqr_explore``), regularisations on
   ``Q_uu`` and step lengths searched at once (``line_search`` candidates; where none lowers the
   cost, ``ilqr_retries`` more rounds at larger regularisations on the same Jacobians; after an
   accepted round, optionally ``ilqr_reuse`` chord rounds on them), controls projected onto their
@@ -35,6 +37,7 @@ the planners' one driver (compiled plan, resumable closed loop, device placement
 accounting); split, the loop's private state would have to become public.
 """
 
+import dataclasses
 import math
 import time
 import typing
@@ -86,6 +89,7 @@ __all__ = [
     "ctrl_bounds",
     "make_planner",
     "plan_cost",
+    "planning_config",
     "replicate",
 ]
 
@@ -182,13 +186,25 @@ def _load_loop(path: Path, fingerprint: str, d0, plan0, key0, dt0):
     )
 
 
+def planning_config(cfg: PlannerConfig, sim: Config) -> Config:
+    """The simulation config a planner of ``cfg`` plans with: ``sim``, with ``cfd.enabled`` set
+    where ``cfg.cfd`` asks for contacts from distance and the kind differentiates its plans
+    (a planner class's ``differentiates``; sampling's does not)."""
+    if not cfg.cfd or sim.cfd.enabled or not getattr(PLANNERS[cfg.kind], "differentiates", True):
+        return sim
+    return dataclasses.replace(sim, cfd=dataclasses.replace(sim.cfd, enabled=True))
+
+
 def make_planner(cfg: PlannerConfig | None = None, sim: Config | None = None) -> Planner:
-    """Build the planner ``cfg.kind`` (defaults: gradient MPC with the paper's settings).
+    """Build the planner ``cfg.kind`` (defaults: iLQR with contacts from distance, the planner
+    suite's choice; :class:`PlannerConfig`).
 
     Arguments:
-        cfg: :class:`PlannerConfig`.
+        cfg: :class:`PlannerConfig`; ``PlannerConfig()`` if None.
         sim: the simulation :class:`~diffmjx.Config` the plans are rolled out (and differentiated)
-            with; ``Config()`` if None.
+            with; ``Config()`` if None. With ``cfg.cfd`` (the default) a differentiating planner
+            plans with its ``cfd.enabled`` set (:func:`planning_config`); the planner's ``sim``
+            is the config it plans with.
 
     Returns:
         A :class:`Planner`, whose ``plan(m, d, nominal, cost, key, dt0)`` returns the improved
@@ -196,7 +212,7 @@ def make_planner(cfg: PlannerConfig | None = None, sim: Config | None = None) ->
         steps or the sample costs; ``skipped``: gradient steps skipped for a non-finite gradient).
     """
     cfg = PlannerConfig() if cfg is None else cfg
-    sim = Config() if sim is None else sim
+    sim = planning_config(cfg, Config() if sim is None else sim)
     method = PLANNERS[cfg.kind](cfg, sim)
 
     def plan(m, d, nominal, cost, key, dt0=None):
