@@ -805,9 +805,7 @@ def readme_claims() -> str:
             f"planners on {len(set(r['task'] for r in suite))} tasks nobody tuned them for, equal time per plan step, "
             "executed on MuJoCo's C engine",
             "successes: "
-            + ", ".join(
-                f"{SUITE_NAMES.get(p, p)} {wins[p]} of {starts}" for p in sorted(wins, key=lambda p: -wins[p])
-            ),
+            + ", ".join(f"{SUITE_NAMES.get(p, p)} {wins[p]} of {starts}" for p in sorted(wins, key=lambda p: -wins[p])),
             "[mpc](docs/mpc.md#planner-suite-tasks-nobody-tuned-for)",
         ),
         (
