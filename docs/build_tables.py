@@ -225,6 +225,16 @@ def contact_mpc(name: str = "contact_mpc.csv") -> str:
 SUITE_PLANNERS = ("sampling", "gradient", "gradient_cfd", "ilqr_cfd", "hybrid_cfd")
 
 
+def _suite_planners(rows: list[dict]) -> list[str]:
+    """The planner suite's planners that ``rows`` hold, in the suite's order."""
+    return [p for p in SUITE_PLANNERS if any(r["planner"] == p for r in rows)]
+
+
+def _successes(rows: list[dict], planners) -> dict[str, int]:
+    """Per planner: its successful starts in ``rows``."""
+    return {p: sum(r["success"] == "True" for r in rows if r["planner"] == p) for p in planners}
+
+
 def planner_suite(name: str = "planner_suite.csv", before: str | None = None) -> str:
     """Per task and planner of a suite CSV (``name``: the suite, or some tasks from more starts):
     successes over the starts and the median score (the largest end-state error in units of its
@@ -232,7 +242,7 @@ def planner_suite(name: str = "planner_suite.csv", before: str | None = None) ->
     a column of iLQR with CFD without its sampled plans (a CSV of its rows at ``ilqr_explore=0``)."""
     rows = _rows(name)
     earlier = _rows(before) if before else []
-    planners = [p for p in SUITE_PLANNERS if any(r["planner"] == p for r in rows)]
+    planners = _suite_planners(rows)
     cell = lambda sel: (
         f"{sum(r['success'] == 'True' for r in sel)} of {len(sel)} ({_median([float(r['score']) for r in sel]):.2g})"
         if sel
@@ -295,7 +305,7 @@ def planner_choice() -> str:
     """Per kind of task: the suite's tasks of that kind, each planner's successes over their starts,
     and the planner(s) with the most."""
     rows = _rows("planner_suite.csv")
-    planners = [p for p in SUITE_PLANNERS if any(r["planner"] == p for r in rows)]
+    planners = _suite_planners(rows)
     out = [
         "| kind of task | suite tasks | most successes | " + " | ".join(f"`{p}`" for p in planners) + " |",
         "|---|---|---|" + "---|" * len(planners),
@@ -303,7 +313,7 @@ def planner_choice() -> str:
     kinds = (*SUITE_KINDS, ("all", tuple(dict.fromkeys(r["task"] for r in rows))))
     for kind, tasks in kinds:
         sel = [r for r in rows if r["task"] in tasks]
-        wins = {p: sum(r["success"] == "True" for r in sel if r["planner"] == p) for p in planners}
+        wins = _successes(sel, planners)
         n = len([r for r in sel if r["planner"] == planners[0]])
         best = ", ".join(f"`{p}`" for p in planners if wins[p] == max(wins.values()))
         names = "all nine" if kind == "all" else ", ".join(tasks)
@@ -737,8 +747,7 @@ def readme_claims() -> str:
     salt_scenes = len({r["scene"] for r in salt})
     gen = _rows("contactnets_generalisation_summary.csv")[0]
     suite = _rows("planner_suite.csv")
-    wins = {p: sum(r["success"] == "True" for r in suite if r["planner"] == p) for p in SUITE_PLANNERS}
-    wins = {p: w for p, w in wins.items() if any(r["planner"] == p for r in suite)}
+    wins = _successes(suite, _suite_planners(suite))
     starts = len([r for r in suite if r["planner"] == next(iter(wins))])
     paper = next(r for r in _rows("myo_mpc_baoding_paper_summary.csv") if r["method"] == "gradient")
     fast = next(r for r in _rows("myo_mpc_baoding_fast_summary.csv") if r["method"] == "gradient")
