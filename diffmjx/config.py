@@ -98,6 +98,11 @@ CAPSULE_BOX_RULES = registry.CAPSULE_BOX_RULES
 AUTO_KINK_FACTOR = 10.0
 """``integrator.kink_step=auto`` is ``min(AUTO_KINK_FACTOR * rtol, AUTO_KINK_MAX)`` seconds."""
 AUTO_KINK_MAX = 1e-7
+AUTO_ADJOINT_KINK_FACTOR = 3.0
+"""With ``backsolve``, ``integrator.kink_step=auto`` in its backward solve is
+``min(AUTO_ADJOINT_KINK_FACTOR * rtol, AUTO_ADJOINT_KINK_MAX)`` seconds (a step over a kink is
+taken there whatever its error: finer than the forward's, docs/integration.md)."""
+AUTO_ADJOINT_KINK_MAX = 3e-8
 
 
 def _check_kink_step(key: str, value: Any) -> Any:
@@ -149,11 +154,16 @@ class IntegratorConfig(Section):
             edge, stick-slip: a kink of the contact force) is rejected and shrunk until it is
             at most this long (s), so no longer step straddles a kink; None turns this off.
             Discretise-then-optimise gradients of a step that straddles a kink are off by
-            O(step x stiffness), so without it they scatter from shot to shot. ``auto`` (the
-            default): ``min(10 rtol_f, 1e-7)`` seconds, ``rtol_f`` the forward solve's
-            (:meth:`tolerances`: 1e-8 by default), with the ``checkpoint`` and ``forward``
-            adjoints, off with ``backsolve`` (whose adjoint solve controls its own error across
-            kinks); :meth:`kink_step_used` gives the value.
+            O(step x stiffness), so without it they scatter from shot to shot. With ``backsolve``
+            it acts in the backward solve instead, where the adjoint's rate jumps at each kink:
+            the controller bisects to the kink and takes one step of at most this long over it
+            (the error control alone shrank such steps to 1e-8 s and below, a third of the
+            backward pass's steps). ``auto`` (the default): ``min(10 rtol_f, 1e-7)`` seconds,
+            ``rtol_f`` the forward solve's (:meth:`tolerances`: 1e-8 by default), with the
+            ``checkpoint`` and ``forward`` adjoints; ``min(3 rtol_b, 3e-8)`` in ``backsolve``'s
+            backward solve, ``rtol_b`` its own (``backsolve_rtol``, else ``rtol``); off in the
+            forward solve of the continuous adjoints (:meth:`kink_step_used`,
+            :meth:`backward_kink_step`).
         dto_tighten: with ``pid`` step control and the ``checkpoint`` or ``forward`` adjoint, the
             forward solve runs at ``rtol / dto_tighten`` and ``atol / dto_tighten``; 1 turns it off.
             Discretise-then-optimise differentiates the steps taken, and the step controller bounds
@@ -258,6 +268,18 @@ class IntegratorConfig(Section):
         if backsolve:
             return None
         return min(AUTO_KINK_FACTOR * float(rtol), AUTO_KINK_MAX)
+
+    def backward_kink_step(self, rtol: float | None = None) -> float | None:
+        """The kink step in seconds of the ``backsolve`` adjoint's backward solve, or None (off):
+        ``kink_step``, with ``auto`` resolved as ``min(3 rtol_b, 3e-8)``, ``rtol_b`` the backward
+        solve's (``backsolve_rtol``, else ``rtol``; pass it for a Diffrax controller object)."""
+        if self.kink_step != "auto":
+            return self.kink_step
+        if rtol is None:
+            if self.step_control != "pid":
+                return None
+            rtol = self.backsolve_rtol if self.backsolve_rtol is not None else self.tolerances(backsolve=True)[0]
+        return min(AUTO_ADJOINT_KINK_FACTOR * float(rtol), AUTO_ADJOINT_KINK_MAX)
 
 
 @dataclasses.dataclass(frozen=True)

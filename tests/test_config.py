@@ -231,7 +231,7 @@ def test_discretise_then_optimise_solves_its_forward_tighter():
     pid = diffmjx.diffrax_method(ckpt).stepsize_controller
     assert (pid.rtol, pid.atol) == pytest.approx((1e-8, 1e-8))
     back = diffmjx.diffrax_method(diffmjx.Config())
-    assert back.stepsize_controller.rtol == back.adjoint.kwargs["stepsize_controller"].rtol == 1e-7
+    assert back.stepsize_controller.rtol == back.adjoint.stepsize_controller.rtol == 1e-7
     with pytest.raises(ValueError, match=r"integrator\.dto_tighten.*>= 1"):
         diffmjx.Config().override("integrator.dto_tighten=0.5")
 

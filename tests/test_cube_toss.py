@@ -79,7 +79,7 @@ def test_converged_solve_matches_c_engine(truth):
         # (test_integrators) checks its discretise-then-optimise gradient with kink control, and
         # test_linearize the same discrete solve's forward-mode derivatives through a touchdown
         pytest.param("checkpoint", 1e-7, 0.01, 0.05, "auto", marks=pytest.mark.slow),
-        ("backsolve", 1e-7, 0.01, 0.05, "null"),
+        ("backsolve", 1e-7, 0.01, 0.05, "auto"),  # the default: kink control in the backward solve
         pytest.param("interpolated", 1e-7, 0.01, 0.05, "null", marks=pytest.mark.slow),  # suite budget
         pytest.param("checkpoint", 1e-8, 0.02, 0.15, "1e-7", marks=pytest.mark.slow),
     ],

@@ -253,6 +253,75 @@ def test_kink_control_brackets_the_kink():
     assert not bool(keep) and float(t1 - t0) < 0.5 * ks
 
 
+def test_the_adjoint_solve_bisects_to_each_kink_and_steps_over_it():
+    """The backsolve adjoint's backward controller (kink control of the adjoint, whose rate jumps at
+    each kink), fed a step oracle with one kink and an error estimate far above tolerance on every
+    step over it: the step that holds the kink is at most kink_step and is taken (the error
+    control alone would shrink it without end); every trial halves the bracket, so locating the
+    kink takes about log2(h0 / kink_step) trials; the step after it is the one tried before the
+    kink was found, not a regrowth from kink_step; the sentinel takes no part in the error norm."""
+    from diffmjx.integration.adjoints import BacksolveState
+
+    ks, h0 = 1e-7, 1e-3
+    back = pid_controller(diffmjx.Config(), backsolve=True, adjoint_solve=True)
+    ctrl = with_first_step(back, jnp.asarray(h0), ks, adjoint_solve=True)
+    s = BacksolveState(jnp.zeros(2), jnp.zeros(2), [jnp.zeros(1), None], jnp.zeros(3))
+    adapt = jax.jit(lambda t0, t1, err, state: ctrl.adapt_step_size(t0, t1, s, s, None, err, 5, state))
+
+    def error(straddle, size=1e-12):
+        return BacksolveState(
+            jnp.full(2, size), jnp.full(2, 1.0 if straddle else size), [jnp.ones(1), None], jnp.full(3, 1e-3 * straddle)
+        )
+
+    def pass_kink(kink):
+        t0 = 0.0
+        t1, state = ctrl.init(None, 0.0, 1.0, s, None, None, None, 5)
+        for n in range(1, 100):
+            lo, hi = float(t0), float(t1)
+            straddle = lo < kink <= hi
+            keep, t0, t1, _, state, _ = adapt(lo, hi, error(straddle), state)
+            if straddle and bool(keep):
+                assert hi - lo <= 1.5 * ks
+                return n, float(t1 - t0)
+        raise AssertionError(f"kink at {kink} not passed in 100 trials")
+
+    passed = [pass_kink(k) for k in np.linspace(0.0, h0, 21)[1:]]
+    trials = [n for n, _ in passed]
+    assert np.mean(trials) <= math.log2(h0 / ks) + 2 and max(trials) <= math.log2(h0 / ks) + 4, trials
+    assert all(h_next >= 0.99 * h0 for _, h_next in passed), passed  # resumed at the first straddle's step
+
+    # without a kink, the parameters' adjoint and the sentinel do not count: a step whose state
+    # and state adjoint are within tolerance is kept
+    _, state = ctrl.init(None, 0.0, 1.0, s, None, None, None, 5)
+    big = BacksolveState(jnp.full(2, 1e-12), jnp.full(2, 1e-12), [jnp.full(1, 1e3), None], jnp.zeros(3))
+    assert bool(adapt(0.0, 1e-4, big, state)[0])
+
+
+def test_backsolve_simulates_what_diffrax_backsolve_does():
+    """The default gradient mode (DiffMJX's backsolve, kink control in its backward solve only) adds
+    nothing to a simulation that is not differentiated: the cube toss through its first bounce is
+    Diffrax's BacksolveAdjoint's forward bit for bit, step counts included (its accuracy: the
+    backsolve row of test_cube_toss's sweep)."""
+    import diffrax
+
+    from diffmjx.integration.adjoints import KinkAwareBacksolve
+    from diffmjx.scenes import CUBE_TOSS, cube_toss_data
+
+    _, mx = load("cube_toss")
+    cfg = diffmjx.Config()
+    assert isinstance(diffmjx.diffrax_method(cfg).adjoint, KinkAwareBacksolve)
+    theirs = diffrax.BacksolveAdjoint(
+        solver=diffrax.Tsit5(), stepsize_controller=pid_controller(cfg, backsolve=True, adjoint_solve=True)
+    )
+    ctrls = jnp.zeros((10, mx.nu))
+    d0 = cube_toss_data(mx, CUBE_TOSS["u0"])
+    out = [jax.jit(lambda d, a=a: diffmjx.rollout(mx, d, ctrls, cfg, adjoint=a))(d0) for a in (None, theirs)]
+    (d_a, t_a), (d_b, t_b) = out
+    assert int(t_a.stats.rejected.sum()) > 0  # the bounce is in the window
+    for a, b in ((d_a.qpos, d_b.qpos), (d_a.qvel, d_b.qvel), (t_a.stats.accepted, t_b.stats.accepted)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
 def test_diffrax_args_are_only_the_traced_leaves():
     """The backsolve adjoint integrates an adjoint for every inexact leaf of Diffrax's args, so
     only traced leaves go there: a model the caller's jit closes over stays a constant, a leaf a

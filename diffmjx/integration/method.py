@@ -15,7 +15,13 @@ from typing import NamedTuple
 import diffrax
 
 from diffmjx.config import Config
-from diffmjx.integration.adjoints import InterpolatedAdjoint, SensitivityAdjoint, mode_of, state_adjoint_norm
+from diffmjx.integration.adjoints import (
+    InterpolatedAdjoint,
+    KinkAwareBacksolve,
+    SensitivityAdjoint,
+    mode_of,
+    state_adjoint_norm,
+)
 from diffmjx.integration.fixed_step import MJXRK4, FixedStep, MJXEuler, MJXImplicitFast
 from diffmjx.integration.period import diffrax_period
 from diffmjx.integration.stepsize import pid_controller
@@ -102,7 +108,7 @@ def _backsolve(cfg: Config, solver, stepsize_controller, interpolated: bool = Fa
         back = pid_controller(cfg, backsolve=True, adjoint_solve=True, norm=norm)
     if interpolated:
         return InterpolatedAdjoint(stepsize_controller=back)
-    return diffrax.BacksolveAdjoint(solver=solver, stepsize_controller=back)
+    return KinkAwareBacksolve(stepsize_controller=back, solver=solver)
 
 
 GRADIENT_MODES.register(

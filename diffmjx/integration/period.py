@@ -62,10 +62,17 @@ def diffrax_period(m, d, layout, dt_hint, method):
     kink_step = ic.kink_step_used(backsolve=mode.continuous, rtol=rtol if isinstance(rtol, (int, float)) else None)
     kinks = warm and not mode.continuous and kink_step is not None and field.nefc > 0
 
+    # the backsolve adjoint's backward solve runs kink control of its own: its adjoint's rate
+    # jumps at every kink (KinkAwareBacksolve)
+    back_kink_step = None
+    if warm and field.nefc > 0 and mode.backward_kink_control():
+        back_rtol = getattr(mode.stepsize_controller, "rtol", None)
+        back_kink_step = ic.backward_kink_step(back_rtol if isinstance(back_rtol, (int, float)) else None)
+
     dt0 = first_step(controller, period, dt_hint, ic.substeps)
     if warm:
         controller = with_first_step(controller, dt0, kink_step if kinks else None)
-        mode, dt0 = mode.warm_start(method.stepsize_controller, dt0)
+        mode, dt0 = mode.warm_start(method.stepsize_controller, dt0, back_kink_step)
     # the force jump at each touchdown in the derivatives (integrator.saltation)
     mode, solver = saltation.carry_jumps(mode, method.solver, field, m, d, kinks)
     spec = PeriodSolve(
@@ -77,6 +84,7 @@ def diffrax_period(m, d, layout, dt_hint, method):
         max_steps=ic.max_steps,
         throw=ic.on_budget_exhausted == "raise",
         code=field.state_code if field.pyramidal else None,
+        coded=field.term(True) if back_kink_step is not None else None,
         ignored=field.ignored(),
     )
     y1, sol_stats, result = mode.solve(field.term(kinks), field.y0(m, d, kinks), field.args, spec)

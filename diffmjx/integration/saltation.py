@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from diffmjx import _mjx
-from diffmjx.integration.adjoints import Backsolve, Discretised
+from diffmjx.integration.adjoints import Backsolve, Discretised, KinkAwareBacksolve
 from diffmjx.physics import checks, collision, manifold
 from diffmjx.physics.dynamics import State
 
@@ -239,7 +239,8 @@ class AdjointJumpAware(JumpAware):
     """The backward solve of the ``backsolve`` adjoint with the saltation term's adjoint: where a
     backward step crosses an event, ``a_y`` gains ``grad r (f+ - f-) . a_y / r_dot`` and the
     parameters' adjoint ``d r / d args`` times the same factor (the transpose of
-    :class:`JumpAware`'s term). The state is Diffrax's ``(y, a_y, a_args, a_term)``."""
+    :class:`JumpAware`'s term). The state is Diffrax's ``(y, a_y, a_args, a_term)`` or DiffMJX's
+    :class:`diffmjx.integration.adjoints.BacksolveState`, laid out alike."""
 
     def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
         aug1, err, dense, state, result = self.solver.step(terms, t0, t1, y0, args, solver_state, made_jump)
@@ -255,7 +256,8 @@ class AdjointJumpAware(JumpAware):
             d_args,
             is_leaf=lambda x: x is None,
         )
-        return (y1, a_y1, a_args1, a_term1), err, dense, state, result
+        aug1 = (y1, a_y1, a_args1, a_term1) if type(aug1) is tuple else aug1._make((y1, a_y1, a_args1, a_term1))
+        return aug1, err, dense, state, result
 
 
 def wrap(solver, adjoint, field, kinks: bool) -> JumpAware:
@@ -292,6 +294,12 @@ def carry_jumps(mode, solver, field, m, d, kinks: bool):
         return mode, solver
     if not has_events(m, d, field.cfg) or not checks.may_jump(m):
         return mode, solver  # no constraint that switches on with a jump: nothing to add
+    if isinstance(mode, KinkAwareBacksolve):
+        back = mode.solver or solver
+        if not isinstance(back, diffrax.AbstractRungeKutta):
+            return mode, solver
+        back = AdjointJumpAware(back, _resolution(field), distances_of(field), _state, probe_of(field))
+        return KinkAwareBacksolve(mode.stepsize_controller, back, mode.kinks), solver
     if isinstance(mode, Backsolve):
         back = mode.adjoint.kwargs.get("solver") or solver
         runge_kutta = isinstance(back, diffrax.AbstractRungeKutta)

@@ -48,44 +48,74 @@ class PeriodPID(diffrax.PIDController):
     pay another rejection for it; each trial halves the bracket or shrinks the step at least as
     Diffrax's least factor does: locating a kink takes about ``log2(step / kink_step)`` trials
     (docs/speed.md, "Kink control's bracket").
+
+    The backward solve of the ``backsolve`` adjoint (``adjoint_solve``; its state a
+    :class:`diffmjx.integration.adjoints.BacksolveState`, the sentinel in its own slot) runs kink
+    control too, for the adjoint's rate, which jumps at every kink (the state's only bends). Three
+    rules differ there: a step of ``kink_step`` that holds a kink is taken whatever its error
+    estimate (a step over a jump of the rate errs by its length times the jump, whatever the
+    tableau: ``kink_step`` bounds that, where the error control alone shrank such steps to 1e-8 s
+    and below); a straddle halves the step (bisection) instead of cutting it by the least factor;
+    and once the kink is held the next step is the one the controller had tried before it found
+    the kink, instead of growing back from ``kink_step`` (docs/integration.md, "Kink control of
+    the adjoint").
     """
 
     first_step: jax.Array | None = None
     kink_step: float | None = None
+    adjoint_solve: bool = False  # the backsolve adjoint's backward solve (state: a BacksolveState)
+
+    def _split(self, tree):
+        """``(tree for the error control, the kink sentinel)`` of a state-shaped tree."""
+        if self.adjoint_solve:
+            return tree._replace(sentinel=None), tree.sentinel
+        if self.kink_step is not None:
+            return tree
+        return tree, None
 
     def init(self, terms, t0, t1, y0, dt0, args, func, error_order):
         dt0 = dt0 if self.first_step is None else self.first_step
         t_next, state = super().init(terms, t0, t1, y0, dt0, args, func, error_order)
         if self.kink_step is None:
             return t_next, state
-        # kink control's state: the end of the bracket around the next kink (inf: none known)
-        return t_next, (state, jnp.full((), jnp.inf, jnp.result_type(t_next)))
+        # kink control's state: the end of the bracket around the next kink (inf: none known) and,
+        # in an adjoint solve, the step to resume with once the kink is held (0: none)
+        dtype = jnp.result_type(t_next)
+        return t_next, (state, jnp.full((), jnp.inf, dtype), jnp.zeros((), dtype))
 
     def adapt_step_size(self, t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state):
+        (y0, _), (y1, _), (error, sentinel_error) = self._split(y0), self._split(y1_candidate), self._split(y_error)
         if self.kink_step is None:
-            return super().adapt_step_size(t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state)
-        (y0, _), (y1, _), (error, sentinel_error) = y0, y1_candidate, y_error
-        pid_state, bracket_end = controller_state
+            return super().adapt_step_size(t0, t1, y0, y1, args, error, error_order, controller_state)
+        pid_state, bracket_end, resume = controller_state
         h = t1 - t0
         changed = jnp.any(jnp.abs(sentinel_error) > SENTINEL_THRESHOLD * h)
         straddles = changed & (h > 1.5 * self.kink_step)  # a step of kink_step is t1 - t0 up to rounding
         # an infinite error rejects the step at the controller's least factor, without spoiling
         # the PID history (Diffrax treats it like a failed implicit step)
         error = jax.tree.map(lambda e: jnp.where(straddles, jnp.inf, e), error)
+        if self.adjoint_solve:  # a step of kink_step over the kink is taken (class docstring)
+            error = jax.tree.map(lambda e: jnp.where(changed & ~straddles, 0.0, e), error)
         keep, next_t0, next_t1, jump, pid_state, result = super().adapt_step_size(
             t0, t1, y0, y1, args, error, error_order, pid_state
         )
-        t1_ = jax.lax.stop_gradient(t1)
+        t1_, h_ = jax.lax.stop_gradient(t1), jax.lax.stop_gradient(h)
+        new_bracket = straddles & jnp.isinf(bracket_end)
         bracket_end = jnp.where(straddles, t1_, bracket_end)  # the kink lies before the straddling step's end
         # a kept step that held the kink, or reached the bracket's end (the straddle was the trial
         # step's own, not the trajectory's), leaves no kink known ahead
         bracket_end = jnp.where(keep & (changed | (t1_ >= bracket_end)), jnp.inf, bracket_end)
         h_next = next_t1 - next_t0
+        if self.adjoint_solve:
+            h_next = jnp.where(straddles, 0.5 * h_, h_next)  # bisection
+            resume = jnp.where(new_bracket, h_, resume)  # the step tried before the kink was found
+            h_next = jnp.where(keep & changed, jnp.maximum(h_next, resume), h_next)
+            resume = jnp.where(keep & jnp.isinf(bracket_end), 0.0, resume)
         h_next = jnp.where(straddles, jnp.maximum(h_next, self.kink_step), h_next)
         # never a step known to straddle: at most half of what is left of the bracket (inf: none
         # known), but no cap below kink_step; the error control's own shrinking is not floored
         h_next = jnp.minimum(h_next, jnp.maximum(0.5 * (bracket_end - next_t0), self.kink_step))
-        return keep, next_t0, next_t0 + h_next, jump, (pid_state, bracket_end), result
+        return keep, next_t0, next_t0 + h_next, jump, (pid_state, bracket_end, resume), result
 
 
 def pid_controller(cfg: Config, *, backsolve: bool, adjoint_solve: bool = False, norm=None):
@@ -125,11 +155,12 @@ def pid_controller(cfg: Config, *, backsolve: bool, adjoint_solve: bool = False,
     )
 
 
-def with_first_step(controller: diffrax.PIDController, first_step, kink_step=None) -> PeriodPID:
+def with_first_step(controller: diffrax.PIDController, first_step, kink_step=None, *, adjoint_solve=False) -> PeriodPID:
     """``controller`` as a :class:`PeriodPID` starting from ``first_step``, with kink control down to
-    ``kink_step`` (None: off)."""
+    ``kink_step`` (None: off); ``adjoint_solve``: the controller of the ``backsolve`` adjoint's
+    backward solve (its state a :class:`diffmjx.integration.adjoints.BacksolveState`)."""
     fields = {f.name: getattr(controller, f.name) for f in dataclasses.fields(controller) if f.init}
-    fields.update(first_step=first_step, kink_step=kink_step)
+    fields.update(first_step=first_step, kink_step=kink_step, adjoint_solve=adjoint_solve)
     return PeriodPID(**fields)
 
 

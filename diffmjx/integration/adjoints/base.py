@@ -49,6 +49,7 @@ class PeriodSolve(NamedTuple):
     max_steps: int
     throw: bool
     code: Any = None  # code(t, y, args) -> the constraint state, where its changes are located (else None)
+    coded: Any = None  # the term whose state is (y, kink sentinel), its rate (dy, constraint state) (else None)
     ignored: tuple = ()  # per traced arg: True where the vector field replaces it (no sensitivity to it)
 
 
@@ -88,16 +89,22 @@ class GradientMode(eqx.Module):
 
     continuous: ClassVar[bool] = False
 
-    def warm_start(self, forward, first_step):
+    def warm_start(self, forward, first_step, kink_step=None):
         """``(mode, dt0)``: this mode with the period's first step held wherever its own solves need it,
         and the ``dt0`` to hand ``diffeqsolve`` (None if every controller holds it).
 
         Arguments:
             forward: the forward solve's ``diffrax.PIDController`` (before the warm start).
             first_step: the period's first step.
+            kink_step: kink control's step in the mode's own backward solve, where it has one
+                (:meth:`backward_kink_control`); None: off.
         """
-        del forward, first_step
+        del forward, first_step, kink_step
         return self, None
+
+    def backward_kink_control(self) -> bool:
+        """Whether this mode's backward solve runs kink control (given a kink step by :meth:`warm_start`)."""
+        return False
 
     def solve(self, term, y0, args, spec: PeriodSolve):
         """``(y1, stats, result)`` of the period's solve, differentiable as this mode differentiates it."""
@@ -119,9 +126,10 @@ class Backsolve(Discretised):
 
     continuous: ClassVar[bool] = True
 
-    def warm_start(self, forward, first_step):
+    def warm_start(self, forward, first_step, kink_step=None):
         # the adjoint solve starts from -dt0 when given one: hold its first step in its own
         # controller too, or keep dt0 if that controller cannot hold it
+        del kink_step  # Diffrax's backward solve has no kink sentinel
         back = self.adjoint.kwargs.get("stepsize_controller")
         if not isinstance(back, diffrax.PIDController):
             return self, first_step

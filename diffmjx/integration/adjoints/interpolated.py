@@ -70,7 +70,8 @@ class InterpolatedAdjoint(diffrax.AbstractAdjoint, GradientMode):
     def loop(self, **kwargs):
         raise NotImplementedError("InterpolatedAdjoint is carried out by diffmjx.step and diffmjx.rollout only")
 
-    def warm_start(self, forward, first_step):
+    def warm_start(self, forward, first_step, kink_step=None):
+        del kink_step
         back = self.stepsize_controller
         if back is None and isinstance(forward, diffrax.PIDController):
             back = eqx.tree_at(lambda c: c.norm, forward, state_adjoint_norm)
