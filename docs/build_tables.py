@@ -460,7 +460,8 @@ def kink_control() -> str:
 
 ADJOINT_LABELS = {
     "checkpoint": "`checkpoint` (kink control, forward at 1e-8)",
-    "backsolve": "`backsolve` (the default)",
+    "backsolve": "`backsolve` (the default; kink control in its backward solve)",
+    "backsolve_diffrax": "`backsolve` by `diffrax.BacksolveAdjoint` (the default until Dec 6)",
     "interpolated": "`interpolated`",
     "sensitivity": "`sensitivity` ([below](#the-sensitivity-mode))",
 }
@@ -982,7 +983,8 @@ def kink_bracket() -> str:
 
 def speed_rules_fidelity() -> str:
     """The fidelity suite at the defaults before the second round of derivative rules
-    (``fidelity_defaults_ten_before_rules_summary.csv``) and after (``fidelity_defaults_ten``):
+    (``fidelity_defaults_ten_before_rules_summary.csv``) and after (the run kept as
+    ``fidelity_defaults_ten_before_backward_kinks``, the defaults until backsolve's kink control):
     median / p90 / worst relative gradient error per family and over all shots."""
     before = {r["family"]: r for r in _rows("fidelity_defaults_ten_before_rules_summary.csv")}
 
@@ -992,31 +994,72 @@ def speed_rules_fidelity() -> str:
         )
 
     out = ["| family | before the rules | after |", "|---|---|---|"]
-    for r in _rows("fidelity_defaults_ten_summary.csv"):
+    for r in _rows("fidelity_defaults_ten_before_backward_kinks_summary.csv"):
         name = "**all shots**" if r["family"] == "all" else _family(r["family"])
         out.append(f"| {name} | {cells(before[r['family']])} | {cells(r)} |")
+    return "\n".join(out) + "\n"
+
+
+def backward_kinks_toss() -> str:
+    """The cube toss's backsolve gradient with Diffrax's backward solve (``backsolve_diffrax``, the
+    default until Dec 6) and with kink control in it (``backsolve``, the default), one run of
+    ``benchmark_adjoints``: errors over the sweep, backward steps and times."""
+    adj = {r["adjoint"]: r for r in _rows("benchmark_adjoints_summary.csv")}
+    before, after = adj["backsolve_diffrax"], adj["backsolve"]
+    out = ["| cube toss at `Config()` | Diffrax's backward solve | with kink control |", "|---|---|---|"]
+    for key, label in (
+        ("median_rel_error", "median error over 17 shots"),
+        ("max_rel_error", "largest error"),
+        ("rel_error_at_u0", "error at u0"),
+    ):
+        out.append(f"| {label} | {_percent_sig(float(before[key]))} % | {_percent_sig(float(after[key]))} % |")
+    out.append(f"| backward evaluations | {before['backward_evaluations']} | **{after['backward_evaluations']}** |")
+    for key, label in (("forward_s", "forward run"), ("backward_s", "backward run")):
+        out.append(f"| {label} | {float(before[key]):.3f} s | {float(after[key]):.3f} s |")
+    b, a = (float(r["backward_over_forward"]) for r in (before, after))
+    out.append(f"| backward ÷ forward | {b:.1f}× | **{a:.1f}×** |")
+    out.append(f"| first call (cold) | {float(before['first_call_s']):.1f} s | {float(after['first_call_s']):.1f} s |")
+    return "\n".join(out) + "\n"
+
+
+def backward_kinks_fidelity() -> str:
+    """The fidelity suite at the defaults before backsolve's kink control (the run kept as
+    ``fidelity_defaults_ten_before_backward_kinks``) and after (``fidelity_defaults_ten``): median /
+    p90 / worst error and backward run time per shot, per family and over all shots."""
+    before = {r["family"]: r for r in _rows("fidelity_defaults_ten_before_backward_kinks_summary.csv")}
+    out = [
+        "| family | before: median / p90 / worst | after | backward s per shot, before → after |",
+        "|---|---|---|---|",
+    ]
+    for r in _rows("fidelity_defaults_ten_summary.csv"):
+        b = before[r["family"]]
+        name = "**all shots**" if r["family"] == "all" else _family(r["family"])
+        out.append(
+            f"| {name} | {_errors3(b)} | {_errors3(r)} | {float(b['backward_run_s_per_shot']):.3f} → "
+            f"{float(r['backward_run_s_per_shot']):.3f} |"
+        )
     return "\n".join(out) + "\n"
 
 
 def speed_rules_before_after() -> str:
     """Issue 74's benchmarks before the derivative rules (the committed runs they replaced, kept as
     ``*_before_rules.csv``) and after (the current CSVs): the cube toss's backward ÷ forward per
-    gradient mode and backsolve's evaluation counts (``benchmark_adjoints``), the backward JIT
-    against MJX Euler's (``benchmark_jit``) and ``linearize``'s time per period (``linearize``)."""
+    gradient mode and backsolve's evaluation counts (``benchmark_adjoints``: after is the run kept as
+    ``_before_backward_kinks``, the last before backsolve's kink control), the backward JIT against
+    MJX Euler's (``benchmark_jit``) and ``linearize``'s time per period (``linearize``)."""
     out = ["| figure | before the rules | after |", "|---|---|---|"]
-    adj = {
-        tag: {r["adjoint"]: r for r in _rows(f"benchmark_adjoints_summary{tag}.csv")} for tag in ("_before_rules", "")
-    }
-    for mode in adj[""]:
-        b, a = (float(adj[t][mode]["backward_over_forward"]) for t in ("_before_rules", ""))
+    tags = ("_before_rules", "_before_backward_kinks")
+    adj = {tag: {r["adjoint"]: r for r in _rows(f"benchmark_adjoints_summary{tag}.csv")} for tag in tags}
+    for mode in adj[tags[1]]:
+        b, a = (float(adj[t][mode]["backward_over_forward"]) for t in tags)
         out.append(f"| cube toss at `Config()`, backward ÷ forward, `{mode}` | {b:.1f}× | **{a:.1f}×** |")
     for key, label in (
         ("forward_evaluations", "forward evaluations"),
         ("backward_evaluations", "backward evaluations"),
     ):
-        b, a = (int(float(adj[t]["backsolve"][key])) for t in ("_before_rules", ""))
+        b, a = (int(float(adj[t]["backsolve"][key])) for t in tags)
         out.append(f"| cube toss, `backsolve`: {label} | {b} | {a} |")
-    b, a = (float(adj[t]["backsolve"]["first_call_s"]) for t in ("_before_rules", ""))
+    b, a = (float(adj[t]["backsolve"]["first_call_s"]) for t in tags)
     out.append(f"| cube toss, `backsolve`: first call (cold) | {b:.1f} s | {a:.1f} s |")
     jit = {t: {(r["variant"], r["program"]): r for r in _rows(f"benchmark_jit{t}.csv")} for t in ("_before_rules", "")}
     euler = "mjx_euler dt 1e-3"
@@ -2401,6 +2444,8 @@ TABLES: dict[str, Callable[[], str]] = {
     "speed_kinematics_rule": speed_kinematics_rule,
     "speed_velocity_rules_jit": speed_velocity_rules_jit,
     "speed_rules_fidelity": speed_rules_fidelity,
+    "backward_kinks_toss": backward_kinks_toss,
+    "backward_kinks_fidelity": backward_kinks_fidelity,
     "speed_backsolve_args": speed_backsolve_args,
     "speed_pareto_full": speed_pareto_full,
     "speed_pareto_quick": speed_pareto_quick,

@@ -4,7 +4,9 @@
 
 The cube toss at ``Config()`` (Tsit5, rtol = atol = 1e-7), differentiated with respect to the
 toss velocity ``u0`` by each gradient mode: ``checkpoint`` (discretise-then-optimise with kink
-control), ``backsolve`` (the default), ``sensitivity`` (:class:`diffmjx.integration.integrate.SensitivityAdjoint`: the
+control), ``backsolve`` (the default: :class:`diffmjx.integration.adjoints.KinkAwareBacksolve`, kink
+control in its backward solve), ``backsolve_diffrax`` (``diffrax.BacksolveAdjoint`` with the same
+backward controller, passed as ``adjoint=``: Diffrax's backward solve, the default until Dec 6), ``sensitivity`` (:class:`diffmjx.integration.integrate.SensitivityAdjoint`: the
 period Jacobians carried forward by Magnus quadrature on the forward solve's steps) and ``interpolated`` (:class:`diffmjx.integration.integrate.InterpolatedAdjoint`:
 the state read from the forward solution, the adjoint stepped to the kinks).
 
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import time
 
+import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -35,10 +38,12 @@ from tqdm import tqdm
 import diffmjx
 from diffmjx.gradcheck import relative_errors
 from diffmjx.integration import term
+from diffmjx.integration.stepsize import pid_controller
 from diffmjx.scenes import CUBE_TOSS, cube_toss_data, cube_toss_loss, load
 from experiments import common
 
-ADJOINTS = ("checkpoint", "backsolve", "interpolated", "sensitivity")
+ADJOINTS = ("checkpoint", "backsolve", "backsolve_diffrax", "interpolated", "sensitivity")
+DIFFRAX_BACKSOLVE = "backsolve_diffrax"  # config's backsolve, carried out by diffrax.BacksolveAdjoint
 TIMING_ROUNDS = 15  # interleaved rounds of one forward and one value-and-gradient call per mode
 
 
@@ -72,8 +77,16 @@ def run(shots: int, out) -> tuple[list[dict], list[dict]]:
     bar.update()
     rows, summary, programs = [], [], []
     for name in ADJOINTS:
-        cfg = base.override(f"integrator.adjoint={name}")
-        loss = cube_toss_loss(mx, cfg)
+        cfg = base.override(f"integrator.adjoint={'backsolve' if name == DIFFRAX_BACKSOLVE else name}")
+        adjoint = None
+        if name == DIFFRAX_BACKSOLVE:
+            back = pid_controller(cfg, backsolve=True, adjoint_solve=True)
+            adjoint = diffrax.BacksolveAdjoint(solver=diffrax.Tsit5(), stepsize_controller=back)
+
+        def loss(u, cfg=cfg, adjoint=adjoint):
+            d, _ = diffmjx.rollout(mx, cube_toss_data(mx, u), ctrls, cfg, adjoint=adjoint)
+            return d.qpos[1]
+
         grads = np.asarray(jax.jit(jax.vmap(jax.grad(loss)))(jnp.asarray(us)))
         err = relative_errors(grads, truth)
         rows += [
@@ -82,8 +95,8 @@ def run(shots: int, out) -> tuple[list[dict], list[dict]]:
         ]
         bar.update()
 
-        def forward(u, cfg=cfg):
-            d, traj = diffmjx.rollout(mx, cube_toss_data(mx, u), ctrls, cfg)
+        def forward(u, cfg=cfg, adjoint=adjoint):
+            d, traj = diffmjx.rollout(mx, cube_toss_data(mx, u), ctrls, cfg, adjoint=adjoint)
             return d.qpos, traj.stats.accepted.sum(), traj.stats.rejected.sum()
 
         value_and_grad = jax.value_and_grad(loss)
@@ -137,14 +150,15 @@ def plot(rows: list[dict], summary: list[dict], path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.2))
-    markers = dict(zip(ADJOINTS, ("s", "o", "D", "^"), strict=True))
+    markers = dict(zip(ADJOINTS, ("s", "o", "v", "D", "^"), strict=True))
     for name in ADJOINTS:
         r = [x for x in rows if x["adjoint"] == name]
         ax.semilogy([x["u0"] for x in r], [max(x["rel_error"], 1e-7) for x in r], markers[name], label=name, alpha=0.8)
     ax.set_xlabel("toss velocity u0 (m/s)")
     ax.set_ylabel("relative gradient error")
     ax.set_title("Accuracy against a converged solve")
-    ax.legend()
+    ax.set_ylim(1e-6, 1.0)  # room below the points for the legend
+    ax.legend(fontsize=8, ncol=2, loc="lower left")
     names = [s["adjoint"] for s in summary]
     x = np.arange(len(names))
     bx.bar(x - 0.2, [s["forward_evaluations"] for s in summary], 0.4, label="forward pass")
@@ -154,7 +168,7 @@ def plot(rows: list[dict], summary: list[dict], path) -> None:
             f"{s['backward_s']:.2f} s", (i + 0.2, s["backward_evaluations"]), ha="center", va="bottom", fontsize=8
         )
     bx.set_ylim(0, 1.35 * max(s["backward_evaluations"] for s in summary))
-    bx.set_xticks(x, names)
+    bx.set_xticks(x, [n.replace("_diffrax", "\n(Diffrax's)") for n in names])
     bx.set_ylabel("vector-field evaluations")
     bx.set_title("Cost at u0 (backward run time above the bar)")
     bx.legend(loc="upper right")
