@@ -1041,6 +1041,29 @@ def backward_kinks_fidelity() -> str:
     return "\n".join(out) + "\n"
 
 
+def jit_library_defaults() -> str:
+    """The cube toss's backward JIT at ``diffmjx.Config()`` and at the speed preset, each beside MJX
+    Euler's with the same solver settings, one cold ``benchmark_jit`` run (``benchmark_jit_config.csv``)."""
+    rows = {(r["variant"], r["program"]): r for r in _rows("benchmark_jit_config.csv")}
+    out = [
+        "| backward program | trace | lower | compile | JIT | ÷ MJX Euler's | lowered lines | run |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for mine, euler, label in (
+        ("Config()", "Config(), mjx_euler dt 1e-3", "`Config()`: `backsolve`, implicit solver gradient"),
+        ("default", "mjx_euler dt 1e-3", "speed preset: `checkpoint`, unrolled solve"),
+    ):
+        ref = float(rows[(euler, "backward")]["jit_s"])
+        for variant, name in ((mine, label), (euler, f"{label.split(':')[0]} with MJX's Euler, dt 1e-3")):
+            r = rows[(variant, "backward")]
+            ratio = f"**{float(r['jit_s']) / ref:.2f}×**" if variant == mine else "1"
+            out.append(
+                f"| {name} | {float(r['trace_s']):.1f} s | {float(r['lower_s']):.1f} s | {float(r['compile_s']):.1f} s | "
+                f"{float(r['jit_s']):.1f} s | {ratio} | {int(float(r['hlo_lines']))} | {float(r['run_s']):.3f} s |"
+            )
+    return "\n".join(out) + "\n"
+
+
 def speed_rules_before_after() -> str:
     """Issue 74's benchmarks before the derivative rules (the committed runs they replaced, kept as
     ``*_before_rules.csv``) and after (the current CSVs): the cube toss's backward ÷ forward per
@@ -2445,6 +2468,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "speed_velocity_rules_jit": speed_velocity_rules_jit,
     "speed_rules_fidelity": speed_rules_fidelity,
     "backward_kinks_toss": backward_kinks_toss,
+    "jit_library_defaults": jit_library_defaults,
     "backward_kinks_fidelity": backward_kinks_fidelity,
     "speed_backsolve_args": speed_backsolve_args,
     "speed_pareto_full": speed_pareto_full,

@@ -2,7 +2,8 @@
 
     python -m experiments.benchmark_jit [--name NAME] [--set KEY=VALUE ...]
 
-For the forward loss and its ``jax.grad`` under several configurations, ``jax.jit(f)`` is split
+For the forward loss and its ``jax.grad`` under several configurations (the preset's and, in the
+variants named ``Config()``, the library's defaults, with MJX's Euler beside them), ``jax.jit(f)`` is split
 into ``.trace`` (Python and JAX's autodiff passes), ``.lower`` (to StableHLO) and ``.compile``
 (XLA), each timed cold (the persistent cache is off here), with the size of the lowered program,
 the compiled program's run time (median of 3) and its value. Variants named "... fewer LLVM
@@ -32,13 +33,17 @@ from experiments import common
 DEFAULT_PRESET = Path(__file__).parent / "configs" / "speed.yaml"
 FEWER_PASSES = {"xla_llvm_disable_expensive_passes": True}
 EULER = ("integrator.solver=mjx_euler", "integrator.substeps=10")
-VARIANTS = {  # name: (config overrides, XLA compiler options)
+VARIANTS = {  # name: (config overrides of the preset, XLA compiler options)
     "default": ((), {}),
     "implicit solve": (("solver.gradient=implicit",), {}),
     "remat": (("integrator.remat=true",), {}),
     "mjx_euler dt 1e-3": (EULER, {}),
     "default, fewer LLVM passes": ((), FEWER_PASSES),
     "mjx_euler dt 1e-3, fewer LLVM passes": (EULER, FEWER_PASSES),
+}
+LIBRARY_VARIANTS = {  # name: overrides of diffmjx.Config() (not the preset): what a user gets by default
+    "Config()": (),
+    "Config(), mjx_euler dt 1e-3": EULER,
 }
 
 
@@ -121,9 +126,11 @@ def run(cfg: diffmjx.Config, out: Path, name: str = "benchmark_jit") -> list[dic
     _, mx = common.load("cube_toss")
     u0 = common.CUBE_TOSS["u0"]
     rows = []
-    for variant, (overrides, options) in tqdm(VARIANTS.items(), desc="variants"):
+    variants = [(name, cfg, overrides, options) for name, (overrides, options) in VARIANTS.items()]
+    variants += [(name, diffmjx.Config(), overrides, {}) for name, overrides in LIBRARY_VARIANTS.items()]
+    for variant, base, overrides, options in tqdm(variants, desc="variants"):
         try:
-            c = cfg.override(*overrides)
+            c = base.override(*overrides)
         except ValueError as e:  # a knob this version of the library does not have
             print(f"{variant}: skipped ({e})")
             continue
