@@ -1321,6 +1321,12 @@ def speed_targets() -> str:
         f"{cold:.1f} / {eu:.1f} = {ratios_t[2]:.2f}×; implicit {jit['implicit solve']:.1f} / {eu:.1f} = "
         f"{ratios_i[2]:.2f}×"
     )
+    lib = {r["variant"]: float(r["jit_s"]) for r in _rows("benchmark_jit_config.csv") if r["program"] == "backward"}
+    mine, theirs = lib["Config()"], lib["Config(), mjx_euler dt 1e-3"]
+    row3 += (
+        f". At `Config()` (`backsolve`, implicit), each with its own Euler (`benchmark_jit_config.csv`): "
+        f"{mine:.1f} / {theirs:.1f} = {mine / theirs:.2f}×"
+    )
 
     def verdict(rs: list[float]) -> str:
         lo, hi = min(rs), max(rs)
@@ -1330,7 +1336,10 @@ def speed_targets() -> str:
             return "no"
         return f"borderline ({lo:.2f}–{hi:.2f}×, around the target within the ±20 % JIT noise)"
 
-    met3 = f"Tsit5 {verdict(ratios_t)}; implicit {verdict(ratios_i)}"
+    met3 = (
+        f"Tsit5 {verdict(ratios_t)}; implicit {verdict(ratios_i)}; `Config()` "
+        f"{'yes' if mine / theirs <= 1.2 else 'no'} ({mine / theirs:.2f}×)"
+    )
 
     def bf(path: str, method: str) -> float:
         r = _pareto_row(path, method)
