@@ -51,6 +51,8 @@ class KinkAwareBacksolve(diffrax.AbstractAdjoint, GradientMode):
 
     :func:`diffmjx.step` and :func:`diffmjx.rollout` carry it out; ``diffrax.diffeqsolve``
     cannot. A ``diffrax.BacksolveAdjoint`` passed in its place runs Diffrax's own backward solve.
+    A backward solve that runs out of ``integrator.max_steps`` gives NaN for that period's
+    gradient, not a partial one (with ``on_budget_exhausted=raise`` it raises).
 
     Attributes:
         stepsize_controller: the backward solve's controller (``integrator.backsolve_rtol`` /
