@@ -256,6 +256,20 @@ def test_kink_step_auto_turns_kink_control_on_for_checkpoint_only():
             diffmjx.Config().override(f"integrator.kink_step={bad}")
 
 
+def test_kink_step_auto_in_backsolves_backward_solve():
+    """With backsolve, kink control acts in the backward solve only: ``auto`` is min(3 rtol_b,
+    3e-8) s, rtol_b the backward solve's (``backsolve_rtol``, else ``rtol``); null is off, a number is
+    that step; the forward solve has none."""
+    step = lambda *o: diffmjx.Config().override(*o).integrator.backward_kink_step()
+    assert step() == pytest.approx(3e-8)  # the defaults: rtol 1e-7, capped
+    assert step("integrator.backsolve_rtol=1e-9") == pytest.approx(3e-9)
+    assert step("integrator.rtol=1e-9", "integrator.atol=1e-9") == pytest.approx(3e-9)
+    assert step("integrator.kink_step=null") is None and step("integrator.kink_step=1e-7") == 1e-7
+    assert step("integrator.step_control=constant") is None
+    assert diffmjx.Config().integrator.backward_kink_step(rtol=1e-10) == pytest.approx(3e-10)  # a controller given
+    assert diffmjx.Config.paper().integrator.backward_kink_step() is None
+
+
 def _preset_classes() -> dict[str, type]:
     """The configs with presets, by kind (imported here: the planner and sysid sit above the core)."""
     from diffmjx.mpc import PlannerConfig
