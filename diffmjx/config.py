@@ -257,29 +257,31 @@ class IntegratorConfig(Section):
                 (:meth:`tolerances`), if ``step_control`` is ``pid`` (pass it for a Diffrax
                 controller object).
         """
-        if self.kink_step != "auto":
-            return self.kink_step
-        if backsolve is None:
-            backsolve = ADJOINTS[self.adjoint].continuous
-        if rtol is None:
-            if self.step_control != "pid":
-                return None
-            rtol = self.tolerances(backsolve=backsolve)[0]
-        if backsolve:
-            return None
-        return min(AUTO_KINK_FACTOR * float(rtol), AUTO_KINK_MAX)
+        backsolve = ADJOINTS[self.adjoint].continuous if backsolve is None else backsolve
+        if self.kink_step == "auto" and backsolve:
+            return None  # a continuous adjoint's forward solve has none
+        return self._kink_step(rtol, lambda: self.tolerances(backsolve=backsolve)[0], AUTO_KINK_FACTOR, AUTO_KINK_MAX)
 
     def backward_kink_step(self, rtol: float | None = None) -> float | None:
         """The kink step in seconds of the ``backsolve`` adjoint's backward solve, or None (off):
         ``kink_step``, with ``auto`` resolved as ``min(3 rtol_b, 3e-8)``, ``rtol_b`` the backward
         solve's (``backsolve_rtol``, else ``rtol``; pass it for a Diffrax controller object)."""
+
+        def backward_rtol():
+            return self.backsolve_rtol if self.backsolve_rtol is not None else self.tolerances(backsolve=True)[0]
+
+        return self._kink_step(rtol, backward_rtol, AUTO_ADJOINT_KINK_FACTOR, AUTO_ADJOINT_KINK_MAX)
+
+    def _kink_step(self, rtol, config_rtol, factor: float, cap: float) -> float | None:
+        """``kink_step``, with ``auto`` resolved as ``min(factor * rtol, cap)``: ``rtol`` the
+        controller's, else ``config_rtol()`` under ``pid`` step control (none without it)."""
         if self.kink_step != "auto":
             return self.kink_step
         if rtol is None:
             if self.step_control != "pid":
                 return None
-            rtol = self.backsolve_rtol if self.backsolve_rtol is not None else self.tolerances(backsolve=True)[0]
-        return min(AUTO_ADJOINT_KINK_FACTOR * float(rtol), AUTO_ADJOINT_KINK_MAX)
+            rtol = config_rtol()
+        return min(factor * float(rtol), cap)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -58,16 +58,14 @@ def diffrax_period(m, d, layout, dt_hint, method):
     # the warm-start step goes to the controller, not to diffeqsolve (see PeriodPID); the
     # continuous modes run without kink control (their adjoint solves have their own error control)
     warm = isinstance(controller, diffrax.PIDController)
-    rtol = getattr(controller, "rtol", None)
-    kink_step = ic.kink_step_used(backsolve=mode.continuous, rtol=rtol if isinstance(rtol, (int, float)) else None)
+    kink_step = ic.kink_step_used(backsolve=mode.continuous, rtol=_static_rtol(controller))
     kinks = warm and not mode.continuous and kink_step is not None and field.nefc > 0
 
     # the backsolve adjoint's backward solve runs kink control of its own: its adjoint's rate
     # jumps at every kink (KinkAwareBacksolve)
     back_kink_step = None
     if warm and field.nefc > 0 and mode.backward_kink_control():
-        back_rtol = getattr(mode.stepsize_controller, "rtol", None)
-        back_kink_step = ic.backward_kink_step(back_rtol if isinstance(back_rtol, (int, float)) else None)
+        back_kink_step = ic.backward_kink_step(_static_rtol(mode.stepsize_controller))
 
     dt0 = first_step(controller, period, dt_hint, ic.substeps)
     if warm:
@@ -101,3 +99,9 @@ def diffrax_period(m, d, layout, dt_hint, method):
     # Next period's first trial step: the mean accepted step of this one.
     dt_next = period / jnp.maximum(accepted, 1)
     return d, stats, dt_next
+
+
+def _static_rtol(controller) -> float | None:
+    """A step-size controller's ``rtol`` where it is a number (None: none, or traced)."""
+    rtol = getattr(controller, "rtol", None)
+    return rtol if isinstance(rtol, (int, float)) else None
