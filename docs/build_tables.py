@@ -926,6 +926,24 @@ def speed_kinematics_rule() -> str:
     return "\n".join(out) + "\n"
 
 
+def speed_vjp_myohand() -> str:
+    """One evaluation on MyoHand (``benchmark_vjp --model myohand``): forward, gradient and JVP of
+    the accelerations and activation rates, timed in alternation within each state, and the thunks."""
+    out = [
+        "| MyoHand state (loaded rows) | kinematics, com_pos, fwd_velocity | forward | gradient "
+        "| gradient ÷ forward | JVP ÷ forward | thunks: forward, gradient |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    who = {"implicit": "DiffMJX's", "implicit, MJX's stages": "MJX's"}
+    for r in _rows("benchmark_vjp_myohand.csv"):
+        fwd, g, jvp = float(r["forward_us"]), float(r["gradient_us"]), float(r["jvp_us"])
+        out.append(
+            f"| {r['state']} ({r['loaded_rows']}) | {who[r['gradient']]} | {fwd / 1e3:.2f} ms | {g / 1e3:.2f} ms "
+            f"| {g / fwd:.1f}× | {jvp / fwd:.1f}× | {int(float(r['forward_thunks']))}, {int(float(r['gradient_thunks']))} |"
+        )
+    return "\n".join(out) + "\n"
+
+
 def speed_velocity_rules_jit() -> str:
     """The cube toss's backward programs the same day before the rotation and velocity-stage rules
     (``benchmark_jit_before_velocity_rules.csv``, the commit before, run from a worktree) and after
@@ -2474,6 +2492,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "speed_vjp": speed_vjp,
     "speed_solver_checkpoint": speed_solver_checkpoint,
     "speed_kinematics_rule": speed_kinematics_rule,
+    "speed_vjp_myohand": speed_vjp_myohand,
     "speed_velocity_rules_jit": speed_velocity_rules_jit,
     "speed_rules_fidelity": speed_rules_fidelity,
     "backward_kinks_toss": backward_kinks_toss,

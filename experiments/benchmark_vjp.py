@@ -30,11 +30,21 @@ differentiates it (a scalar of the accelerations only); its gradient is the one 
 counted.
 Writes docs/results/benchmark_vjp.csv, benchmark_vjp_thunks.csv and benchmark_vjp.png (about
 4 min). Run nothing else beside it.
+
+``--model myohand`` measures whole evaluations only, on MyoSuite's MyoHand of the baoding task
+(:func:`diffmjx.scenes.myo.baoding`: 35 dofs, 39 muscles with their activations as state, 41
+tendons) in two states: the episode start (the two balls just above the palm, no contact) and the
+first state of a MuJoCo C rollout from there with no control where at least 4 constraint rows carry
+force (the balls settled in the palm). For the cases of :data:`CASES_MYOHAND` it times the forward,
+gradient and JVP of the accelerations and activation rates with respect to (qpos, qvel, act), in
+alternation as above, and counts the thunks each runs. Writes
+docs/results/benchmark_vjp_myohand.csv (about 17 min).
 """
 
 from __future__ import annotations
 
 import collections
+import gc
 import time
 from pathlib import Path
 
@@ -82,6 +92,13 @@ CASES = (
     ("implicit", "implicit", True, False),
     ("unroll, iterations stored", "unroll", False, False),
     ("implicit, MJX's stages", "implicit", True, True),
+)
+
+
+# MyoHand: (row label, solver.gradient, MJX's own smooth stages)
+CASES_MYOHAND = (
+    ("implicit", "implicit", False),
+    ("implicit, MJX's stages", "implicit", True),
 )
 
 
@@ -283,8 +300,85 @@ def _plot(rows: list[dict], thunk_rows: list[dict], path: Path) -> None:
     common.save_figure(fig, path, dpi=130)
 
 
+def _release() -> None:
+    """Drop the compiled programs: a dozen of MyoHand's exhaust the process's memory maps (LLVM's
+    "Cannot allocate memory")."""
+    jax.clear_caches()
+    gc.collect()
+
+
+def run_myohand(cfg: diffmjx.Config, out: Path) -> list[dict]:
+    """Whole evaluations on MyoHand (the module docstring's ``--model myohand``)."""
+    from diffmjx.scenes import myo
+
+    mj, mx, start, _ = myo.baoding(cfd=False)
+    md = mujoco.MjData(mj)
+    md.qpos[:], md.qvel[:], md.act[:] = start.qpos, start.qvel, start.act
+    mujoco.mj_forward(mj, md)
+    at_start = (md.qpos.copy(), md.qvel.copy(), md.act.copy(), int((md.efc_force != 0).sum()))
+    while (md.efc_force != 0).sum() < 4:
+        mujoco.mj_step(mj, md)
+        mujoco.mj_forward(mj, md)
+        if md.time > 1.0:
+            raise RuntimeError("the balls never came to rest in the palm")
+    in_contact = (md.qpos.copy(), md.qvel.copy(), md.act.copy(), int((md.efc_force != 0).sum()))
+    rows = []
+    bar = tqdm(total=2 * len(CASES_MYOHAND), desc="benchmark_vjp myohand", unit="case")
+    for state_name, (qpos, qvel, act, loaded) in (("episode start", at_start), ("balls in the palm", in_contact)):
+        d0 = start.replace(qpos=jnp.asarray(qpos), qvel=jnp.asarray(qvel), act=jnp.asarray(act))
+        q0, va0 = d0.qpos, jnp.concatenate([d0.qvel, d0.act])
+        whole, thunk_counts = {}, {}
+        for label, gradient, mjx_kin in CASES_MYOHAND:
+            c = cfg.override(f"solver.gradient={gradient}")
+            table = stages(c, True, mjx_kin)
+
+            def rates(q, va, table=table, d0=d0):  # (qacc, act_dot) at (qpos, qvel, act)
+                d = d0.replace(qpos=q, qvel=va[: mx.nv], act=va[mx.nv :])
+                for name in ALL_STAGES:
+                    d = table[name](mx, d)
+                return jnp.concatenate([d.qacc, d.act_dot])
+
+            at = lambda q, va, c=c, d0=d0: dynamics.forward(
+                mx, d0.replace(qpos=q, qvel=va[: mx.nv], act=va[mx.nv :]), c
+            )
+            r = jax.jit(at)(q0, va0)  # the composed stages are DiffMJX's forward dynamics, to rounding
+            np.testing.assert_allclose(rates(q0, va0), jnp.concatenate([r.qacc, r.act_dot]), rtol=1e-9, atol=1e-9)
+            acc = lambda q, va, rates=rates: jnp.sum(jnp.sin(rates(q, va)))
+            grad = jax.grad(acc, argnums=(0, 1))
+            tq, tva = jnp.sin(jnp.arange(1.0, q0.size + 1)), jnp.cos(jnp.arange(1.0, va0.size + 1))
+            jvp = lambda q, va, rates=rates, t=(tq, tva): jnp.sum(jnp.sin(jax.jvp(rates, (q, va), t)[1]))
+            whole[label] = (acc, grad, jvp)
+            thunk_counts[label] = (sum(thunks(acc, q0, va0).values()), sum(thunks(grad, q0, va0).values()))
+            _release()
+            bar.update()
+        times = interleaved([g for fns in whole.values() for g in fns], q0, va0, rounds=5, calls=2)
+        _release()
+        rows += [
+            dict(
+                model="myohand",
+                state=state_name,
+                loaded_rows=loaded,
+                gradient=label,
+                forward_us=round(times[3 * i], 1),
+                gradient_us=round(times[3 * i + 1], 1),
+                jvp_us=round(times[3 * i + 2], 1),
+                forward_thunks=thunk_counts[label][0],
+                gradient_thunks=thunk_counts[label][1],
+            )
+            for i, label in enumerate(whole)
+        ]
+    bar.close()
+    common.write_csv(out / "benchmark_vjp_myohand.csv", rows)
+    return rows
+
+
 def main(argv=None):
-    cfg, args = common.cli(__doc__, DEFAULT_PRESET, argv)
+    extra = (("--model", dict(choices=("cube_toss", "myohand"), default="cube_toss", help="the model measured")),)
+    cfg, args = common.cli(__doc__, DEFAULT_PRESET, argv, extra)
+    if args.model == "myohand":
+        for r in run_myohand(cfg, args.out):
+            print(r)
+        return
     rows, thunk_rows = run(cfg, args.out)
     for r in rows:
         print(f"{r['state']:12s} {r['gradient']:9s} {r['group']:20s} fwd {r['forward_us']:7.1f} us  "
