@@ -1041,21 +1041,24 @@ def backward_kinks_toss() -> str:
 
 
 def backward_kinks_fidelity() -> str:
-    """The fidelity suite at the defaults before backsolve's kink control (the run kept as
-    ``fidelity_defaults_ten_before_backward_kinks``) and after (``fidelity_defaults_ten``): median /
-    p90 / worst error and backward run time per shot, per family and over all shots."""
-    before = {r["family"]: r for r in _rows("fidelity_defaults_ten_before_backward_kinks_summary.csv")}
+    """The fidelity suite at the defaults with Diffrax's backward solve (the run kept as
+    ``fidelity_defaults_ten_before_backward_kinks``), with kink control halving each straddle
+    (``..._before_stage_brackets``) and bisecting the stages' brackets (``fidelity_defaults_ten``):
+    median / p90 / worst error and backward run time per shot, per family and over all shots."""
+    runs = [
+        {r["family"]: r for r in _rows(f"fidelity_defaults_ten{name}_summary.csv")}
+        for name in ("_before_backward_kinks", "_before_stage_brackets")
+    ]
     out = [
-        "| family | before: median / p90 / worst | after | backward s per shot, before → after |",
-        "|---|---|---|---|",
+        "| family | Diffrax's backward solve: median / p90 / worst | kink control, halving | kink control, "
+        "stages' brackets | backward s per shot |",
+        "|---|---|---|---|---|",
     ]
     for r in _rows("fidelity_defaults_ten_summary.csv"):
-        b = before[r["family"]]
+        a, b = (run[r["family"]] for run in runs)
         name = "**all shots**" if r["family"] == "all" else _family(r["family"])
-        out.append(
-            f"| {name} | {_errors3(b)} | {_errors3(r)} | {float(b['backward_run_s_per_shot']):.3f} → "
-            f"{float(r['backward_run_s_per_shot']):.3f} |"
-        )
+        times = " → ".join(f"{float(x['backward_run_s_per_shot']):.3f}" for x in (a, b, r))
+        out.append(f"| {name} | {_errors3(a)} | {_errors3(b)} | {_errors3(r)} | {times} |")
     return "\n".join(out) + "\n"
 
 

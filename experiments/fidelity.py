@@ -220,9 +220,12 @@ def run(
             solve = dataclasses.replace(cfg.solver, gradient="unroll")
             ref = common.stage("fidelity-truth", (model_key, solve, cfg.collision, cfg.cfd),
                                lambda: truth(mx, cfg, states, sc.horizon, _REFERENCE_PROGRESS), fresh)  # fmt: skip # noqa: B023 (called within this iteration)
-            # (backsolve's backward solve has run kink control since Dec 6: results before differ)
+            # (backsolve's backward solve has run kink control since Dec 6, bisecting the stages'
+            # brackets since a later change: results before differ)
             ic = cfg.integrator
-            back = ("backward kink step", ic.backward_kink_step()) if ic.adjoint == "backsolve" else ()
+            back = (
+                ("backward kink step", ic.backward_kink_step(), "stage brackets") if ic.adjoint == "backsolve" else ()
+            )
             res = common.stage("fidelity-grad", (model_key, cfg, ic.kink_step_used(), jax.__version__, *back),
                                lambda: measure(mx, cfg, states, ref, sc.horizon), fresh)  # fmt: skip # noqa: B023 (called within this iteration)
             ok = ref["agreement"] <= TRUTH_AGREEMENT

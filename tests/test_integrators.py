@@ -297,6 +297,52 @@ def test_the_adjoint_solve_bisects_to_each_kink_and_steps_over_it():
     assert bool(adapt(0.0, 1e-4, big, state)[0])
 
 
+def test_the_backward_stages_bracket_each_kink_and_the_controller_bisects_the_bracket():
+    """KinkBracketing: in a step over a kink, the stages before it saw the step start's constraint
+    state and those after did not, so the bracket between them (fractions of the step) holds the
+    kink, for any kink time and Tsit5's and Dopri5's stages; a step with no kink gives the whole step.
+    The backward controller, fed that bracket with a straddle, tries its middle next (not the
+    step's half) and knows the kink lies before the bracket's end."""
+    import diffrax
+
+    from diffmjx.integration.adjoints import BacksolveState
+    from diffmjx.integration.adjoints.backsolve import KinkBracketing, _stage_times
+    from diffmjx.integration.stepsize import BracketedSentinel
+
+    def state(kink):
+        def vf(t, s, args):  # a decaying state; two constraint rows, the first switching at `kink`
+            code = jnp.stack([jnp.where(t > kink, 1.0, 0.0), jnp.ones(())])
+            return BacksolveState(-s.y, -s.a_y, [], BracketedSentinel(code, jnp.zeros(2)))
+
+        return diffrax.ODETerm(vf)
+
+    s0 = BacksolveState(jnp.ones(2), jnp.ones(2), [], BracketedSentinel(jnp.zeros(2), jnp.zeros(2)))
+    h = 1e-3
+    for rk in (diffrax.Tsit5(), diffrax.Dopri5()):
+        solver = KinkBracketing(rk, _stage_times(rk))
+        for frac in (0.05, 0.2, 0.5, 0.85, 0.95, 0.99, 1.5):
+            term = state(frac * h)
+            y1 = solver.step(term, 0.0, h, s0, None, solver.init(term, 0.0, h, s0, None), False)[0]
+            lo, hi = np.asarray(y1.sentinel.bracket)
+            if frac < 1:
+                assert lo <= frac < hi and hi - lo < 0.6, (rk, frac, lo, hi)
+            else:
+                assert (lo, hi) == (0.0, 1.0)
+
+    ks = 1e-7
+    back = pid_controller(diffmjx.Config(), backsolve=True, adjoint_solve=True)
+    ctrl = with_first_step(back, jnp.asarray(h), ks, adjoint_solve=True)
+    s = BacksolveState(jnp.zeros(2), jnp.zeros(2), [jnp.zeros(1), None], BracketedSentinel(jnp.zeros(3), jnp.zeros(2)))
+    _, state0 = ctrl.init(None, 0.0, 1.0, s, None, None, None, 5)
+    candidate = s._replace(sentinel=BracketedSentinel(jnp.zeros(3), jnp.asarray([0.327, 0.9])))
+    err = BacksolveState(
+        jnp.full(2, 1e-12), jnp.full(2, 1e-12), [jnp.ones(1), None], BracketedSentinel(jnp.full(3, 1e-3), jnp.zeros(2))
+    )
+    keep, t0, t1, _, (_, bracket_end, _), _ = ctrl.adapt_step_size(0.0, h, s, candidate, None, err, 5, state0)
+    assert not bool(keep) and float(t0) == 0.0
+    assert float(t1) == pytest.approx(0.5 * (0.327 + 0.9) * h) and float(bracket_end) == pytest.approx(0.9 * h)
+
+
 def test_backsolve_simulates_what_diffrax_backsolve_does():
     """The default gradient mode (DiffMJX's backsolve, kink control in its backward solve only) adds
     nothing to a simulation that is not differentiated: the cube toss through its first bounce is

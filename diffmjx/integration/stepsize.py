@@ -8,6 +8,7 @@ the discretise-then-optimise gradient modes, kink control.
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import diffrax
 import jax
@@ -16,12 +17,24 @@ import optimistix as optx
 
 from diffmjx.config import Config
 
-__all__ = ["SENTINEL_THRESHOLD", "PeriodPID", "first_step", "pid_controller", "with_first_step"]
+__all__ = ["SENTINEL_THRESHOLD", "BracketedSentinel", "PeriodPID", "first_step", "pid_controller", "with_first_step"]
 
 # |sentinel error| / step above which the constraint state changed within the step: the rate takes
 # values in {-2, -1, 0, 1}, a change moves the estimate by at least min |sum of b - b_hat over a
 # subset of stages| (8e-4 for Tsit5) times the step, and no change leaves only rounding (1e-16).
 SENTINEL_THRESHOLD = 1e-9
+
+
+class BracketedSentinel(NamedTuple):
+    """A kink sentinel with the bracket its step's stages put around a kink.
+
+    ``bracket`` is ``(lo, hi)`` as fractions of the step: the kink lies after the latest stage time
+    whose constraint state was the step start's and before the earliest whose was not. The solver
+    writes it into the step's candidate state (:class:`diffmjx.integration.adjoints.backsolve.KinkBracketing`);
+    its value in an accepted state is not read."""
+
+    code: object  # kink control's sentinel (its rate the constraint state)
+    bracket: object  # (2,) (lo, hi), fractions of the step
 
 
 class PeriodPID(diffrax.PIDController):
@@ -55,10 +68,11 @@ class PeriodPID(diffrax.PIDController):
     rules differ there: a step of ``kink_step`` that holds a kink is taken whatever its error
     estimate (a step over a jump of the rate errs by its length times the jump, whatever the
     tableau: ``kink_step`` bounds that, where the error control alone shrank such steps to 1e-8 s
-    and below); a straddle halves the step (bisection) instead of cutting it by the least factor;
-    and once the kink is held the next step is the one the controller had tried before it found
-    the kink, instead of growing back from ``kink_step`` (docs/integration.md, "Kink control of
-    the adjoint").
+    and below); a straddle halves the step (bisection) instead of cutting it by the least factor,
+    or, where the sentinel is a :class:`BracketedSentinel`, steps to the middle of the bracket its
+    stages put around the kink; and once the kink is held the next step is the one the controller
+    had tried before it found the kink, instead of growing back from ``kink_step``
+    (docs/integration.md, "Kink control of the adjoint").
     """
 
     first_step: jax.Array | None = None
@@ -89,6 +103,9 @@ class PeriodPID(diffrax.PIDController):
             return super().adapt_step_size(t0, t1, y0, y1, args, error, error_order, controller_state)
         pid_state, bracket_end, resume = controller_state
         h = t1 - t0
+        stages = None  # the stages' bracket around a kink in the step, where the solver gives one
+        if isinstance(sentinel_error, BracketedSentinel):
+            sentinel_error, stages = sentinel_error.code, jax.lax.stop_gradient(self._split(y1_candidate)[1].bracket)
         changed = jnp.any(jnp.abs(sentinel_error) > SENTINEL_THRESHOLD * h)
         straddles = changed & (h > 1.5 * self.kink_step)  # a step of kink_step is t1 - t0 up to rounding
         # an infinite error rejects the step at the controller's least factor, without spoiling
@@ -106,15 +123,23 @@ class PeriodPID(diffrax.PIDController):
         # step's own, not the trajectory's), leaves no kink known ahead
         bracket_end = jnp.where(keep & (changed | (t1_ >= bracket_end)), jnp.inf, bracket_end)
         h_next = next_t1 - next_t0
+        bisect = None
         if self.adjoint_solve:
             h_next = jnp.where(straddles, 0.5 * h_, h_next)  # bisection
             resume = jnp.where(new_bracket, h_, resume)  # the step tried before the kink was found
             h_next = jnp.where(keep & changed, jnp.maximum(h_next, resume), h_next)
             resume = jnp.where(keep & jnp.isinf(bracket_end), 0.0, resume)
+            if stages is not None:  # bisect the stages' bracket instead of the whole step
+                lo, hi = stages[0] * h_, stages[1] * h_
+                bisect = straddles & (hi > lo)
+                bracket_end = jnp.where(bisect, jax.lax.stop_gradient(t0) + hi, bracket_end)
+                h_bisect = jnp.maximum(0.5 * (lo + hi), self.kink_step)
         h_next = jnp.where(straddles, jnp.maximum(h_next, self.kink_step), h_next)
         # never a step known to straddle: at most half of what is left of the bracket (inf: none
         # known), but no cap below kink_step; the error control's own shrinking is not floored
         h_next = jnp.minimum(h_next, jnp.maximum(0.5 * (bracket_end - next_t0), self.kink_step))
+        if bisect is not None:  # (its lower end lies beyond the step start: not capped by the bracket's half)
+            h_next = jnp.where(bisect, h_bisect, h_next)
         return keep, next_t0, next_t0 + h_next, jump, (pid_state, bracket_end, resume), result
 
 

@@ -11,9 +11,9 @@ import jax
 import jax.numpy as jnp
 
 from diffmjx.integration.adjoints.base import UNDIFFERENTIATED, GradientMode, PeriodSolve, period_end_state
-from diffmjx.integration.stepsize import with_first_step
+from diffmjx.integration.stepsize import BracketedSentinel, with_first_step
 
-__all__ = ["BacksolveState", "KinkAwareBacksolve"]
+__all__ = ["BacksolveState", "KinkAwareBacksolve", "KinkBracketing"]
 
 
 class BacksolveState(NamedTuple):
@@ -85,6 +85,78 @@ class KinkAwareBacksolve(diffrax.AbstractAdjoint, GradientMode):
         return y1, stats, result
 
 
+class KinkBracketing(diffrax.AbstractAdaptiveSolver, diffrax.AbstractWrappedSolver):
+    """A Runge–Kutta solver of the backward solve whose steps also bracket a kink with their stages.
+
+    Every stage evaluates the constraint state (the sentinel's rate, in the step's dense output):
+    in a step over a kink, the stages before it saw the step start's state and those after it did
+    not, so the kink lies between the latest stage time of the first kind and the earliest of the
+    second. That bracket, as fractions of the step, goes into the candidate state's
+    :class:`diffmjx.integration.stepsize.BracketedSentinel`, where the controller reads it: it costs no
+    evaluation. (A stage's state is the tableau's estimate, not the solution, so a bracket can miss
+    a kink that lies within rounding of a stage: the controller then finds it by bisection.)
+
+    Attributes:
+        solver: the solver (a Runge–Kutta one, or a wrapper of one).
+        c: the stage times, fractions of the step, in the order of the dense output's stages.
+    """
+
+    solver: diffrax.AbstractSolver
+    c: tuple
+
+    @property
+    def scan_kind(self):
+        # Diffrax reads (and, where None, replaces) a Runge-Kutta solver's scan kind by its adjoint
+        return getattr(self.solver, "scan_kind", None)
+
+    @property
+    def term_structure(self):
+        return self.solver.term_structure
+
+    @property
+    def interpolation_cls(self):
+        return self.solver.interpolation_cls
+
+    @property
+    def term_compatible_contr_kwargs(self):
+        return self.solver.term_compatible_contr_kwargs
+
+    def order(self, terms):
+        return self.solver.order(terms)
+
+    def strong_order(self, terms):
+        return self.solver.strong_order(terms)
+
+    def error_order(self, terms):
+        return self.solver.error_order(terms)
+
+    def init(self, terms, t0, t1, y0, args):
+        return self.solver.init(terms, t0, t1, y0, args)
+
+    def func(self, terms, t0, y0, args):
+        return self.solver.func(terms, t0, y0, args)
+
+    def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
+        y1, err, dense, state, result = self.solver.step(terms, t0, t1, y0, args, solver_state, made_jump)
+        k = dense["k"].sentinel.code  # (stages, rows): each stage's constraint state times the step
+        c = jnp.asarray(self.c, k.dtype)
+        differs = jnp.any(k != k[0], axis=1)
+        hi = jnp.min(jnp.where(differs, c, 1.0))
+        lo = jnp.max(jnp.where(~differs & (c < hi), c, 0.0)) * jnp.any(differs)  # no kink: the whole step
+        bracket = jnp.stack([lo, hi]).astype(y1.sentinel.bracket.dtype)
+        return y1._replace(sentinel=y1.sentinel._replace(bracket=bracket)), err, dense, state, result
+
+
+def _stage_times(solver) -> tuple | None:
+    """The stage times of ``solver``'s tableau (or of the solver a wrapper wraps), None if it has none."""
+    while not hasattr(solver, "tableau"):
+        solver = getattr(solver, "solver", None)
+        if solver is None:
+            return None
+    tableau = solver.tableau
+    return (float(tableau.c1), *(float(c) for c in tableau.c))
+
+
 def _zeros_like(shape):
     return jnp.zeros(shape.shape, shape.dtype)
 
@@ -108,6 +180,8 @@ def _solve_bwd(y1, grad_out, perturbed, y0_args, term, spec, mode):
     # the args the vector field reads and autodiff perturbs: only these get adjoints
     diff = [p and not ignored for p, ignored in zip(perturbed[1], spec.ignored, strict=True)]
     kinks = mode.kinks and spec.coded is not None
+    solver = mode.solver or spec.solver
+    stage_times = _stage_times(solver) if kinks else None  # the stages bracket each kink (KinkBracketing)
     rate = (spec.coded if kinks else term).vector_field
 
     def vf(t, s, args):
@@ -115,21 +189,26 @@ def _solve_bwd(y1, grad_out, perturbed, y0_args, term, spec, mode):
             it = iter(diff_args)
             full = [next(it) if d else a for a, d in zip(args, diff, strict=True)]
             if kinks:
-                return rate(t, (y, s.sentinel), full)  # (dy, the constraint state)
+                return rate(t, (y, None), full)  # (dy, the constraint state)
             return rate(t, y, full), None
 
         dy, vjp, code = jax.vjp(f, s.y, [a for a, d in zip(args, diff, strict=True) if d], has_aux=True)
         a_dy, a_diff = jax.tree.map(jnp.negative, vjp(s.a_y))
         it = iter(a_diff)
+        if stage_times is not None:
+            code = BracketedSentinel(code, jnp.zeros_like(s.sentinel.bracket))
         return BacksolveState(dy, a_dy, [next(it) if d else None for d in diff], code)
 
     g_y1 = jax.tree.map(lambda y, g: jnp.zeros_like(y) if g is None else g, y1, grad_out[0])
     # the sentinel starts at zero: only its error estimate is read (its rate's shape: one per row)
     sentinel = _zeros_like(jax.eval_shape(lambda: rate(spec.t1, (y1, None), args)[1])) if kinks else None
+    if stage_times is not None:
+        sentinel = BracketedSentinel(sentinel, jnp.zeros((2,), sentinel.dtype))
+        solver = KinkBracketing(solver, stage_times)
     s1 = BacksolveState(y1, g_y1, [jnp.zeros_like(a) if d else None for a, d in zip(args, diff, strict=True)], sentinel)
     back = diffrax.diffeqsolve(
         diffrax.ODETerm(vf),
-        mode.solver or spec.solver,
+        solver,
         t0=spec.t1,
         t1=spec.t0,
         dt0=None if spec.dt0 is None else -spec.dt0,
