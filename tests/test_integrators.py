@@ -306,7 +306,7 @@ def test_the_backward_stages_bracket_each_kink_and_the_controller_bisects_the_br
     import diffrax
 
     from diffmjx.integration.adjoints import BacksolveState
-    from diffmjx.integration.adjoints.backsolve import KinkBracketing, _stage_times
+    from diffmjx.integration.adjoints.backsolve import KinkBracketing
     from diffmjx.integration.stepsize import BracketedSentinel
 
     def state(kink):
@@ -319,7 +319,7 @@ def test_the_backward_stages_bracket_each_kink_and_the_controller_bisects_the_br
     s0 = BacksolveState(jnp.ones(2), jnp.ones(2), [], BracketedSentinel(jnp.zeros(2), jnp.zeros(2)))
     h = 1e-3
     for rk in (diffrax.Tsit5(), diffrax.Dopri5()):
-        solver = KinkBracketing(rk, _stage_times(rk))
+        solver = KinkBracketing(rk, (float(rk.tableau.c1), *(float(c) for c in rk.tableau.c)))
         for frac in (0.05, 0.2, 0.5, 0.85, 0.95, 0.99, 1.5):
             term = state(frac * h)
             y1 = solver.step(term, 0.0, h, s0, None, solver.init(term, 0.0, h, s0, None), False)[0]

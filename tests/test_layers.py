@@ -51,7 +51,8 @@ LAYERS = (
     ("physics.cfd",),  # contacts from distance
     ("physics.dynamics",),  # ... up to the vector field: forward
     ("integration",),  # the integration package (its docstring only) ...
-    ("integration.term", "integration.stepsize"),  # one period's Diffrax term; its step-size controller
+    ("integration.term", "integration.stepsize", "integration.wrapped"),  # one period's Diffrax term; its
+    # step-size controller; the base of DiffMJX's solver wrappers
     ("integration.adjoints",),  # gradient modes of a period's solve
     ("integration.saltation",),  # the force jump at a touchdown in a period's derivatives
     ("integration.period",),  # one Diffrax period

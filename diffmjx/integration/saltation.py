@@ -39,6 +39,7 @@ import numpy as np
 
 from diffmjx import _mjx
 from diffmjx.integration.adjoints import Backsolve, Discretised, KinkAwareBacksolve
+from diffmjx.integration.wrapped import PassThroughSolver
 from diffmjx.physics import checks, collision, manifold
 from diffmjx.physics.dynamics import State
 
@@ -102,7 +103,7 @@ def distances_at(m, d, contact) -> jax.Array:
     return jnp.concatenate(out)
 
 
-class JumpAware(diffrax.AbstractAdaptiveSolver, diffrax.AbstractWrappedSolver):
+class JumpAware(PassThroughSolver):
     """A Runge–Kutta ``solver`` whose steps' derivatives carry the saltation term of each crossing.
 
     Attributes:
@@ -121,39 +122,6 @@ class JumpAware(diffrax.AbstractAdaptiveSolver, diffrax.AbstractWrappedSolver):
     distances: Callable = eqx.field(static=True)
     split: Callable = eqx.field(static=True)
     vector_field: Callable = eqx.field(static=True)
-
-    @property
-    def scan_kind(self):
-        # Diffrax reads (and, where None, replaces) a Runge-Kutta solver's scan kind by its adjoint;
-        # a wrapper passes its solver's, set beforehand (:func:`wrap`)
-        return getattr(self.solver, "scan_kind", None)
-
-    @property
-    def term_structure(self):
-        return self.solver.term_structure
-
-    @property
-    def interpolation_cls(self):  # pyright: ignore
-        return self.solver.interpolation_cls
-
-    @property
-    def term_compatible_contr_kwargs(self):
-        return self.solver.term_compatible_contr_kwargs
-
-    def order(self, terms):
-        return self.solver.order(terms)
-
-    def strong_order(self, terms):
-        return self.solver.strong_order(terms)
-
-    def error_order(self, terms):
-        return self.solver.error_order(terms)
-
-    def init(self, terms, t0, t1, y0, args):
-        return self.solver.init(terms, t0, t1, y0, args)
-
-    def func(self, terms, t0, y0, args):
-        return self.solver.func(terms, t0, y0, args)
 
     def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
         y1, err, dense, state, result = self.solver.step(terms, t0, t1, y0, args, solver_state, made_jump)

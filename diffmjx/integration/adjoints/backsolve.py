@@ -12,6 +12,7 @@ import jax.numpy as jnp
 
 from diffmjx.integration.adjoints.base import UNDIFFERENTIATED, GradientMode, PeriodSolve, period_end_state
 from diffmjx.integration.stepsize import BracketedSentinel, with_first_step
+from diffmjx.integration.wrapped import PassThroughSolver
 
 __all__ = ["BacksolveState", "KinkAwareBacksolve", "KinkBracketing"]
 
@@ -85,7 +86,7 @@ class KinkAwareBacksolve(diffrax.AbstractAdjoint, GradientMode):
         return y1, stats, result
 
 
-class KinkBracketing(diffrax.AbstractAdaptiveSolver, diffrax.AbstractWrappedSolver):
+class KinkBracketing(PassThroughSolver):
     """A Runge–Kutta solver of the backward solve whose steps also bracket a kink with their stages.
 
     Every stage evaluates the constraint state (the sentinel's rate, in the step's dense output):
@@ -103,38 +104,6 @@ class KinkBracketing(diffrax.AbstractAdaptiveSolver, diffrax.AbstractWrappedSolv
 
     solver: diffrax.AbstractSolver
     c: tuple
-
-    @property
-    def scan_kind(self):
-        # Diffrax reads (and, where None, replaces) a Runge-Kutta solver's scan kind by its adjoint
-        return getattr(self.solver, "scan_kind", None)
-
-    @property
-    def term_structure(self):
-        return self.solver.term_structure
-
-    @property
-    def interpolation_cls(self):
-        return self.solver.interpolation_cls
-
-    @property
-    def term_compatible_contr_kwargs(self):
-        return self.solver.term_compatible_contr_kwargs
-
-    def order(self, terms):
-        return self.solver.order(terms)
-
-    def strong_order(self, terms):
-        return self.solver.strong_order(terms)
-
-    def error_order(self, terms):
-        return self.solver.error_order(terms)
-
-    def init(self, terms, t0, t1, y0, args):
-        return self.solver.init(terms, t0, t1, y0, args)
-
-    def func(self, terms, t0, y0, args):
-        return self.solver.func(terms, t0, y0, args)
 
     def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
         y1, err, dense, state, result = self.solver.step(terms, t0, t1, y0, args, solver_state, made_jump)
