@@ -25,7 +25,8 @@ class BacksolveState(NamedTuple):
     y: object  # the state, integrated backwards from the period's end
     a_y: object  # its adjoint
     a_args: list  # per traced arg: its adjoint, accumulating; None where it is not differentiated
-    sentinel: object  # kink control's sentinel, its rate the constraint state (None: no kink control)
+    sentinel: object  # kink control's sentinel, its rate the constraint state (None: no kink control;
+    # a BracketedSentinel where a Runge-Kutta solver's stages bracket each kink, KinkBracketing)
 
 
 class KinkAwareBacksolve(diffrax.AbstractAdjoint, GradientMode):
@@ -43,7 +44,8 @@ class KinkAwareBacksolve(diffrax.AbstractAdjoint, GradientMode):
       of its backward steps were rejected and a quarter were shorter than 10 us). Here the
       backward state carries kink control's sentinel (its rate the constraint state, as in the
       forward solve of ``checkpoint``), and the controller (:class:`diffmjx.integration.stepsize.PeriodPID`
-      with ``adjoint_solve``) bisects to each kink and takes one step of ``kink_step`` over it.
+      with ``adjoint_solve``) bisects to each kink, in the bracket the straddling step's own stages
+      put around it (:class:`KinkBracketing`), and takes one step of ``kink_step`` over it.
       ``integrator.kink_step=null`` turns that off (Diffrax's behaviour).
     - The forward pass is a plain solve: nothing is added to what a simulation that is not
       differentiated computes.
