@@ -967,12 +967,13 @@ def speed_velocity_rules_jit() -> str:
 
 def kink_bracket() -> str:
     """``linearize`` of the pushed box from the random starts in contact
-    (``experiments.linearize_benchmark --random``), before kink control's bracket
-    (``linearize_random_before_bracket.csv``) and after (``linearize_random.csv``): per kind of
+    (``experiments.linearize_benchmark --random``): before kink control's bracket
+    (``linearize_random_before_bracket.csv``), with it (``linearize_random_before_stage_brackets.csv``,
+    rerun beside the next) and with the stages' brackets too (``linearize_random.csv``): per kind of
     start, medians of the solve's steps, the time per period and its ratio to the plain forward,
     and the Jacobians' errors (median / 90th percentile / worst)."""
-    before, after = _rows("linearize_random_before_bracket.csv"), _rows("linearize_random.csv")
-    kinds = list(dict.fromkeys(r["kind"] for r in after))
+    runs = [_rows(f"linearize_random{s}.csv") for s in ("_before_bracket", "_before_stage_brackets", "")]
+    kinds = list(dict.fromkeys(r["kind"] for r in runs[-1]))
 
     def col(rows, kind, key):
         return [float(r[key]) for r in rows if r["kind"] == kind]
@@ -980,22 +981,23 @@ def kink_bracket() -> str:
     def spread(xs):
         return " / ".join(f"{x:.1e}" for x in (_median(xs), _linear_quantile(xs, 0.9), max(xs)))
 
-    out = ["| starts | figure | before | after |", "|---|---|---|---|"]
+    out = [
+        "| starts | figure | before the bracket | the bracket (rerun) | the stages' brackets |",
+        "|---|---|---|---|---|",
+    ]
     for kind in kinds:
-        n = len(col(after, kind, "steps"))
+        n = len(col(runs[-1], kind, "steps"))
         label = f"{kind} ({n})"
         for key, name, fmt in (
             ("steps", "steps of the solve (median)", lambda x: f"{x:.0f}"),
             ("ms_per_period", "ms per period (median)", lambda x: f"{x:.1f} ms"),
             ("over_forward", "÷ plain forward (median)", lambda x: f"{x:.1f}×"),
         ):
-            b, a = _median(col(before, kind, key)), _median(col(after, kind, key))
-            out.append(f"| {label} | {name} | {fmt(b)} | **{fmt(a)}** |")
+            *rest, last = (fmt(_median(col(rows, kind, key))) for rows in runs)
+            out.append(f"| {label} | {name} | {' | '.join(rest)} | **{last}** |")
         for key, name in (("error_A", "error of A"), ("error_B", "error of B")):
-            out.append(
-                f"| {label} | {name} (median / p90 / worst) | {spread(col(before, kind, key))} | "
-                f"{spread(col(after, kind, key))} |"
-            )
+            cells = " | ".join(spread(col(rows, kind, key)) for rows in runs)
+            out.append(f"| {label} | {name} (median / p90 / worst) | {cells} |")
     return "\n".join(out) + "\n"
 
 
@@ -2121,7 +2123,9 @@ ADJOINTS_TEN_LABELS = {
 
 def config_adjoints_ten() -> str:
     """The whole fidelity suite in both gradient modes: errors over all shots and outside box–box, the
-    families meeting the target, wrong signs, backward run time and steps."""
+    families meeting the target, wrong signs, backward run time and steps; last, ``checkpoint`` in the
+    run kept from before the forward solve's stage brackets
+    (``fidelity_adjoints_ten_before_forward_brackets*.csv``, the same session)."""
     shots = _rows("fidelity_adjoints_ten.csv")
     summary = _rows("fidelity_adjoints_ten_summary.csv")
     left = [r for r in shots if r["truth_unconverged"] == "True"]
@@ -2136,7 +2140,17 @@ def config_adjoints_ten() -> str:
         "backward run per shot | steps accepted / rejected |",
         "|---|---|---|---|---|---|---|",
     ]
-    for config in configs:
+    runs = [(shots, summary, config, ADJOINTS_TEN_LABELS.get(config, config)) for config in configs]
+    before = "fidelity_adjoints_ten_before_forward_brackets"
+    runs.append(
+        (
+            _rows(f"{before}.csv"),
+            _rows(f"{before}_summary.csv"),
+            "checkpoint (defaults)",
+            "`checkpoint`, before the forward solve's stage brackets (same session)",
+        )
+    )
+    for shots, summary, config, label in runs:
         fam = [r for r in summary if r["config"] == config and r["family"] != "all"]
         every = next(r for r in summary if (r["family"], r["config"]) == ("all", config))
         ok = [r for r in fam if float(r["median_rel_error"]) <= 0.01 and float(r["p90_rel_error"]) <= 0.02]
@@ -2154,7 +2168,7 @@ def config_adjoints_ten() -> str:
         acc = sum(int(r["accepted_steps"]) for r in sel)
         rej = sum(int(r["rejected_steps"]) for r in sel)
         out.append(
-            f"| {ADJOINTS_TEN_LABELS.get(config, config)} | {_errors3(every)} | {_errors3(rest)} | {met} | "
+            f"| {label} | {_errors3(every)} | {_errors3(rest)} | {met} | "
             f"{every['wrong_sign']} | {float(every['backward_run_s_per_shot']):.2f} s | {acc:,} / {rej:,} |"
         )
     return "\n".join(out) + "\n"

@@ -221,12 +221,15 @@ def run(
             ref = common.stage("fidelity-truth", (model_key, solve, cfg.collision, cfg.cfd),
                                lambda: truth(mx, cfg, states, sc.horizon, _REFERENCE_PROGRESS), fresh)  # fmt: skip # noqa: B023 (called within this iteration)
             # (backsolve's backward solve has run kink control since Dec 6, bisecting the stages'
-            # brackets since a later change: results before differ)
+            # brackets since a later change, and the discretised modes' forward solve since a later
+            # one still: results before differ)
             ic = cfg.integrator
-            back = (
-                ("backward kink step", ic.backward_kink_step(), "stage brackets") if ic.adjoint == "backsolve" else ()
-            )
-            res = common.stage("fidelity-grad", (model_key, cfg, ic.kink_step_used(), jax.__version__, *back),
+            version = ()
+            if ic.adjoint == "backsolve":
+                version = ("backward kink step", ic.backward_kink_step(), "stage brackets")
+            elif ic.adjoint in ("checkpoint", "forward"):
+                version = ("forward stage brackets",)
+            res = common.stage("fidelity-grad", (model_key, cfg, ic.kink_step_used(), jax.__version__, *version),
                                lambda: measure(mx, cfg, states, ref, sc.horizon), fresh)  # fmt: skip # noqa: B023 (called within this iteration)
             ok = ref["agreement"] <= TRUTH_AGREEMENT
             e = res["rel_error"][ok] if ok.any() else np.full(1, np.nan)

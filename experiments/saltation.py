@@ -189,6 +189,8 @@ def run(scene: str, shots: int, fresh: bool) -> list[dict]:
             term = ("events", saltation.EVENTS) if salt else ()  # the term's version: crossings per step
             if adjoint == "backsolve":  # its backward solve has run kink control since Dec 6 (stage brackets later)
                 term = (*term, "backward kink step", diffmjx.Config().integrator.backward_kink_step(), "stage brackets")
+            elif adjoint in ("checkpoint", "forward"):  # its forward solve bisects the stages' brackets (later)
+                term = (*term, "forward stage brackets")
             g = common.stage("saltation_gradient", (*key, adjoint, salt, *term), grad, fresh)
             err = float(np.linalg.norm(g - ref) / max(np.linalg.norm(ref), 1e-300))
             rows.append(

@@ -297,17 +297,17 @@ def test_the_adjoint_solve_bisects_to_each_kink_and_steps_over_it():
     assert bool(adapt(0.0, 1e-4, big, state)[0])
 
 
-def test_the_backward_stages_bracket_each_kink_and_the_controller_bisects_the_bracket():
+def test_the_stages_bracket_each_kink_and_the_controller_bisects_the_bracket():
     """KinkBracketing: in a step over a kink, the stages before it saw the step start's constraint
     state and those after did not, so the bracket between them (fractions of the step) holds the
     kink, for any kink time and Tsit5's and Dopri5's stages; a step with no kink gives the whole step.
-    The backward controller, fed that bracket with a straddle, tries its middle next (not the
-    step's half) and knows the kink lies before the bracket's end."""
+    The controller, backward and forward, fed that bracket with a straddle, tries its middle next
+    (not the step's half, nor the least factor's cut) and knows the kink lies before the bracket's end."""
     import diffrax
 
     from diffmjx.integration.adjoints import BacksolveState
-    from diffmjx.integration.adjoints.backsolve import KinkBracketing
     from diffmjx.integration.stepsize import BracketedSentinel
+    from diffmjx.integration.wrapped import KinkBracketing, stage_times
 
     def state(kink):
         def vf(t, s, args):  # a decaying state; two constraint rows, the first switching at `kink`
@@ -319,7 +319,7 @@ def test_the_backward_stages_bracket_each_kink_and_the_controller_bisects_the_br
     s0 = BacksolveState(jnp.ones(2), jnp.ones(2), [], BracketedSentinel(jnp.zeros(2), jnp.zeros(2)))
     h = 1e-3
     for rk in (diffrax.Tsit5(), diffrax.Dopri5()):
-        solver = KinkBracketing(rk, (float(rk.tableau.c1), *(float(c) for c in rk.tableau.c)))
+        solver = KinkBracketing(rk, stage_times(rk))
         for frac in (0.05, 0.2, 0.5, 0.85, 0.95, 0.99, 1.5):
             term = state(frac * h)
             y1 = solver.step(term, 0.0, h, s0, None, solver.init(term, 0.0, h, s0, None), False)[0]
@@ -341,6 +341,20 @@ def test_the_backward_stages_bracket_each_kink_and_the_controller_bisects_the_br
     keep, t0, t1, _, (_, bracket_end, _), _ = ctrl.adapt_step_size(0.0, h, s, candidate, None, err, 5, state0)
     assert not bool(keep) and float(t0) == 0.0
     assert float(t1) == pytest.approx(0.5 * (0.327 + 0.9) * h) and float(bracket_end) == pytest.approx(0.9 * h)
+
+    # the forward solve's controller (state (y, sentinel)) bisects the stages' bracket alike
+    fwd = with_first_step(pid_controller(diffmjx.Config(), backsolve=False), jnp.asarray(h), ks)
+    y = (jnp.zeros(2), BracketedSentinel(jnp.zeros(3), jnp.zeros(2)))
+    _, state0 = fwd.init(None, 0.0, 1.0, y, None, None, None, 5)
+    candidate = (y[0], BracketedSentinel(jnp.zeros(3), jnp.asarray([0.327, 0.9])))
+    err = (jnp.full(2, 1e-12), BracketedSentinel(jnp.full(3, 1e-3), jnp.zeros(2)))
+    keep, t0, t1, _, (_, bracket_end, _), _ = fwd.adapt_step_size(0.0, h, y, candidate, None, err, 5, state0)
+    assert not bool(keep) and float(t0) == 0.0
+    assert float(t1) == pytest.approx(0.5 * (0.327 + 0.9) * h) and float(bracket_end) == pytest.approx(0.9 * h)
+    # no bracket (a solver without stages to bracket with): the least factor's cut, as before
+    candidate = (y[0], BracketedSentinel(jnp.zeros(3), jnp.zeros(2)))
+    keep, _, t1, _, (_, bracket_end, _), _ = fwd.adapt_step_size(0.0, h, y, candidate, None, err, 5, state0)
+    assert not bool(keep) and float(t1) < 0.5 * h and float(bracket_end) == pytest.approx(h)
 
 
 def test_backsolve_simulates_what_diffrax_backsolve_does():

@@ -30,8 +30,9 @@ class BracketedSentinel(NamedTuple):
 
     ``bracket`` is ``(lo, hi)`` as fractions of the step: the kink lies after the latest stage time
     whose constraint state was the step start's and before the earliest whose was not. The solver
-    writes it into the step's candidate state (:class:`diffmjx.integration.adjoints.backsolve.KinkBracketing`);
-    its value in an accepted state is not read."""
+    writes it into the step's candidate state (:class:`diffmjx.integration.wrapped.KinkBracketing`;
+    ``(0, 0)``, none, where the solver has no stages to bracket with); its value in an accepted state
+    is not read."""
 
     code: object  # kink control's sentinel (its rate the constraint state)
     bracket: object  # (2,) (lo, hi), fractions of the step
@@ -46,8 +47,9 @@ class PeriodPID(diffrax.PIDController):
     persistent compilation cache. With ``dt0=None`` and the warm-start step held here there is no
     such check, so every DiffMJX gradient can be cached across processes.
 
-    Kink control (``kink_step``): the ODE state is ``(State, sentinel)``, where the sentinel's
-    rate is the constraint state (:func:`diffmjx.physics.solver.constraint_state`) at each stage. Its
+    Kink control (``kink_step``): the ODE state is ``(State, sentinel)``, where the sentinel is a
+    :class:`BracketedSentinel` whose code has as its rate the constraint state
+    (:func:`diffmjx.physics.solver.constraint_state`) at each stage. The code's
     embedded error estimate is zero to rounding when every stage of a step saw the same constraint
     state (``b - b_hat`` sums to zero over all stages) and not otherwise (for Tsit5 no subset of
     stages sums to zero; Dopri5 and Dopri8 have stages of zero error weight, where a change seen
@@ -60,7 +62,10 @@ class PeriodPID(diffrax.PIDController):
     left of it is tried, so the controller does not grow back across a kink it already found and
     pay another rejection for it; each trial halves the bracket or shrinks the step at least as
     Diffrax's least factor does: locating a kink takes about ``log2(step / kink_step)`` trials
-    (docs/speed.md, "Kink control's bracket").
+    (docs/speed.md, "Kink control's bracket"). Where the solver's stages bracket the kink
+    (:class:`diffmjx.integration.wrapped.KinkBracketing`: the stages before it saw the step start's
+    constraint state, those after it did not), the bracket ends at the first stage that saw the
+    change and the next trial steps to the middle of the stages' bracket.
 
     The backward solve of the ``backsolve`` adjoint (``adjoint_solve``; its state a
     :class:`diffmjx.integration.adjoints.BacksolveState`, the sentinel in its own slot) runs kink
@@ -69,9 +74,8 @@ class PeriodPID(diffrax.PIDController):
     estimate (a step over a jump of the rate errs by its length times the jump, whatever the
     tableau: ``kink_step`` bounds that, where the error control alone shrank such steps to 1e-8 s
     and below); a straddle halves the step (bisection) instead of cutting it by the least factor,
-    or, where the sentinel is a :class:`BracketedSentinel`, steps to the middle of the bracket its
-    stages put around the kink; and once the kink is held the next step is the one the controller
-    had tried before it found the kink, instead of growing back from ``kink_step``
+    or, where the stages bracket the kink, steps to that bracket's middle (as above); and once the
+    kink is held the next step is the one the controller had tried before it found the kink, instead of growing back from ``kink_step``
     (docs/integration.md, "Kink control of the adjoint").
     """
 
@@ -129,11 +133,11 @@ class PeriodPID(diffrax.PIDController):
             resume = jnp.where(new_bracket, h_, resume)  # the step tried before the kink was found
             h_next = jnp.where(keep & changed, jnp.maximum(h_next, resume), h_next)
             resume = jnp.where(keep & jnp.isinf(bracket_end), 0.0, resume)
-            if stages is not None:  # bisect the stages' bracket instead of the whole step
-                lo, hi = stages[0] * h_, stages[1] * h_
-                bisect = straddles & (hi > lo)
-                bracket_end = jnp.where(bisect, jax.lax.stop_gradient(t0) + hi, bracket_end)
-                h_bisect = jnp.maximum(0.5 * (lo + hi), self.kink_step)
+        if stages is not None:  # bisect the stages' bracket instead of the whole step (none: lo = hi)
+            lo, hi = stages[0] * h_, stages[1] * h_
+            bisect = straddles & (hi > lo)
+            bracket_end = jnp.where(bisect, jax.lax.stop_gradient(t0) + hi, bracket_end)
+            h_bisect = jnp.maximum(0.5 * (lo + hi), self.kink_step)
         h_next = jnp.where(straddles, jnp.maximum(h_next, self.kink_step), h_next)
         # never a step known to straddle: at most half of what is left of the bracket (inf: none
         # known), but no cap below kink_step; the error control's own shrinking is not floored

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 
 from diffmjx import _mjx
 from diffmjx.config import Config
+from diffmjx.integration.stepsize import BracketedSentinel
 from diffmjx.physics import collision, solver
 from diffmjx.physics.dynamics import State, vector_field
 
@@ -110,14 +111,15 @@ class PeriodTerm:
         return _code(m, d)
 
     def term(self, kinks: bool) -> diffrax.ODETerm:
-        """The ``ODETerm``; with ``kinks`` its state is ``(State, sentinel)``, the sentinel's rate the
-        constraint state."""
+        """The ``ODETerm``; with ``kinks`` its state is ``(State, sentinel)``, the sentinel a
+        :class:`diffmjx.integration.stepsize.BracketedSentinel` whose code's rate is the constraint
+        state (its bracket's rate zero: the solver writes the bracket)."""
 
         def vf(t, y, args):
             if not kinks:
                 return self.evaluate(t, y, args)[1][0]
             m, (dy, d) = self.evaluate(t, y[0], args)
-            return dy, _code(m, d)  # the kink sentinel's rate
+            return dy, BracketedSentinel(_code(m, d), jnp.zeros(2, dy.qvel.dtype))  # the kink sentinel's rate
 
         # One jitted call per vector-field evaluation: JAX's autodiff passes (linearize, transpose,
         # the checkpointed loops' symbolic-zero resolution) then work on a cached inner jaxpr instead
@@ -129,7 +131,8 @@ class PeriodTerm:
     def y0(self, m, d, kinks: bool):
         """The period's initial ODE state: ``xi = 0`` (positions are retracted at the end)."""
         y0 = State(jnp.zeros(m.nv, d.qvel.dtype), d.qvel, d.act)
-        return (y0, jnp.zeros(self.nefc, d.qvel.dtype)) if kinks else y0
+        sentinel = BracketedSentinel(jnp.zeros(self.nefc, d.qvel.dtype), jnp.zeros(2, d.qvel.dtype))
+        return (y0, sentinel) if kinks else y0
 
     def ignored(self) -> tuple:
         """Per traced arg: whether it is a data input the vector field replaces by the state and t."""

@@ -11,10 +11,10 @@ import jax
 import jax.numpy as jnp
 
 from diffmjx.integration.adjoints.base import UNDIFFERENTIATED, GradientMode, PeriodSolve, period_end_state
-from diffmjx.integration.stepsize import BracketedSentinel, with_first_step
-from diffmjx.integration.wrapped import PassThroughSolver
+from diffmjx.integration.stepsize import with_first_step
+from diffmjx.integration.wrapped import KinkBracketing, stage_times
 
-__all__ = ["BacksolveState", "KinkAwareBacksolve", "KinkBracketing"]
+__all__ = ["BacksolveState", "KinkAwareBacksolve"]
 
 
 class BacksolveState(NamedTuple):
@@ -25,8 +25,8 @@ class BacksolveState(NamedTuple):
     y: object  # the state, integrated backwards from the period's end
     a_y: object  # its adjoint
     a_args: list  # per traced arg: its adjoint, accumulating; None where it is not differentiated
-    sentinel: object  # kink control's sentinel, its rate the constraint state (None: no kink control;
-    # a BracketedSentinel where a Runge-Kutta solver's stages bracket each kink, KinkBracketing)
+    sentinel: object  # kink control's BracketedSentinel, its rate the constraint state (None: no kink
+    # control); its bracket written where a Runge-Kutta solver's stages bracket each kink (KinkBracketing)
 
 
 class KinkAwareBacksolve(diffrax.AbstractAdjoint, GradientMode):
@@ -88,46 +88,6 @@ class KinkAwareBacksolve(diffrax.AbstractAdjoint, GradientMode):
         return y1, stats, result
 
 
-class KinkBracketing(PassThroughSolver):
-    """A Runge–Kutta solver of the backward solve whose steps also bracket a kink with their stages.
-
-    Every stage evaluates the constraint state (the sentinel's rate, in the step's dense output):
-    in a step over a kink, the stages before it saw the step start's state and those after it did
-    not, so the kink lies between the latest stage time of the first kind and the earliest of the
-    second. That bracket, as fractions of the step, goes into the candidate state's
-    :class:`diffmjx.integration.stepsize.BracketedSentinel`, where the controller reads it: it costs no
-    evaluation. (A stage's state is the tableau's estimate, not the solution, so a bracket can miss
-    a kink that lies within rounding of a stage: the controller then finds it by bisection.)
-
-    Attributes:
-        solver: the solver (a Runge–Kutta one, or a wrapper of one).
-        c: the stage times, fractions of the step, in the order of the dense output's stages.
-    """
-
-    solver: diffrax.AbstractSolver
-    c: tuple
-
-    def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
-        y1, err, dense, state, result = self.solver.step(terms, t0, t1, y0, args, solver_state, made_jump)
-        k = dense["k"].sentinel.code  # (stages, rows): each stage's constraint state times the step
-        c = jnp.asarray(self.c, k.dtype)
-        differs = jnp.any(k != k[0], axis=1)
-        hi = jnp.min(jnp.where(differs, c, 1.0))
-        lo = jnp.max(jnp.where(~differs & (c < hi), c, 0.0)) * jnp.any(differs)  # no kink: the whole step
-        bracket = jnp.stack([lo, hi]).astype(y1.sentinel.bracket.dtype)
-        return y1._replace(sentinel=y1.sentinel._replace(bracket=bracket)), err, dense, state, result
-
-
-def _stage_times(solver) -> tuple | None:
-    """The stage times of ``solver``'s tableau (or of the solver a wrapper wraps), None if it has none."""
-    while not hasattr(solver, "tableau"):
-        solver = getattr(solver, "solver", None)
-        if solver is None:
-            return None
-    tableau = solver.tableau
-    return (float(tableau.c1), *(float(c) for c in tableau.c))
-
-
 def _zeros_like(shape):
     return jnp.zeros(shape.shape, shape.dtype)
 
@@ -152,7 +112,7 @@ def _solve_bwd(y1, grad_out, perturbed, y0_args, term, spec, mode):
     diff = [p and not ignored for p, ignored in zip(perturbed[1], spec.ignored, strict=True)]
     kinks = mode.kinks and spec.coded is not None
     solver = mode.solver or spec.solver
-    stage_times = _stage_times(solver) if kinks else None  # the stages bracket each kink (KinkBracketing)
+    stages = stage_times(solver) if kinks else None  # the stages bracket each kink (KinkBracketing)
     rate = (spec.coded if kinks else term).vector_field
 
     def vf(t, s, args):
@@ -166,16 +126,13 @@ def _solve_bwd(y1, grad_out, perturbed, y0_args, term, spec, mode):
         dy, vjp, code = jax.vjp(f, s.y, [a for a, d in zip(args, diff, strict=True) if d], has_aux=True)
         a_dy, a_diff = jax.tree.map(jnp.negative, vjp(s.a_y))
         it = iter(a_diff)
-        if stage_times is not None:
-            code = BracketedSentinel(code, jnp.zeros_like(s.sentinel.bracket))
         return BacksolveState(dy, a_dy, [next(it) if d else None for d in diff], code)
 
     g_y1 = jax.tree.map(lambda y, g: jnp.zeros_like(y) if g is None else g, y1, grad_out[0])
     # the sentinel starts at zero: only its error estimate is read (its rate's shape: one per row)
-    sentinel = _zeros_like(jax.eval_shape(lambda: rate(spec.t1, (y1, None), args)[1])) if kinks else None
-    if stage_times is not None:
-        sentinel = BracketedSentinel(sentinel, jnp.zeros((2,), sentinel.dtype))
-        solver = KinkBracketing(solver, stage_times)
+    sentinel = jax.tree.map(_zeros_like, jax.eval_shape(lambda: rate(spec.t1, (y1, None), args)[1])) if kinks else None
+    if stages is not None:
+        solver = KinkBracketing(solver, stages)
     s1 = BacksolveState(y1, g_y1, [jnp.zeros_like(a) if d else None for a, d in zip(args, diff, strict=True)], sentinel)
     back = diffrax.diffeqsolve(
         diffrax.ODETerm(vf),
