@@ -288,6 +288,17 @@ def plot(rows: list[dict], png: Path) -> None:
     common.save_figure(fig, png, rect=(0, 0.07, 1, 1))
 
 
+def _release_programs() -> None:
+    """Drop the compiled programs of the scene just measured: the programs of all five scenes
+    outgrew one process (LLVM ran out of memory maps in the finger's, Dec 6)."""
+    import gc
+
+    _reference_fn.cache_clear()
+    _gradient_fn.cache_clear()
+    jax.clear_caches()
+    gc.collect()
+
+
 COST_SCENES = ("box",)
 
 
@@ -346,12 +357,11 @@ def main(argv=None) -> None:
         with open(csv_path) as f:
             old = list(csv.DictReader(f))
     rows = []
-    for scene in args.scenes.split(","):  # a run of some scenes (each in its own process: XLA's compiled
-        rows += run(
-            scene, SHOTS.get(scene, args.shots), args.fresh
-        )  # programs of all six outgrow one) keeps the CSV's others
+    for scene in args.scenes.split(","):  # a run of some scenes keeps the CSV's others
+        rows += run(scene, SHOTS.get(scene, args.shots), args.fresh)
         merged = sorted(common.replaced_rows(old, rows, key), key=lambda r: SCENES.index(r["scene"]))
         common.write_csv(csv_path, merged)
+        _release_programs()
     rows = merged
     table = summary(rows)
     common.write_csv(summary_path, table)
