@@ -329,6 +329,15 @@ def test_the_stages_bracket_each_kink_and_the_controller_bisects_the_bracket():
             else:
                 assert (lo, hi) == (0.0, 1.0)
 
+    # the forward solve's state, (y, sentinel): the bracket lands in its sentinel alike
+    def forward(t, y, args):
+        return -y[0], BracketedSentinel(jnp.stack([jnp.where(t > 0.5 * h, 1.0, 0.0), 1.0]), jnp.zeros(2))
+
+    term, y0 = diffrax.ODETerm(forward), (jnp.ones(2), BracketedSentinel(jnp.zeros(2), jnp.zeros(2)))
+    solver = KinkBracketing(diffrax.Tsit5(), stage_times(diffrax.Tsit5()))
+    lo, hi = np.asarray(solver.step(term, 0.0, h, y0, None, solver.init(term, 0.0, h, y0, None), False)[0][1].bracket)
+    assert lo <= 0.5 < hi and hi - lo < 0.6
+
     ks = 1e-7
     back = pid_controller(diffmjx.Config(), backsolve=True, adjoint_solve=True)
     ctrl = with_first_step(back, jnp.asarray(h), ks, adjoint_solve=True)
