@@ -307,7 +307,7 @@ def test_the_stages_bracket_each_kink_and_the_controller_bisects_the_bracket():
 
     from diffmjx.integration.adjoints import BacksolveState
     from diffmjx.integration.stepsize import BracketedSentinel
-    from diffmjx.integration.wrapped import KinkBracketing, stage_times
+    from diffmjx.integration.wrapped import bracketing
 
     def state(kink):
         def vf(t, s, args):  # a decaying state; two constraint rows, the first switching at `kink`
@@ -319,7 +319,7 @@ def test_the_stages_bracket_each_kink_and_the_controller_bisects_the_bracket():
     s0 = BacksolveState(jnp.ones(2), jnp.ones(2), [], BracketedSentinel(jnp.zeros(2), jnp.zeros(2)))
     h = 1e-3
     for rk in (diffrax.Tsit5(), diffrax.Dopri5()):
-        solver = KinkBracketing(rk, stage_times(rk))
+        solver = bracketing(rk)
         for frac in (0.05, 0.2, 0.5, 0.85, 0.95, 0.99, 1.5):
             term = state(frac * h)
             y1 = solver.step(term, 0.0, h, s0, None, solver.init(term, 0.0, h, s0, None), False)[0]
@@ -334,7 +334,7 @@ def test_the_stages_bracket_each_kink_and_the_controller_bisects_the_bracket():
         return -y[0], BracketedSentinel(jnp.stack([jnp.where(t > 0.5 * h, 1.0, 0.0), 1.0]), jnp.zeros(2))
 
     term, y0 = diffrax.ODETerm(forward), (jnp.ones(2), BracketedSentinel(jnp.zeros(2), jnp.zeros(2)))
-    solver = KinkBracketing(diffrax.Tsit5(), stage_times(diffrax.Tsit5()))
+    solver = bracketing(diffrax.Tsit5())
     lo, hi = np.asarray(solver.step(term, 0.0, h, y0, None, solver.init(term, 0.0, h, y0, None), False)[0][1].bracket)
     assert lo <= 0.5 < hi and hi - lo < 0.6
 

@@ -18,7 +18,7 @@ from diffmjx.integration import saltation
 from diffmjx.integration.adjoints import PeriodSolve, mode_of
 from diffmjx.integration.stepsize import first_step, with_first_step
 from diffmjx.integration.term import PeriodTerm
-from diffmjx.integration.wrapped import KinkBracketing, stage_times
+from diffmjx.integration.wrapped import bracketing
 from diffmjx.physics import manifold
 from diffmjx.physics.dynamics import clamp_act
 
@@ -74,9 +74,8 @@ def diffrax_period(m, d, layout, dt_hint, method):
         mode, dt0 = mode.warm_start(method.stepsize_controller, dt0, back_kink_step)
     # the force jump at each touchdown in the derivatives (integrator.saltation)
     mode, solver = saltation.carry_jumps(mode, method.solver, field, m, d, kinks)
-    stages = stage_times(solver) if kinks else None
-    if stages is not None:  # each straddling step's stages bracket the kink for the controller
-        solver = KinkBracketing(solver, stages)
+    if kinks:  # each straddling step's stages bracket the kink for the controller
+        solver = bracketing(solver)
     spec = PeriodSolve(
         solver=solver,
         t0=t0,

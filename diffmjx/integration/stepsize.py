@@ -75,8 +75,8 @@ class PeriodPID(diffrax.PIDController):
     tableau: ``kink_step`` bounds that, where the error control alone shrank such steps to 1e-8 s
     and below); a straddle halves the step (bisection) instead of cutting it by the least factor,
     or, where the stages bracket the kink, steps to that bracket's middle (as above); and once the
-    kink is held the next step is the one the controller had tried before it found the kink, instead of growing back from ``kink_step``
-    (docs/integration.md, "Kink control of the adjoint").
+    kink is held the next step is the one the controller had tried before it found the kink,
+    instead of growing back from ``kink_step`` (docs/integration.md, "Kink control of the adjoint").
     """
 
     first_step: jax.Array | None = None
@@ -102,14 +102,18 @@ class PeriodPID(diffrax.PIDController):
         return t_next, (state, jnp.full((), jnp.inf, dtype), jnp.zeros((), dtype))
 
     def adapt_step_size(self, t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state):
-        (y0, _), (y1, _), (error, sentinel_error) = self._split(y0), self._split(y1_candidate), self._split(y_error)
+        (y0, _), (y1, sentinel1), (error, sentinel_error) = (
+            self._split(y0),
+            self._split(y1_candidate),
+            self._split(y_error),
+        )
         if self.kink_step is None:
             return super().adapt_step_size(t0, t1, y0, y1, args, error, error_order, controller_state)
         pid_state, bracket_end, resume = controller_state
         h = t1 - t0
         stages = None  # the stages' bracket around a kink in the step, where the solver gives one
         if isinstance(sentinel_error, BracketedSentinel):
-            sentinel_error, stages = sentinel_error.code, jax.lax.stop_gradient(self._split(y1_candidate)[1].bracket)
+            sentinel_error, stages = sentinel_error.code, jax.lax.stop_gradient(sentinel1.bracket)
         changed = jnp.any(jnp.abs(sentinel_error) > SENTINEL_THRESHOLD * h)
         straddles = changed & (h > 1.5 * self.kink_step)  # a step of kink_step is t1 - t0 up to rounding
         # an infinite error rejects the step at the controller's least factor, without spoiling

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 from diffmjx.integration.stepsize import BracketedSentinel
 
-__all__ = ["KinkBracketing", "PassThroughSolver", "stage_times"]
+__all__ = ["KinkBracketing", "PassThroughSolver", "bracketing", "stage_times"]
 
 
 class PassThroughSolver(diffrax.AbstractAdaptiveSolver, diffrax.AbstractWrappedSolver):
@@ -60,6 +60,13 @@ def stage_times(solver) -> tuple | None:
             return None
     tableau = solver.tableau
     return (float(tableau.c1), *(float(c) for c in tableau.c))
+
+
+def bracketing(solver):
+    """``solver`` wrapped in :class:`KinkBracketing` where it has stages to bracket a kink with (a
+    Butcher tableau, its own or a wrapped solver's); else ``solver`` unchanged."""
+    stages = stage_times(solver)
+    return solver if stages is None else KinkBracketing(solver, stages)
 
 
 def _is_sentinel(x) -> bool:

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 
 from diffmjx.integration.adjoints.base import UNDIFFERENTIATED, GradientMode, PeriodSolve, period_end_state
 from diffmjx.integration.stepsize import with_first_step
-from diffmjx.integration.wrapped import KinkBracketing, stage_times
+from diffmjx.integration.wrapped import bracketing
 
 __all__ = ["BacksolveState", "KinkAwareBacksolve"]
 
@@ -112,7 +112,6 @@ def _solve_bwd(y1, grad_out, perturbed, y0_args, term, spec, mode):
     diff = [p and not ignored for p, ignored in zip(perturbed[1], spec.ignored, strict=True)]
     kinks = mode.kinks and spec.coded is not None
     solver = mode.solver or spec.solver
-    stages = stage_times(solver) if kinks else None  # the stages bracket each kink (KinkBracketing)
     rate = (spec.coded if kinks else term).vector_field
 
     def vf(t, s, args):
@@ -131,8 +130,8 @@ def _solve_bwd(y1, grad_out, perturbed, y0_args, term, spec, mode):
     g_y1 = jax.tree.map(lambda y, g: jnp.zeros_like(y) if g is None else g, y1, grad_out[0])
     # the sentinel starts at zero: only its error estimate is read (its rate's shape: one per row)
     sentinel = jax.tree.map(_zeros_like, jax.eval_shape(lambda: rate(spec.t1, (y1, None), args)[1])) if kinks else None
-    if stages is not None:
-        solver = KinkBracketing(solver, stages)
+    if kinks:  # the stages bracket each kink (KinkBracketing)
+        solver = bracketing(solver)
     s1 = BacksolveState(y1, g_y1, [jnp.zeros_like(a) if d else None for a, d in zip(args, diff, strict=True)], sentinel)
     back = diffrax.diffeqsolve(
         diffrax.ODETerm(vf),
