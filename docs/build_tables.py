@@ -1133,6 +1133,82 @@ def speed_rules_before_after() -> str:
     return "\n".join(out) + "\n"
 
 
+def _code_pairs(rows: list[dict], keys: tuple[str, ...]) -> tuple[list[str], dict]:
+    """The two code versions of a before/after CSV (its ``code`` column, in file order) and its rows
+    grouped by ``(code, *keys)``."""
+    codes = list(dict.fromkeys(r["code"] for r in rows))
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault((r["code"], *(r[k] for k in keys)), []).append(r)
+    return codes, groups
+
+
+def speed_rules_sysid() -> str:
+    """Issue 74's sysid recovery fits before the derivative rules and after, the same day in one
+    session (``sysid_recovery_rules_ab.csv``; ``code`` names the commit, ``round`` the run: round 1
+    with empty compilation caches, round 2 with warm ones): per model and data, round 1's wall time
+    (setup: compilation and first evaluation), the LM iterations, the time per iteration after setup
+    (median of the rounds) and the largest parameter error."""
+    rows = _rows("sysid_recovery_rules_ab.csv")
+    (before, after), groups = _code_pairs(rows, ("model", "noise"))
+
+    def per(r: dict) -> float:  # one iteration's share of the fit, compilation left out
+        return (float(r["wall_s"]) - float(r["setup_s"])) / int(r["iterations"])
+
+    def cold(sel: list[dict]) -> dict:
+        return next(r for r in sel if r["round"] == "1")
+
+    out = [
+        "| model | data | wall time (setup), cold, before | after | after ÷ before | LM iterations, before / after | "
+        "s per iteration, before / after (÷) | largest parameter error, before / after |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for model, noise in dict.fromkeys((r["model"], r["noise"]) for r in rows):
+        b, a = (groups[(c, model, noise)] for c in (before, after))
+        wb, wa = float(cold(b)["wall_s"]), float(cold(a)["wall_s"])
+        pb, pa = _median([per(r) for r in b]), _median([per(r) for r in a])
+        out.append(
+            f"| {model} | {'noisy' if noise == '1' else 'noise-free'} | {wb:.1f} s ({float(cold(b)['setup_s']):.1f} s) | "
+            f"{wa:.1f} s ({float(cold(a)['setup_s']):.1f} s) | {wa / wb:.2f} | "
+            f"{cold(b)['iterations']} / {cold(a)['iterations']} | {pb:.2f} / {pa:.2f} s ({pa / pb:.2f}) | "
+            f"{_sig(100 * float(cold(b)['max_rel_error']), 2)} % / {_sig(100 * float(cold(a)['max_rel_error']), 2)} % |"
+        )
+    for rnd, label in (("1", "cold caches"), ("2", "warm caches")):
+        tb, ta = (
+            sum(float(r["wall_s"]) for r in rows if r["code"] == c and r["round"] == rnd) for c in (before, after)
+        )
+        out.append(f"| **all fits**, {label} | | {tb:.0f} s | {ta:.0f} s | **{ta / tb:.2f}** | | | |")
+    return "\n".join(out) + "\n"
+
+
+def speed_rules_contact() -> str:
+    """Issue 74's contact-study plan steps before the derivative rules and after, the same day in one
+    session (``contact_mpc_rules_ab.csv``, ``--quick``: two starts per task, four plan steps each, run
+    in four rounds, the first with empty compilation caches): per task and method, the closed loops'
+    plan-step medians, their median and fastest over the rounds and starts, the largest JIT time and
+    the final distance of each start (one round's: the rounds plan the same)."""
+    rows = _rows("contact_mpc_rules_ab.csv")
+    (before, after), groups = _code_pairs(rows, ("task", "method"))
+    out = [
+        "| task | method | ms per plan step, median (fastest), before | after | after ÷ before, median (fastest) | "
+        "JIT, largest, before / after | final distances, before / after |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for task, method in dict.fromkeys((r["task"], r["method"]) for r in rows):
+        b, a = (groups[(c, task, method)] for c in (before, after))
+        (mb, fb), (ma, fa) = (
+            (_median(ms), min(ms)) for ms in ([float(r["ms_per_plan_step"]) for r in sel] for sel in (b, a))
+        )
+        jb, ja = (max(float(r["jit_s"]) for r in sel) for sel in (b, a))
+        first = [[r for r in sel if r["round"] == sel[0]["round"]] for sel in (b, a)]  # the rounds plan alike
+        db, da = (", ".join(f"{float(r['final_distance_mm']):.0f}" for r in sel) for sel in first)
+        out.append(
+            f"| {task} | {method} | {mb:.0f} ({fb:.0f}) | {ma:.0f} ({fa:.0f}) | {ma / mb:.2f} ({fa / fb:.2f}) | "
+            f"{jb:.0f} s / {ja:.0f} s | {db} mm / {da} mm |"
+        )
+    return "\n".join(out) + "\n"
+
+
 def _pareto_row(path: str, method: str) -> dict:
     return next(r for r in _rows(path) if r["method"] == method)
 
@@ -2473,6 +2549,8 @@ TABLES: dict[str, Callable[[], str]] = {
     "linearize_cost": linearize_cost,
     "kink_bracket": kink_bracket,
     "speed_rules_before_after": speed_rules_before_after,
+    "speed_rules_sysid": speed_rules_sysid,
+    "speed_rules_contact": speed_rules_contact,
     "contact_mpc": contact_mpc,
     "contact_mpc_friction": lambda: contact_mpc("contact_mpc_friction.csv"),
     "planner_suite": planner_suite,
