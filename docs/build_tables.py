@@ -1146,11 +1146,12 @@ def _code_pairs(rows: list[dict], keys: tuple[str, ...]) -> tuple[list[str], dic
 def speed_rules_sysid() -> str:
     """Issue 74's sysid recovery fits before the derivative rules and after, the same day in one
     session (``sysid_recovery_rules_ab.csv``; ``code`` names the commit, ``round`` the run: round 1
-    with empty compilation caches, round 2 with warm ones): per model and data, round 1's wall time
-    (setup: compilation and first evaluation), the LM iterations, the time per iteration after setup
-    (median of the rounds) and the largest parameter error."""
+    with empty compilation caches, round 2 with warm ones, round 3 the latest commit with
+    ``fit.threads=1``): per model and data, round 1's wall time (setup: compilation and first
+    evaluation), the LM iterations, the time per iteration after setup (median of the rounds; on one
+    thread, round 3's) and the largest parameter error."""
     rows = _rows("sysid_recovery_rules_ab.csv")
-    (before, after), groups = _code_pairs(rows, ("model", "noise"))
+    (before, after, one_thread), groups = _code_pairs(rows, ("model", "noise"))
 
     def per(r: dict) -> float:  # one iteration's share of the fit, compilation left out
         return (float(r["wall_s"]) - float(r["setup_s"])) / int(r["iterations"])
@@ -1160,24 +1161,27 @@ def speed_rules_sysid() -> str:
 
     out = [
         "| model | data | wall time (setup), cold, before | after | after ÷ before | LM iterations, before / after | "
-        "s per iteration, before / after (÷) | largest parameter error, before / after |",
-        "|---|---|---|---|---|---|---|---|",
+        "s per iteration, before / after (÷) | the same after, on one thread (÷) | "
+        "largest parameter error, before / after |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for model, noise in dict.fromkeys((r["model"], r["noise"]) for r in rows):
         b, a = (groups[(c, model, noise)] for c in (before, after))
         wb, wa = float(cold(b)["wall_s"]), float(cold(a)["wall_s"])
         pb, pa = _median([per(r) for r in b]), _median([per(r) for r in a])
+        one = groups[(one_thread, model, noise)][0]
         out.append(
             f"| {model} | {'noisy' if noise == '1' else 'noise-free'} | {wb:.1f} s ({float(cold(b)['setup_s']):.1f} s) | "
             f"{wa:.1f} s ({float(cold(a)['setup_s']):.1f} s) | {wa / wb:.2f} | "
             f"{cold(b)['iterations']} / {cold(a)['iterations']} | {pb:.2f} / {pa:.2f} s ({pa / pb:.2f}) | "
+            f"{per(one):.2f} s ({per(one) / pb:.2f}), {one['iterations']} iterations | "
             f"{_sig(100 * float(cold(b)['max_rel_error']), 2)} % / {_sig(100 * float(cold(a)['max_rel_error']), 2)} % |"
         )
     for rnd, label in (("1", "cold caches"), ("2", "warm caches")):
         tb, ta = (
             sum(float(r["wall_s"]) for r in rows if r["code"] == c and r["round"] == rnd) for c in (before, after)
         )
-        out.append(f"| **all fits**, {label} | | {tb:.0f} s | {ta:.0f} s | **{ta / tb:.2f}** | | | |")
+        out.append(f"| **all fits**, {label} | | {tb:.0f} s | {ta:.0f} s | **{ta / tb:.2f}** | | | | |")
     return "\n".join(out) + "\n"
 
 
