@@ -1133,8 +1133,8 @@ def speed_rules_before_after() -> str:
     return "\n".join(out) + "\n"
 
 
-def _code_pairs(rows: list[dict], keys: tuple[str, ...]) -> tuple[list[str], dict]:
-    """The two code versions of a before/after CSV (its ``code`` column, in file order) and its rows
+def _by_code(rows: list[dict], keys: tuple[str, ...]) -> tuple[list[str], dict]:
+    """The code versions of a before/after CSV (its ``code`` column, in file order) and its rows
     grouped by ``(code, *keys)``."""
     codes = list(dict.fromkeys(r["code"] for r in rows))
     groups: dict = {}
@@ -1151,7 +1151,7 @@ def speed_rules_sysid() -> str:
     evaluation), the LM iterations, the time per iteration after setup (median of the rounds; on one
     thread, round 3's) and the largest parameter error."""
     rows = _rows("sysid_recovery_rules_ab.csv")
-    (before, after, one_thread), groups = _code_pairs(rows, ("model", "noise"))
+    (before, after, one_thread), groups = _by_code(rows, ("model", "noise"))
 
     def per(r: dict) -> float:  # one iteration's share of the fit, compilation left out
         return (float(r["wall_s"]) - float(r["setup_s"])) / int(r["iterations"])
@@ -1192,7 +1192,7 @@ def speed_rules_contact() -> str:
     plan-step medians, their median and fastest over the rounds and starts, the largest JIT time and
     the final distance of each start (one round's: the rounds plan the same)."""
     rows = _rows("contact_mpc_rules_ab.csv")
-    (before, after), groups = _code_pairs(rows, ("task", "method"))
+    (before, after), groups = _by_code(rows, ("task", "method"))
     out = [
         "| task | method | ms per plan step, median (fastest), before | after | after ÷ before, median (fastest) | "
         "JIT, largest, before / after | final distances, before / after |",
